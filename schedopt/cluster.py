@@ -1,0 +1,281 @@
+"""Clusters, links and the communication cost model.
+
+Every collective is expressed as one or more :class:`CommStage` objects, each a task of
+``alpha + beta * n`` seconds for a bucket of ``n`` bytes that holds a set of resources exclusively.
+See docs/model.md ("Communication cost") for the formulas.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .trace import SCHEMA_VERSION, fingerprint
+
+__all__ = [
+    "AllReduceFit",
+    "Cluster",
+    "ClusterFamily",
+    "CommStage",
+    "Link",
+    "PSConfig",
+]
+
+Collective = Literal["ring", "tree", "hierarchical", "ps"]
+PositiveFinite = Field(gt=0.0, allow_inf_nan=False)
+
+
+class Link(BaseModel):
+    """A link type: achieved bandwidth per GPU (or per NIC) and per-step latency."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field("link", description="Link name (pcie3, nvlink2, 10gbe, ib-edr, ...).")
+    bandwidth_Bps: float = Field(gt=0.0, allow_inf_nan=False, description="Bytes per second.")
+    latency_s: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="Latency per step.")
+
+
+class AllReduceFit(BaseModel):
+    """A fitted all-reduce cost ``alpha + beta * n`` for one rank count."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    alpha_s: float = Field(ge=0.0, allow_inf_nan=False, description="Start-up time (s).")
+    beta_s_per_byte: float = Field(ge=0.0, allow_inf_nan=False, description="Seconds per byte.")
+    r2: float | None = Field(None, description="Coefficient of determination of the fit.")
+    min_bytes: int | None = Field(None, description="Smallest message size used in the fit.")
+    max_bytes: int | None = Field(None, description="Largest message size used in the fit.")
+
+
+class PSConfig(BaseModel):
+    """Parameter-server layout."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    servers: int = Field(1, gt=0, description="Number of servers.")
+    colocated: bool = Field(True, description="Servers run on the worker nodes.")
+
+
+@dataclass(frozen=True)
+class CommStage:
+    """One communication task of a bucket: ``alpha + beta * n`` seconds on ``resources``.
+
+    Attributes
+    ----------
+    name
+        Phase name (``allreduce``, ``push``, ``pull``, ``reduce-scatter``, ...).
+    resources
+        Resources the task holds exclusively for its whole duration.
+    alpha_s, beta_s_per_byte
+        Cost coefficients.
+    """
+
+    name: str
+    resources: tuple[str, ...]
+    alpha_s: float
+    beta_s_per_byte: float
+
+    def time(self, nbytes: float) -> float:
+        """Duration for a bucket of ``nbytes`` bytes (0 for an empty bucket)."""
+        return self.alpha_s + self.beta_s_per_byte * nbytes if nbytes > 0 else 0.0
+
+
+class Cluster(BaseModel):
+    """A data-parallel cluster: ``nodes × gpus_per_node`` ranks and their links.
+
+    Attributes
+    ----------
+    intra_link, inter_link
+        Links inside a node and between nodes (``inter_link`` is required when ``nodes > 1``).
+    collective
+        ``ring`` | ``tree`` | ``hierarchical`` | ``ps``.
+    allreduce
+        Optional fitted cost that replaces the whole collective by one task ``alpha + beta n``.
+    shared_pcie
+        When true, the batch copy (h2d) and intra-node gradient traffic share one resource.
+    pipelined_hierarchical
+        Split the hierarchical all-reduce into three tasks (extension; default one task).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
+    name: str = Field(min_length=1, description="Cluster name.")
+    source: str = Field("", description="Where the figures come from.")
+    nodes: int = Field(gt=0, description="Number of nodes.")
+    gpus_per_node: int = Field(gt=0, description="GPUs (ranks) per node.")
+    gpu: str = Field("", description="GPU model (informational).")
+    intra_link: Link = Field(description="Link between GPUs of one node.")
+    inter_link: Link | None = Field(None, description="Link between nodes (per NIC).")
+    nics_per_node: int = Field(1, gt=0, description="NICs per node used by the collective.")
+    collective: Collective = Field("ring", description="Collective algorithm.")
+    ps: PSConfig | None = Field(None, description="Parameter-server layout (collective ps).")
+    shared_pcie: bool = Field(False, description="h2d and intra-node traffic share PCIe.")
+    pipelined_hierarchical: bool = Field(False, description="Three-task hierarchical all-reduce.")
+    allreduce: AllReduceFit | None = Field(None, description="Fitted alpha-beta (replaces model).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {self.schema_version}")
+        if self.nodes > 1 and self.inter_link is None:
+            raise ValueError(f"inter_link is required when nodes > 1 (nodes = {self.nodes})")
+        return self
+
+    # ------------------------------------------------------------------ derived
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def intra_resource(self) -> str:
+        """Resource name of intra-node traffic (``pcie`` when shared with h2d)."""
+        return "pcie" if self.shared_pcie else "intra"
+
+    def fingerprint(self) -> str:
+        """Stable content hash (plans are bound to it)."""
+        return fingerprint(self)
+
+    def with_size(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
+        """Return this cluster at another size (drops a fitted ``allreduce``)."""
+        data = self.model_dump()
+        data["nodes"] = nodes or self.nodes
+        data["gpus_per_node"] = gpus_per_node or self.gpus_per_node
+        if data["nodes"] != self.nodes or data["gpus_per_node"] != self.gpus_per_node:
+            data["allreduce"] = None
+            data["name"] = f"{self.name}@{data['nodes']}x{data['gpus_per_node']}"
+        return Cluster.model_validate(data)
+
+    def single_gpu(self) -> Cluster:
+        """The one-GPU cluster used as the scaling-efficiency reference."""
+        return self.with_size(1, 1)
+
+    def comm_stages(self, collective: str | None = None) -> tuple[CommStage, ...]:
+        """The communication tasks of one bucket, in order.
+
+        Parameters
+        ----------
+        collective
+            Override of the cluster's collective (a policy may impose one, e.g. ``ps``).
+
+        Returns
+        -------
+        tuple of CommStage
+            Empty for a single rank (no communication).
+        """
+        p = self.world_size
+        if p == 1:
+            return ()
+        kind = collective or self.collective
+        intra = self.intra_resource
+        if self.allreduce is not None and kind != "ps":
+            res = (intra, "inter") if self.nodes > 1 else (intra,)
+            return (CommStage("allreduce", res, self.allreduce.alpha_s,
+                              self.allreduce.beta_s_per_byte),)
+        inter = self.inter_link
+        if kind == "ps":
+            return self._ps_stages()
+        if kind == "ring":
+            res, alpha, beta = self._ring_link()
+            return (CommStage("allreduce", res, 2 * (p - 1) * alpha, 2 * (p - 1) / p * beta),)
+        if kind == "tree":
+            res, alpha, beta = self._ring_link()
+            hops = math.ceil(math.log2(p))
+            return (CommStage("allreduce", res, 2 * hops * alpha, 2 * beta),)
+        # hierarchical: intra reduce-scatter, inter all-reduce of n/g, intra all-gather
+        g, n_nodes = self.gpus_per_node, self.nodes
+        a_l, b_l = self.intra_link.latency_s, 1.0 / self.intra_link.bandwidth_Bps
+        a_g = inter.latency_s if inter is not None and n_nodes > 1 else 0.0
+        b_g = (
+            1.0 / (inter.bandwidth_Bps * self.nics_per_node)
+            if inter is not None and n_nodes > 1
+            else 0.0
+        )
+        rs = CommStage("reduce-scatter", (intra,), (g - 1) * a_l, (g - 1) / g * b_l)
+        ar = CommStage("inter-allreduce", ("inter",), 2 * (n_nodes - 1) * a_g,
+                       2 * (n_nodes - 1) / n_nodes * b_g / g)
+        ag = CommStage("all-gather", (intra,), (g - 1) * a_l, (g - 1) / g * b_l)
+        if n_nodes == 1:
+            return (CommStage("allreduce", (intra,), 2 * rs.alpha_s, 2 * rs.beta_s_per_byte),)
+        if g == 1:
+            return (ar,)
+        if self.pipelined_hierarchical:
+            return (rs, ar, ag)
+        return (CommStage("allreduce", (intra, "inter"), rs.alpha_s + ar.alpha_s + ag.alpha_s,
+                          rs.beta_s_per_byte + ar.beta_s_per_byte + ag.beta_s_per_byte),)
+
+    def _ring_link(self) -> tuple[tuple[str, ...], float, float]:
+        """Resources, alpha (largest latency) and beta (1 / smallest bandwidth) of the ring."""
+        if self.nodes == 1:
+            return ((self.intra_resource,), self.intra_link.latency_s,
+                    1.0 / self.intra_link.bandwidth_Bps)
+        inter = self.inter_link
+        assert inter is not None
+        alpha = max(inter.latency_s, self.intra_link.latency_s if self.gpus_per_node > 1 else 0.0)
+        bw = inter.bandwidth_Bps * self.nics_per_node
+        if self.gpus_per_node > 1:
+            bw = min(bw, self.intra_link.bandwidth_Bps)
+            return ((self.intra_resource, "inter"), alpha, 1.0 / bw)
+        return (("inter",), alpha, 1.0 / bw)
+
+    def _ps_stages(self) -> tuple[CommStage, ...]:
+        """Push on the uplink, pull on the downlink; per-server share ``workers / servers``."""
+        if self.nodes > 1:
+            assert self.inter_link is not None
+            link, workers = self.inter_link, self.nodes
+            bw = link.bandwidth_Bps * self.nics_per_node
+        else:
+            link, workers = self.intra_link, self.gpus_per_node
+            bw = link.bandwidth_Bps
+        servers = self.ps.servers if self.ps is not None else self.nodes
+        beta = max(1.0, workers / servers) / bw
+        return (
+            CommStage("push", ("ps-up",), link.latency_s, beta),
+            CommStage("pull", ("ps-down",), link.latency_s, beta),
+        )
+
+    def alpha_beta(self, collective: str | None = None) -> tuple[float, float]:
+        """Total ``(alpha, beta)`` of one bucket's communication (sum over its stages)."""
+        stages = self.comm_stages(collective)
+        return (sum(s.alpha_s for s in stages), sum(s.beta_s_per_byte for s in stages))
+
+    def allreduce_time(self, nbytes: float, collective: str | None = None) -> float:
+        """Total communication time of one bucket of ``nbytes`` bytes (stages run back to back)."""
+        return sum(s.time(nbytes) for s in self.comm_stages(collective))
+
+
+class ClusterFamily(BaseModel):
+    """A cluster without a fixed node count; :meth:`at` derives the cluster of each size.
+
+    Attributes
+    ----------
+    base
+        The cluster at any size (its ``nodes`` is replaced).
+    fits
+        Optional fitted all-reduce costs per node count (as strings of integers in JSON).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
+    name: str = Field(min_length=1, description="Family name.")
+    source: str = Field("", description="Where the figures come from.")
+    base: Cluster = Field(description="The cluster at a reference size.")
+    fits: dict[int, AllReduceFit] = Field(default_factory=dict, description="Fits per node count.")
+
+    def at(self, nodes: int) -> Cluster:
+        """The cluster of ``nodes`` nodes, with its fitted cost when one is known."""
+        if nodes < 1:
+            from .errors import SchedoptError
+
+            raise SchedoptError("must be a positive integer", "nodes", nodes)
+        data = self.base.model_dump()
+        data["nodes"] = nodes
+        data["name"] = f"{self.name}-{nodes}n"
+        fit = self.fits.get(nodes)
+        data["allreduce"] = fit.model_dump() if fit is not None else None
+        return Cluster.model_validate(data)

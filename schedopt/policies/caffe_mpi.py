@@ -1,0 +1,13 @@
+"""Caffe-MPI: wait-free backpropagation, one all-reduce per layer, FIFO."""
+
+from __future__ import annotations
+
+from ..cluster import Cluster
+from ..plan import Plan
+from ..trace import Trace
+from .common import layer_buckets, new_plan
+
+
+def caffe_mpi(trace: Trace, cluster: Cluster) -> Plan:
+    """One bucket per layer, each launched when its layer's backward ends (WFBP)."""
+    return new_plan("caffe-mpi", trace, cluster, layer_buckets(trace))

@@ -1,0 +1,117 @@
+"""Policy registry and ``NAME:key=value,...`` spec parsing."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..cluster import Cluster
+from ..errors import SchedoptError
+from ..plan import Plan
+from ..trace import Trace
+from .caffe_mpi import caffe_mpi
+from .cntk import cntk
+from .mxnet import mxnet
+from .sync_easgd import sync_easgd
+from .tensorflow import tensorflow
+
+__all__ = ["POLICIES", "make_plan", "parse_spec", "policy_names"]
+
+PolicyFn = Callable[..., Plan]
+
+#: Every policy by name, in the order ``compare`` shows them.
+POLICIES: dict[str, PolicyFn] = {
+    "cntk": cntk,
+    "sync-easgd": sync_easgd,
+    "caffe-mpi": caffe_mpi,
+    "mxnet": mxnet,
+    "tensorflow": tensorflow,
+}
+
+#: Knobs every policy accepts, applied to the plan it returns.
+COMMON_KNOBS = {"prefetch": 1}
+
+
+def register(name: str, fn: PolicyFn) -> None:
+    """Add a policy under ``name`` (used by the framework-baseline modules)."""
+    POLICIES[name] = fn
+
+
+def policy_names() -> list[str]:
+    """Names of all policies."""
+    return list(POLICIES)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        low = text.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        return text
+
+
+def _split_knobs(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``NAME:key=value,...`` into the name and its knobs.
+
+    Values are read as JSON where they parse (``50``, ``2.5``, ``[1,25]``, ``true``), else as text.
+    """
+    name, _, rest = spec.partition(":")
+    name = name.strip()
+    if name not in POLICIES:
+        raise SchedoptError(f"unknown policy (known: {', '.join(POLICIES)})", "policy", name)
+    knobs: dict[str, Any] = {}
+    for item in _split_knobs(rest):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise SchedoptError("knobs are written key=value", "policy", spec)
+        knobs[key.strip()] = _parse_value(value.strip())
+    return name, knobs
+
+
+def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
+    """Build the plan of policy ``spec`` (``NAME[:key=value,...]``) for ``trace`` on ``cluster``.
+
+    Raises
+    ------
+    SchedoptError
+        Unknown policy or knob, or a knob value the policy rejects.
+    """
+    name, knobs = parse_spec(spec)
+    knobs.update(extra)
+    fn = POLICIES[name]
+    common = {k: knobs.pop(k, v) for k, v in COMMON_KNOBS.items()}
+    params = inspect.signature(fn).parameters
+    for key in knobs:
+        if key not in params or key in ("trace", "cluster"):
+            allowed = [p for p in params if p not in ("trace", "cluster")] + list(COMMON_KNOBS)
+            raise SchedoptError(
+                f"unknown knob for {name} (knobs: {', '.join(allowed)})", f"{name}.knob", key
+            )
+    if common["prefetch"] not in (0, 1):
+        raise SchedoptError("must be 0 or 1", f"{name}.prefetch", common["prefetch"])
+    try:
+        plan = fn(trace, cluster, **knobs)
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, SchedoptError):
+            raise
+        raise SchedoptError(str(exc), f"{name}.knobs", knobs) from exc
+    return plan.model_copy(update={"prefetch": common["prefetch"]})

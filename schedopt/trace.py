@@ -1,0 +1,246 @@
+"""Layer-wise traces of one training iteration on one GPU.
+
+A :class:`Trace` lists the layers in forward order, each with its forward and backward time and
+its gradient tensors. Readiness follows docs/model.md: every tensor of a layer is ready when that
+layer's backward ends; the default gradient-ready order is reverse layer order and, inside a
+layer, the reverse of the layer's tensor list (the order PyTorch DDP sees).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from functools import cached_property
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .errors import SchedoptError
+
+__all__ = ["DTYPE_BYTES", "SCHEMA_VERSION", "Layer", "Tensor", "Trace", "fingerprint"]
+
+SCHEMA_VERSION = 1
+
+#: Item size of every gradient dtype a trace may name.
+DTYPE_BYTES: dict[str, int] = {
+    "float64": 8,
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8": 1,
+    "int64": 8,
+    "int32": 4,
+    "int8": 1,
+}
+
+Dtype = Literal["float64", "float32", "float16", "bfloat16", "float8", "int64", "int32", "int8"]
+Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+def fingerprint(model: BaseModel) -> str:
+    """Return a short, stable hash of a model's content (16 hex digits)."""
+    blob = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class Tensor(BaseModel):
+    """One gradient tensor.
+
+    Attributes
+    ----------
+    name
+        Unique name (e.g. ``conv1.weight``). A name repeated in a later layer is a tied weight and
+        belongs to the earliest layer in forward order.
+    bytes
+        Size of the gradient in bytes.
+    dtype
+        Gradient dtype; ``numel = bytes / itemsize``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Unique tensor name.")
+    bytes: int = Field(gt=0, description="Gradient size in bytes.")
+    dtype: Dtype = Field("float32", description="Gradient dtype (default float32).")
+
+    @property
+    def numel(self) -> int:
+        """Number of elements."""
+        return self.bytes // DTYPE_BYTES[self.dtype]
+
+
+class Layer(BaseModel):
+    """One layer: its forward and backward time on one GPU and its gradient tensors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Layer name.")
+    forward_s: Seconds = Field(description="Forward time in seconds (one GPU, per-GPU batch).")
+    backward_s: Seconds = Field(description="Backward time in seconds.")
+    tensors: list[Tensor] = Field(default_factory=list, description="Gradient tensors.")
+
+
+class Trace(BaseModel):
+    """A layer-wise trace of one model at one per-GPU batch size.
+
+    Attributes
+    ----------
+    layers
+        Layers in forward order.
+    io_s, h2d_s, update_s
+        Iteration-level costs: read and decode a batch, copy it to the GPU, optimizer step for all
+        parameters (a bucket's share is proportional to its bytes).
+    grad_ready_order
+        Optional explicit gradient-ready order (tensor names); it may only refine the order among
+        tensors of equal ready time.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
+    name: str = Field(min_length=1, description="Instance name.")
+    batch_size: int = Field(gt=0, description="Per-GPU batch size.")
+    source: str = Field("", description="Where the numbers come from.")
+    io_s: Seconds = Field(0.0, description="Read and decode one batch (CPU).")
+    h2d_s: Seconds = Field(0.0, description="Copy one batch to the GPU (PCIe).")
+    update_s: Seconds = Field(0.0, description="Optimizer step for all parameters.")
+    layers: list[Layer] = Field(min_length=1, description="Layers in forward order.")
+    grad_ready_order: list[str] | None = Field(
+        None, description="Optional gradient-ready order of tensor names."
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> Trace:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {self.schema_version}")
+        seen: dict[str, Tensor] = {}
+        for i, layer in enumerate(self.layers):
+            for j, t in enumerate(layer.tensors):
+                other = seen.get(t.name)
+                if other is not None and other != t:
+                    raise SchedoptError(
+                        f"tied tensor {t.name!r} differs from its first occurrence",
+                        f"layers[{i}].tensors[{j}]",
+                        t.bytes,
+                    )
+                seen.setdefault(t.name, t)
+                if t.bytes % DTYPE_BYTES[t.dtype]:
+                    raise SchedoptError(
+                        f"bytes is not a multiple of the {t.dtype} item size",
+                        f"layers[{i}].tensors[{j}].bytes",
+                        t.bytes,
+                    )
+        if not seen:
+            raise SchedoptError("the trace has no gradient tensors", "layers", len(self.layers))
+        if self.grad_ready_order is not None:
+            self._check_ready_order()
+        return self
+
+    def _check_ready_order(self) -> None:
+        order = self.grad_ready_order or []
+        names = {t.name for t in self.tensor_list}
+        if len(order) != len(names) or set(order) != names:
+            missing = sorted(names - set(order))[:1] or sorted(set(order) - names)[:1]
+            raise SchedoptError(
+                "must list every tensor exactly once", "grad_ready_order", missing[0] if missing
+                else len(order)
+            )
+        layer_of = {t.name: self.tensor_layer_by_name[t.name] for t in self.tensor_list}
+        prev = math.inf
+        for i, name in enumerate(order):
+            lay = layer_of[name]
+            if lay > prev:
+                raise SchedoptError(
+                    "contradicts the layer ready times (a tensor of a later layer after an"
+                    " earlier one)",
+                    f"grad_ready_order[{i}]",
+                    name,
+                )
+            prev = lay
+
+    # ------------------------------------------------------------------ derived views
+    @cached_property
+    def tensor_list(self) -> list[Tensor]:
+        """Unique tensors in forward order (tied weights once, at their earliest layer)."""
+        out: dict[str, Tensor] = {}
+        for layer in self.layers:
+            for t in layer.tensors:
+                out.setdefault(t.name, t)
+        return list(out.values())
+
+    @cached_property
+    def tensor_layer_by_name(self) -> dict[str, int]:
+        """Owning layer (earliest in forward order) of every tensor."""
+        out: dict[str, int] = {}
+        for i, layer in enumerate(self.layers):
+            for t in layer.tensors:
+                out.setdefault(t.name, i)
+        return out
+
+    @cached_property
+    def ready_order(self) -> list[Tensor]:
+        """Tensors in gradient-ready order."""
+        if self.grad_ready_order is not None:
+            by_name = {t.name: t for t in self.tensor_list}
+            return [by_name[n] for n in self.grad_ready_order]
+        out: list[Tensor] = []
+        owner = self.tensor_layer_by_name
+        for i in range(len(self.layers) - 1, -1, -1):
+            out.extend(t for t in reversed(self.layers[i].tensors) if owner[t.name] == i)
+        return out
+
+    @cached_property
+    def ready_index(self) -> dict[str, int]:
+        """Position of every tensor in the gradient-ready order."""
+        return {t.name: k for k, t in enumerate(self.ready_order)}
+
+    @cached_property
+    def ready_layer(self) -> np.ndarray:
+        """Owning layer index of every tensor, in gradient-ready order (int array)."""
+        owner = self.tensor_layer_by_name
+        return np.array([owner[t.name] for t in self.ready_order], dtype=np.int64)
+
+    @cached_property
+    def ready_bytes(self) -> np.ndarray:
+        """Bytes of every tensor, in gradient-ready order (int array)."""
+        return np.array([t.bytes for t in self.ready_order], dtype=np.int64)
+
+    @cached_property
+    def forward(self) -> np.ndarray:
+        """Forward times of the layers (float array)."""
+        return np.array([la.forward_s for la in self.layers], dtype=float)
+
+    @cached_property
+    def backward(self) -> np.ndarray:
+        """Backward times of the layers (float array)."""
+        return np.array([la.backward_s for la in self.layers], dtype=float)
+
+    @property
+    def num_tensors(self) -> int:
+        """Number of unique gradient tensors."""
+        return len(self.tensor_list)
+
+    @property
+    def total_bytes(self) -> int:
+        """Total gradient bytes."""
+        return int(self.ready_bytes.sum())
+
+    @property
+    def compute_s(self) -> float:
+        """Sum of forward and backward times."""
+        return float(self.forward.sum() + self.backward.sum())
+
+    def fingerprint(self) -> str:
+        """Stable content hash (plans are bound to it)."""
+        return fingerprint(self)
+
+    def scaled(self, *, compute: float = 1.0, name: str | None = None) -> Trace:
+        """Return a copy with every forward and backward time multiplied by ``compute``."""
+        data = self.model_dump()
+        for la in data["layers"]:
+            la["forward_s"] *= compute
+            la["backward_s"] *= compute
+        data["name"] = name or self.name
+        return Trace.model_validate(data)
