@@ -1,0 +1,5 @@
+"""``python -m schedopt``."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,278 @@
+"""The ``schedopt`` command line (typer)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .cluster import Cluster
+from .errors import SchedoptError
+from .instances import list_instances, load_cluster, load_plan, load_trace, write_json_atomic
+from .plan import Plan, Schedule
+from .policies import POLICIES, make_plan
+from .simulate import simulate
+from .trace import Trace
+
+app = typer.Typer(
+    rich_markup_mode="rich",
+    no_args_is_help=True,
+    help="Predict, compare and optimize gradient-communication schedules of data-parallel SGD.",
+)
+console = Console()
+_state = {"debug": False}
+
+TraceArg = Annotated[str, typer.Argument(help="Trace: a JSON file or a shipped name.")]
+ClusterArg = Annotated[str, typer.Argument(help="Cluster: a JSON file or a shipped name.")]
+NodesOpt = Annotated[
+    int | None, typer.Option("--nodes", help="Derive the cluster of N nodes (families, resizing).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _fail(message: str) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(2)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn bad input into one line on stderr and exit status 2 (tracebacks with --debug)."""
+    try:
+        yield
+    except SchedoptError as exc:
+        if _state["debug"]:
+            raise
+        _fail(str(exc))
+
+
+def load_pair(trace: str, cluster: str, nodes: int | None) -> tuple[Trace, Cluster]:
+    """Load a trace and a cluster from names or paths."""
+    return load_trace(trace), load_cluster(cluster, nodes)
+
+
+def result_dict(plan: Plan, sched: Schedule, **extra: Any) -> dict[str, Any]:
+    """The JSON object ``simulate --json`` prints for one plan."""
+    return {
+        "policy": plan.policy,
+        "knobs": plan.knobs,
+        "iteration_time_s": sched.iteration_time_s,
+        "first_iteration_s": sched.first_iteration_s,
+        "throughput_samples_s": sched.throughput_samples_s,
+        "breakdown": sched.breakdown.as_dict(),
+        **extra,
+        "plan": plan.model_dump(mode="json"),
+    }
+
+
+def print_json(data: Any) -> None:
+    """Print JSON to stdout."""
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Log progress.")] = False,
+) -> None:
+    _state["debug"] = debug
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+
+
+@app.command("simulate")
+def simulate_cmd(
+    trace: TraceArg,
+    cluster: ClusterArg,
+    policy: Annotated[
+        str | None, typer.Option("--policy", "-p", help="Policy spec NAME[:key=value,...].")
+    ] = None,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="A plan JSON (from `optimize --out`).")
+    ] = None,
+    nodes: NodesOpt = None,
+    as_json: JsonOpt = False,
+    gantt: Annotated[
+        Path | None, typer.Option("--gantt", help="Write a Gantt chart (PNG/SVG/PDF).")
+    ] = None,
+    chrome_trace: Annotated[
+        Path | None, typer.Option("--chrome-trace", help="Write a Chrome trace (JSON).")
+    ] = None,
+) -> None:
+    """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
+    with user_errors():
+        if (policy is None) == (plan_file is None):
+            raise SchedoptError("give exactly one of --policy and --plan", "options",
+                                "both" if policy else "neither")
+        tr, cl = load_pair(trace, cluster, nodes)
+        plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+        record = gantt is not None or chrome_trace is not None
+        sched = simulate(tr, cl, plan, record=record)
+        _write_visuals(tr, cl, plan, sched, gantt, chrome_trace)
+    if as_json:
+        print_json(result_dict(plan, sched))
+        return
+    _print_breakdown(tr, cl, plan, sched)
+
+
+def _write_visuals(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule, gantt: Path | None,
+                   chrome_trace: Path | None) -> None:
+    if gantt is not None:
+        from .plotting import gantt_chart
+
+        gantt_chart(sched, gantt, title=f"{tr.name} on {cl.name}: {plan.policy}")
+    if chrome_trace is not None:
+        from .plotting import chrome_trace_events
+
+        write_json_atomic(chrome_trace, chrome_trace_events(sched))
+
+
+def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> None:
+    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {plan.policy}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    table.add_row("iteration time", f"{sched.iteration_time_s * 1e3:.3f} ms")
+    table.add_row("first (cold) iteration", f"{sched.first_iteration_s * 1e3:.3f} ms")
+    table.add_row("throughput", f"{sched.throughput_samples_s:,.1f} samples/s")
+    table.add_row("buckets", str(plan.num_buckets))
+    for key, value in sched.breakdown.as_dict().items():
+        table.add_row(key.removesuffix("_s").replace("_", " "), f"{value * 1e3:.3f} ms")
+    console.print(table)
+
+
+def compare_rows(tr: Trace, cl: Cluster, specs: list[str]) -> list[dict[str, Any]]:
+    """Simulate every policy in ``specs``; add scaling efficiency against one GPU."""
+    one = cl.single_gpu()
+    rows = []
+    for spec in specs:
+        plan = make_plan(spec, tr, cl)
+        sched = simulate(tr, cl, plan)
+        base = simulate(tr, one, make_plan(spec, tr, one))
+        eff = sched.throughput_samples_s / (cl.world_size * base.throughput_samples_s)
+        rows.append(result_dict(plan, sched, scaling_efficiency=eff))
+    return rows
+
+
+@app.command()
+def compare(
+    trace: TraceArg,
+    cluster: ClusterArg,
+    nodes: NodesOpt = None,
+    policies: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="Policies to compare (default: all).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
+    with user_errors():
+        tr, cl = load_pair(trace, cluster, nodes)
+        rows = compare_rows(tr, cl, policies or list(POLICIES))
+    if as_json:
+        print_json(rows)
+        return
+    best = min(r["iteration_time_s"] for r in rows)
+    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
+    for col in ("policy", "iteration ms", "vs best", "samples/s", "scaling eff.",
+                "exposed comm ms", "buckets"):
+        table.add_column(col, justify="left" if col == "policy" else "right",
+                         no_wrap=col == "policy")
+    for r in sorted(rows, key=lambda r: r["iteration_time_s"]):
+        table.add_row(
+            r["policy"],
+            f"{r['iteration_time_s'] * 1e3:.3f}",
+            f"{r['iteration_time_s'] / best:.3f}x",
+            f"{r['throughput_samples_s']:,.1f}",
+            f"{r['scaling_efficiency'] * 100:.1f}%",
+            f"{r['breakdown']['exposed_comm_s'] * 1e3:.3f}",
+            str(len(r["plan"]["buckets"])),
+        )
+    console.print(table)
+
+
+@app.command()
+def info(
+    ref: Annotated[str, typer.Argument(help="A trace or cluster: file or shipped name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Describe a trace or a cluster."""
+    with user_errors():
+        obj: Trace | Cluster
+        try:
+            obj = load_trace(ref)
+        except SchedoptError as first:
+            try:
+                obj = load_cluster(ref)
+            except SchedoptError:
+                raise first from None
+    if isinstance(obj, Trace):
+        data: dict[str, Any] = {
+            "kind": "trace", "name": obj.name, "batch_size": obj.batch_size,
+            "layers": len(obj.layers), "tensors": obj.num_tensors,
+            "gradient_bytes": obj.total_bytes, "forward_s": float(obj.forward.sum()),
+            "backward_s": float(obj.backward.sum()), "io_s": obj.io_s, "h2d_s": obj.h2d_s,
+            "update_s": obj.update_s, "fingerprint": obj.fingerprint(), "source": obj.source,
+        }
+    else:
+        alpha, beta = obj.alpha_beta()
+        data = {
+            "kind": "cluster", "name": obj.name, "nodes": obj.nodes,
+            "gpus_per_node": obj.gpus_per_node, "world_size": obj.world_size,
+            "collective": obj.collective, "alpha_s": alpha, "beta_s_per_byte": beta,
+            "stages": [s.__dict__ for s in obj.comm_stages()],
+            "fingerprint": obj.fingerprint(), "source": obj.source,
+        }
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"{data['kind']} {data['name']}", show_header=False)
+    for key, value in data.items():
+        table.add_row(key, str(value))
+    console.print(table)
+
+
+@app.command("list")
+def list_cmd(as_json: JsonOpt = False) -> None:
+    """List the shipped instances (name, kind, size, source) and the policies."""
+    with user_errors():
+        rows = list_instances()
+    if as_json:
+        print_json({"instances": rows, "policies": list(POLICIES)})
+        return
+    table = Table(title="shipped instances")
+    for col in ("name", "kind", "size", "source"):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        table.add_row(r["name"], r["kind"], r["size"], r["source"][:120])
+    console.print(table)
+    console.print("policies: " + ", ".join(POLICIES))
+
+
+@app.command()
+def schema(
+    kind: Annotated[str, typer.Argument(help="trace | cluster | cluster-family | plan")],
+) -> None:
+    """Print the JSON Schema of a document kind."""
+    from .cluster import ClusterFamily
+
+    models: dict[str, Callable[[], dict[str, Any]]] = {
+        "trace": Trace.model_json_schema,
+        "cluster": Cluster.model_json_schema,
+        "cluster-family": ClusterFamily.model_json_schema,
+        "plan": Plan.model_json_schema,
+    }
+    with user_errors():
+        if kind not in models:
+            raise SchedoptError(f"unknown kind (known: {', '.join(models)})", "kind", kind)
+    print_json(models[kind]())
+
+
+def main() -> None:
+    """Entry point of the ``schedopt`` console script."""
+    app(prog_name="schedopt")
