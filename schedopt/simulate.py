@@ -136,6 +136,7 @@ def simulate(
     plan: Plan,
     *,
     record: bool = False,
+    min_iterations: int = 3,
     max_iterations: int = 256,
 ) -> Schedule:
     """Simulate ``plan`` and return its :class:`~schedopt.plan.Schedule`.
@@ -146,15 +147,17 @@ def simulate(
         The instance and the plan to judge.
     record
         Keep every task's start and end (for checks, Gantt charts and Chrome traces).
-    max_iterations
-        Upper bound on simulated iterations while waiting for the period to repeat.
+    min_iterations, max_iterations
+        Bounds on the number of simulated iterations; the simulation stops between them once
+        the normalised state repeats.
 
     Returns
     -------
     Schedule
         Iteration time (long-run period), cold first iteration, breakdown.
     """
-    return _Simulator(Model.build(trace, cluster, plan), record).run(max_iterations)
+    sim = _Simulator(Model.build(trace, cluster, plan), record)
+    return sim.run(min_iterations, max(min_iterations, max_iterations))
 
 
 class _Simulator:
@@ -247,6 +250,8 @@ class _Simulator:
             len(m.bucket_layer), bwd_end[0]
         )
         comm_end = self._comm(t, ready)
+        if t == 0:
+            self.first_done = max(float(comm_end.max(initial=_NEG)), float(bwd_end[0]))
         if m.plan.next_forward == "per-layer":
             self.pending_comm = comm_end
         else:
@@ -316,7 +321,7 @@ class _Simulator:
             parts.append(np.array([max(self.h2d_end.values())]))
         return np.concatenate(parts) - self.compute_free
 
-    def run(self, max_iterations: int) -> Schedule:
+    def run(self, min_iterations: int, max_iterations: int) -> Schedule:
         """Simulate until the normalised state repeats; return the schedule."""
         m = self.m
         ends: list[float] = []
@@ -326,23 +331,23 @@ class _Simulator:
         t = 0
         first = 0.0
         cycle = 1
-        while t < max(3, max_iterations):
+        while t < max_iterations:
             self.step(t)
             ends.append(self.compute_free)
             gaps.append((self.gap_comm, self.gap_io))
             st = self.state()
             if t == 0:
-                first = self.compute_free
+                first = max(self.first_done, self.compute_free)
             tol = 1e-9 * max(1.0, abs(self.compute_free))
             for c in range(1, min(8, len(states)) + 1):
                 prev = states[-c]
-                if t >= 2 and np.allclose(st, prev, rtol=0.0, atol=tol):
+                if t >= 2 and period is None and np.allclose(st, prev, rtol=0.0, atol=tol):
                     period = (ends[-1] - ends[-1 - c]) / c
                     cycle = c
                     break
             states.append(st)
             t += 1
-            if period is not None and t >= 3:
+            if period is not None and t >= min_iterations:
                 break
         if period is None:  # no exact repetition: average over the second half
             half = len(ends) // 2
@@ -353,7 +358,11 @@ class _Simulator:
         f, b, u = float(tr.forward.sum()), float(tr.backward.sum()), tr.update_s
         # the measured comm gap equals this up to rounding; taking the difference makes the
         # parts sum exactly to the period
+        if abs(gi) < 1e-12 * max(period, 1.0):  # rounding noise of the cumulative sums
+            gi = 0.0
         gc = period - (f + b + u + gi)
+        if abs(gc) < 1e-12 * max(period, 1.0):
+            gc = 0.0
         breakdown = Breakdown(f, b, u, gc, gi)
         return Schedule(
             iteration_time_s=float(period),

@@ -1,0 +1,80 @@
+"""Matplotlib charts (Agg backend): Gantt chart of a schedule, scaling curves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from ..plan import Schedule  # noqa: E402
+
+__all__ = ["gantt_chart", "scaling_chart"]
+
+_COLORS = {"io": "#9e9e9e", "h2d": "#795548", "fwd": "#4caf50", "bwd": "#2196f3",
+           "comm": "#ff9800", "update": "#9c27b0"}
+
+
+def gantt_chart(schedule: Schedule, path: str | Path, *, title: str = "",
+                iterations: int | None = 2) -> None:
+    """Draw the recorded tasks of the last ``iterations`` iterations, one row per resource.
+
+    Parameters
+    ----------
+    schedule
+        A schedule simulated with ``record=True``.
+    path
+        Output file; the format follows the suffix (PNG, SVG, PDF).
+    """
+    last = max(k[1] for k in schedule.tasks if k[0] == "fwd")
+    first = 0 if iterations is None else max(0, last - iterations + 1)
+    rows: dict[str, int] = {}
+    fig, ax = plt.subplots(figsize=(12, 3.5))
+    for key, (start, end) in schedule.tasks.items():
+        if not first <= key[1] <= last or end <= start:
+            continue
+        for res in schedule.resources[key]:
+            y = rows.setdefault(res, len(rows))
+            ax.barh(y, (end - start) * 1e3, left=start * 1e3, height=0.8,
+                    color=_COLORS[key[0]], edgecolor="white", linewidth=0.2)
+    ax.set_yticks(list(rows.values()), list(rows.keys()))
+    ax.invert_yaxis()
+    ax.set_xlabel("time (ms)")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
+    ax.legend(handles, list(_COLORS), ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.25),
+              frameon=False)
+    ax.set_title(title or f"iteration time {schedule.iteration_time_s * 1e3:.2f} ms")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def scaling_chart(series: dict[str, Sequence[tuple[int, float]]], path: str | Path, *,
+                  title: str = "", ylabel: str = "throughput (samples/s)") -> None:
+    """Plot one curve per policy: ``(GPUs, value)`` points, with the linear-scaling line.
+
+    Parameters
+    ----------
+    series
+        Policy name -> list of ``(gpus, throughput)``.
+    path
+        Output file (PNG, SVG, PDF).
+    """
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for name, pts in series.items():
+        xs, ys = zip(*pts, strict=True)
+        ax.plot(xs, ys, marker="o", label=name)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel(ylabel)
+    ax.set_xscale("log", base=2)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,54 @@
+"""Hypothesis strategies that build valid traces, clusters and paper-policy plans."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from schedopt.cluster import Cluster
+from schedopt.trace import Trace
+
+seconds = st.floats(min_value=0.0, max_value=0.02, allow_nan=False, allow_infinity=False)
+
+
+@st.composite
+def traces(draw: st.DrawFn, max_layers: int = 6, data_costs: bool = True) -> Trace:
+    """A small trace: 1..max_layers layers, 0..3 tensors each (at least one in all)."""
+    n = draw(st.integers(1, max_layers))
+    layers = []
+    for i in range(n):
+        k = draw(st.integers(1 if i == 0 else 0, 3))
+        tensors = [
+            {"name": f"l{i}.t{j}", "bytes": 4 * draw(st.integers(1, 2_000_000)),
+             "dtype": "float32"}
+            for j in range(k)
+        ]
+        layers.append({"name": f"l{i}", "forward_s": draw(seconds), "backward_s": draw(seconds),
+                       "tensors": tensors})
+    costs = {}
+    if data_costs:
+        costs = {"io_s": draw(seconds), "h2d_s": draw(seconds), "update_s": draw(seconds)}
+    return Trace.model_validate({"name": "h", "batch_size": 8, "layers": layers, **costs})
+
+
+@st.composite
+def clusters(draw: st.DrawFn, fitted: bool | None = None) -> Cluster:
+    """A small cluster with any collective (or a fitted alpha-beta)."""
+    nodes = draw(st.integers(1, 4))
+    gpn = draw(st.integers(1, 4))
+    use_fit = draw(st.booleans()) if fitted is None else fitted
+    data = {
+        "name": "h",
+        "nodes": nodes,
+        "gpus_per_node": gpn,
+        "intra_link": {"bandwidth_Bps": draw(st.floats(1e9, 3e11)),
+                       "latency_s": draw(st.floats(0, 1e-5))},
+        "inter_link": {"bandwidth_Bps": draw(st.floats(1e8, 5e10)),
+                       "latency_s": draw(st.floats(0, 1e-3))},
+        "collective": draw(st.sampled_from(["ring", "tree", "hierarchical", "ps"])),
+        "pipelined_hierarchical": draw(st.booleans()),
+        "shared_pcie": draw(st.booleans()),
+    }
+    if use_fit:
+        data["allreduce"] = {"alpha_s": draw(st.floats(0, 1e-3)),
+                             "beta_s_per_byte": draw(st.floats(1e-11, 2e-9))}
+    return Cluster.model_validate(data)
