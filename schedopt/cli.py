@@ -75,7 +75,7 @@ def result_dict(plan: Plan, sched: Schedule, **extra: Any) -> dict[str, Any]:
 
 def print_json(data: Any) -> None:
     """Print JSON to stdout."""
-    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+    sys.stdout.write(json.dumps(data) + "\n")
 
 
 @app.callback()

@@ -54,11 +54,11 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
     networkx.DiGraph
         Nodes carry ``duration`` (s) and ``resources`` (tuple of names); edges are precedences.
     """
-    plan.check_against(trace, cluster)
+    members = plan.check_against(trace, cluster)
     g = nx.DiGraph()
     stages = cluster.comm_stages(plan.collective)
-    nbytes = plan.bucket_bytes(trace)
-    first_layer = [int(x.min()) for x in plan.bucket_layers(trace)]
+    nbytes = members.bucket_bytes()
+    first_layer = [int(x) for x in members.ready_layer()]
     n_b, n_s = len(nbytes), len(stages)
     total = float(nbytes.sum())
     res_seq: dict[str, list[Key]] = defaultdict(list)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .errors import SchedoptError
 from .trace import SCHEMA_VERSION, Trace
 
-__all__ = ["Breakdown", "Plan", "Schedule", "piece_name", "split_member"]
+__all__ = ["Breakdown", "Members", "Plan", "Schedule", "piece_name", "split_member"]
 
 NextForward = Literal["wait-for-all", "per-layer"]
 
@@ -88,11 +88,16 @@ class Plan(BaseModel):
         return self
 
     # ------------------------------------------------------------------ checks
-    def check_against(self, trace: Trace, cluster: Any | None = None) -> None:
-        """Raise :class:`SchedoptError` unless the plan covers ``trace`` exactly.
+    def check_against(self, trace: Trace, cluster: Any | None = None) -> Members:
+        """Check that the plan covers ``trace`` exactly and return its member arrays.
 
         Every tensor must appear exactly once, or all its pieces exactly once; the hashes, when
         present, must match the trace and cluster.
+
+        Raises
+        ------
+        SchedoptError
+            Naming the offending field and value.
         """
         if self.trace_hash is not None and self.trace_hash != trace.fingerprint():
             raise SchedoptError(
@@ -110,65 +115,66 @@ class Plan(BaseModel):
                 "plan.cluster_hash",
                 self.cluster_hash,
             )
-        by_name = {t.name: t for t in trace.tensor_list}
+        return self.members(trace)
+
+    def members(self, trace: Trace) -> Members:
+        """Per member, in launch order: bucket, owning layer and bytes; checks coverage."""
+        owner = trace.tensor_layer_by_name
+        size = {t.name: t.bytes for t in trace.tensor_list}
         for name, sizes in self.partition.items():
-            t = by_name.get(name)
-            if t is None:
+            if name not in size:
                 raise SchedoptError("unknown tensor", "plan.partition", name)
-            if any(s <= 0 for s in sizes) or sum(sizes) != t.bytes:
+            if any(x <= 0 for x in sizes) or sum(sizes) != size[name]:
                 raise SchedoptError(
-                    f"piece sizes must be positive and sum to {t.bytes}",
+                    f"piece sizes must be positive and sum to {size[name]}",
                     f"plan.partition[{name!r}]",
                     sizes,
                 )
+        counts = [len(b) for b in self.buckets]
+        n = sum(counts)
+        layer = np.empty(n, dtype=np.int64)
+        nbytes = np.empty(n, dtype=np.int64)
         seen: set[str] = set()
+        i = 0
         for k, bucket in enumerate(self.buckets):
             for member in bucket:
-                tensor, piece = split_member(member)
-                if tensor not in by_name:
-                    raise SchedoptError("unknown tensor", f"plan.buckets[{k}]", member)
+                tensor, piece = split_member(member) if "#" in member else (member, None)
                 sizes = self.partition.get(tensor)
+                if tensor not in size:
+                    raise SchedoptError("unknown tensor", f"plan.buckets[{k}]", member)
                 if (piece is None) != (sizes is None) or (
                     piece is not None and sizes is not None and piece >= len(sizes)
                 ):
                     raise SchedoptError(
                         "member does not match the partition", f"plan.buckets[{k}]", member
                     )
-                if member in seen:
-                    raise SchedoptError("member appears twice", f"plan.buckets[{k}]", member)
-                seen.add(member)
-        expected = sum(len(self.partition.get(t.name, [0])) for t in trace.tensor_list)
-        if len(seen) != expected:
-            missing = next(
-                t.name
-                for t in trace.tensor_list
-                if t.name not in seen and not any(
-                    piece_name(t.name, i) in seen for i in range(len(self.partition.get(t.name, [])))
-                ) or (t.name in self.partition and any(
-                    piece_name(t.name, i) not in seen for i in range(len(self.partition[t.name]))
-                ))
-            )
-            raise SchedoptError("tensor is in no bucket", "plan.buckets", missing)
+                layer[i] = owner[tensor]
+                nbytes[i] = size[tensor] if piece is None or sizes is None else sizes[piece]
+                i += 1
+            seen.update(bucket)
+        if len(seen) != n:
+            dup = next(m for m in seen if sum(m in b for b in self.buckets) > 1 or
+                       sum(b.count(m) for b in self.buckets) > 1)
+            raise SchedoptError("member appears twice", "plan.buckets", dup)
+        expected = sum(len(self.partition.get(name, [0])) for name in size)
+        if n != expected:
+            for name in size:
+                pieces = self.partition.get(name)
+                want = [name] if pieces is None else [piece_name(name, j)
+                                                      for j in range(len(pieces))]
+                lost = [w for w in want if w not in seen]
+                if lost:
+                    raise SchedoptError("tensor is in no bucket", "plan.buckets", lost[0])
+        bucket_of = np.repeat(np.arange(len(self.buckets)), counts)
+        return Members(bucket_of, layer, nbytes, len(self.buckets))
 
     def bucket_bytes(self, trace: Trace) -> np.ndarray:
         """Bytes of every bucket (float array, launch order)."""
-        by_name = {t.name: t.bytes for t in trace.tensor_list}
-        out = np.empty(len(self.buckets))
-        for k, bucket in enumerate(self.buckets):
-            total = 0
-            for member in bucket:
-                tensor, piece = split_member(member)
-                total += by_name[tensor] if piece is None else self.partition[tensor][piece]
-            out[k] = total
-        return out
+        return self.members(trace).bucket_bytes()
 
-    def bucket_layers(self, trace: Trace) -> list[np.ndarray]:
-        """Owning layer indices of every bucket's members (launch order)."""
-        owner = trace.tensor_layer_by_name
-        return [
-            np.fromiter((owner[split_member(m)[0]] for m in b), dtype=np.int64, count=len(b))
-            for b in self.buckets
-        ]
+    def bucket_ready_layer(self, trace: Trace) -> np.ndarray:
+        """Smallest owning layer of every bucket: its readiness and its first use (int array)."""
+        return self.members(trace).ready_layer()
 
     def bind(self, trace: Trace, cluster: Any) -> Plan:
         """Return a copy carrying the fingerprints of ``trace`` and ``cluster``."""
@@ -180,6 +186,33 @@ class Plan(BaseModel):
     def num_buckets(self) -> int:
         """Number of buckets."""
         return len(self.buckets)
+
+
+@dataclass(frozen=True)
+class Members:
+    """A plan's members resolved against a trace, flattened in launch order.
+
+    Attributes
+    ----------
+    bucket, layer, nbytes
+        Per member: its bucket index, its tensor's owning layer, its bytes.
+    num_buckets
+        Number of buckets.
+    """
+
+    bucket: np.ndarray
+    layer: np.ndarray
+    nbytes: np.ndarray
+    num_buckets: int
+
+    def bucket_bytes(self) -> np.ndarray:
+        """Bytes of every bucket (float array, launch order)."""
+        return np.bincount(self.bucket, weights=self.nbytes, minlength=self.num_buckets)
+
+    def ready_layer(self) -> np.ndarray:
+        """Smallest owning layer of every bucket (int array)."""
+        starts = np.flatnonzero(np.r_[True, self.bucket[1:] != self.bucket[:-1]])
+        return np.minimum.reduceat(self.layer, starts)
 
 
 @dataclass(frozen=True)

@@ -73,11 +73,10 @@ class Model:
     @classmethod
     def build(cls, trace: Trace, cluster: Cluster, plan: Plan) -> Model:
         """Validate ``plan`` against ``trace`` and ``cluster`` and lay out the arrays."""
-        plan.check_against(trace, cluster)
+        members = plan.check_against(trace, cluster)
         stages = cluster.comm_stages(plan.collective)
-        nbytes = plan.bucket_bytes(trace)
-        layers = plan.bucket_layers(trace)
-        bucket_layer = np.array([int(x.min()) for x in layers], dtype=np.int64)
+        nbytes = members.bucket_bytes()
+        bucket_layer = members.ready_layer()
         n_b, n_s = len(nbytes), len(stages)
         comm = np.zeros((n_b, n_s))
         for s, st in enumerate(stages):

@@ -9,7 +9,6 @@ layer, the reverse of the layer's tensor list (the order PyTorch DDP sees).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from functools import cached_property
 from typing import Annotated, Literal
@@ -41,8 +40,7 @@ Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 def fingerprint(model: BaseModel) -> str:
     """Return a short, stable hash of a model's content (16 hex digits)."""
-    blob = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return hashlib.sha256(model.model_dump_json().encode()).hexdigest()[:16]
 
 
 class Tensor(BaseModel):
@@ -232,9 +230,13 @@ class Trace(BaseModel):
         """Sum of forward and backward times."""
         return float(self.forward.sum() + self.backward.sum())
 
+    @cached_property
+    def _fingerprint(self) -> str:
+        return fingerprint(self)
+
     def fingerprint(self) -> str:
         """Stable content hash (plans are bound to it)."""
-        return fingerprint(self)
+        return self._fingerprint
 
     def scaled(self, *, compute: float = 1.0, name: str | None = None) -> Trace:
         """Return a copy with every forward and backward time multiplied by ``compute``."""

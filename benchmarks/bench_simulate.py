@@ -1,0 +1,83 @@
+"""Simulation speed: evaluation of a plan and the whole `simulate` command.
+
+Run: ``python benchmarks/bench_simulate.py``. Prints a table (instance, method, figure) and exits
+non-zero when a target is missed: evaluation of a 10,000-tensor plan under 0.2 s, the whole
+``schedopt simulate`` command under 1 s.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from schedopt.cluster import Cluster
+from schedopt.policies import make_plan
+from schedopt.simulate import simulate
+from schedopt.trace import Trace
+
+CLUSTER = Cluster.model_validate({
+    "name": "10gbe-8", "nodes": 8, "gpus_per_node": 1,
+    "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1.1e9},
+    "allreduce": {"alpha_s": 5.23e-4, "beta_s_per_byte": 8.57e-10},
+})
+
+
+def synthetic(n: int, seed: int = 0) -> Trace:
+    """``n`` layers with one tensor each; sizes log-uniform 4 KB..16 MB; 100 ms of compute."""
+    rng = np.random.default_rng(seed)
+    f = rng.uniform(0.5, 1.5, n)
+    f *= 0.1 / 3 / f.sum()
+    sizes = np.exp(rng.uniform(np.log(4e3), np.log(16e6), n)).astype(int) * 4
+    layers = [{"name": f"l{i}", "forward_s": float(f[i]), "backward_s": float(2 * f[i]),
+               "tensors": [{"name": f"l{i}.w", "bytes": int(sizes[i])}]} for i in range(n)]
+    return Trace.model_validate({"name": f"synthetic-{n}", "batch_size": 32, "io_s": 0.01,
+                                 "h2d_s": 0.002, "update_s": 0.005, "layers": layers})
+
+
+def best_of(fn, repeat: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> int:
+    rows = []
+    failed = False
+    for n in (100, 1_000, 10_000):
+        tr = synthetic(n)
+        for spec in ("caffe-mpi", "mxnet"):
+            plan = make_plan(spec, tr, CLUSTER)
+            secs = best_of(lambda tr=tr, plan=plan: simulate(tr, CLUSTER, plan))
+            rows.append((tr.name, f"simulate {spec}", f"{secs * 1e3:.1f} ms"))
+            if n == 10_000 and secs > 0.2:
+                failed = True
+    tr = synthetic(10_000)
+    with tempfile.TemporaryDirectory() as tmp:
+        tp, cp = Path(tmp) / "t.json", Path(tmp) / "c.json"
+        tp.write_text(json.dumps(tr.model_dump(mode="json")))
+        cp.write_text(json.dumps(CLUSTER.model_dump(mode="json")))
+        cmd = [sys.executable, "-m", "schedopt", "simulate", str(tp), str(cp), "-p", "caffe-mpi",
+               "--json"]
+        secs = best_of(lambda: subprocess.run(cmd, check=True, capture_output=True), repeat=3)
+    rows.append((tr.name, "schedopt simulate (whole command)", f"{secs:.2f} s"))
+    failed |= secs > 1.0
+    width = [max(len(r[i]) for r in rows) for i in range(3)]
+    print(f"{'instance':<{width[0]}}  {'method':<{width[1]}}  figure")
+    for r in rows:
+        print(f"{r[0]:<{width[0]}}  {r[1]:<{width[1]}}  {r[2]}")
+    print("targets: 10,000-tensor evaluation < 0.2 s; whole command < 1 s:",
+          "MISSED" if failed else "met")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
