@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from ..plan import Schedule  # noqa: E402
 
-__all__ = ["gantt_chart", "scaling_chart"]
+__all__ = ["breakdown_chart", "gantt_chart", "scaling_chart"]
 
 _COLORS = {"io": "#9e9e9e", "h2d": "#795548", "fwd": "#4caf50", "bwd": "#2196f3",
            "comm": "#ff9800", "update": "#9c27b0"}
@@ -73,6 +73,38 @@ def scaling_chart(series: dict[str, Sequence[tuple[int, float]]], path: str | Pa
     ax.set_xscale("log", base=2)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def breakdown_chart(rows: Sequence[tuple[str, dict[str, float]]], path: str | Path, *,
+                    title: str = "") -> None:
+    """Stacked bars of the iteration-time breakdown, one bar per policy.
+
+    Parameters
+    ----------
+    rows
+        ``(policy, breakdown dict)`` pairs; the breakdown keys are those of
+        :meth:`schedopt.plan.Breakdown.as_dict`.
+    path
+        Output file (PNG, SVG, PDF).
+    """
+    parts = [("forward_s", "#4caf50"), ("backward_s", "#2196f3"), ("update_s", "#9c27b0"),
+             ("exposed_comm_s", "#ff9800"), ("io_stall_s", "#9e9e9e")]
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.9 * len(rows) + 2), 4.2))
+    names = [r[0] for r in rows]
+    bottom = [0.0] * len(rows)
+    for key, color in parts:
+        vals = [r[1][key] * 1e3 for r in rows]
+        ax.bar(names, vals, bottom=bottom, color=color,
+               label=key.removesuffix("_s").replace("_", " "))
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    ax.set_ylabel("iteration time (ms)")
+    ax.tick_params(axis="x", rotation=30)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.set_title(title)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
