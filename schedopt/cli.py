@@ -169,11 +169,20 @@ def compare(
         list[str] | None, typer.Option("--policy", "-p", help="Policies to compare (default: all).")
     ] = None,
     as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write a stacked breakdown chart (PNG/SVG/PDF).")
+    ] = None,
 ) -> None:
     """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
     with user_errors():
         tr, cl = load_pair(trace, cluster, nodes)
         rows = compare_rows(tr, cl, policies or list(POLICIES))
+    if plot is not None:
+        from .plotting import breakdown_chart
+
+        ordered = sorted(rows, key=lambda r: r["iteration_time_s"])
+        breakdown_chart([(r["policy"], r["breakdown"]) for r in ordered], plot,
+                        title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
     if as_json:
         print_json(rows)
         return
@@ -193,6 +202,61 @@ def compare(
             f"{r['breakdown']['exposed_comm_s'] * 1e3:.3f}",
             str(len(r["plan"]["buckets"])),
         )
+    console.print(table)
+
+
+@app.command()
+def scale(
+    trace: TraceArg,
+    cluster: ClusterArg,
+    nodes: Annotated[
+        str, typer.Option("--nodes", help="Node counts, comma-separated (e.g. 1,2,4,8,16).")
+    ] = "1,2,4,8,16",
+    policies: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="Policies (default: all).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write the scaling curves (PNG/SVG/PDF).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Scaling curves: throughput of every policy as the cluster grows node by node."""
+    with user_errors():
+        try:
+            counts = [int(x) for x in nodes.split(",") if x.strip()]
+        except ValueError:
+            raise SchedoptError("must be comma-separated integers", "nodes", nodes) from None
+        if not counts or min(counts) < 1:
+            raise SchedoptError("must be positive integers", "nodes", nodes)
+        tr = load_trace(trace)
+        specs = policies or list(POLICIES)
+        out: list[dict[str, Any]] = []
+        for n in counts:
+            cl = load_cluster(cluster, n)
+            for row in compare_rows(tr, cl, specs):
+                out.append({"nodes": n, "gpus": cl.world_size, "policy": row["policy"],
+                            "iteration_time_s": row["iteration_time_s"],
+                            "throughput_samples_s": row["throughput_samples_s"],
+                            "scaling_efficiency": row["scaling_efficiency"]})
+    if plot is not None:
+        from .plotting import scaling_chart
+
+        series: dict[str, list[tuple[int, float]]] = {}
+        for r in out:
+            series.setdefault(r["policy"], []).append((r["gpus"], r["throughput_samples_s"]))
+        scaling_chart(series, plot, title=f"{tr.name} on {cluster}")
+    if as_json:
+        print_json(out)
+        return
+    table = Table(title=f"{tr.name}: throughput (samples/s) and scaling efficiency")
+    table.add_column("policy", no_wrap=True)
+    gpus = sorted({(r["nodes"], r["gpus"]) for r in out})
+    for n, g in gpus:
+        table.add_column(f"{n} nodes ({g} GPUs)", justify="right")
+    for spec in dict.fromkeys(r["policy"] for r in out):
+        cells = [f"{r['throughput_samples_s']:,.0f} ({r['scaling_efficiency'] * 100:.0f}%)"
+                 for r in out if r["policy"] == spec]
+        table.add_row(spec, *cells)
     console.print(table)
 
 
