@@ -188,8 +188,7 @@ def compare(
         return
     best = min(r["iteration_time_s"] for r in rows)
     table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
-    for col in ("policy", "iteration ms", "vs best", "samples/s", "scaling eff.",
-                "exposed comm ms", "buckets"):
+    for col in ("policy", "ms/iter", "vs best", "samples/s", "eff.", "exposed", "buckets"):
         table.add_column(col, justify="left" if col == "policy" else "right",
                          no_wrap=col == "policy")
     for r in sorted(rows, key=lambda r: r["iteration_time_s"]):
@@ -335,6 +334,64 @@ def schema(
         if kind not in models:
             raise SchedoptError(f"unknown kind (known: {', '.join(models)})", "kind", kind)
     print_json(models[kind]())
+
+
+@app.command("fit-comm")
+def fit_comm(
+    file: Annotated[
+        Path, typer.Argument(help="osu_allreduce or nccl-tests all_reduce_perf output.")
+    ],
+    min_bytes: Annotated[
+        int | None,
+        typer.Option("--min-bytes", help="Smallest message size fitted (default: 65536 for OSU"
+                     " data with smaller sizes, else every size)."),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write a cluster with the fitted all-reduce.")
+    ] = None,
+    ranks: Annotated[
+        int | None,
+        typer.Option("--ranks", help="Ranks of the measurement (default: from the file or its"
+                     " name)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit t = alpha + beta * n to measured all-reduce times; optionally write a cluster."""
+    from .commfit import cluster_from_fit, fit_alpha_beta, parse_comm_file
+
+    with user_errors():
+        samples = parse_comm_file(file)
+        fit = fit_alpha_beta(samples, min_bytes)
+        n_ranks = ranks if ranks is not None else samples.ranks
+        if out is not None:
+            if n_ranks is None:
+                raise SchedoptError("the rank count is not in the file or its name: pass --ranks",
+                                    "ranks", None)
+            cluster = cluster_from_fit(
+                fit, name=out.stem, ranks=n_ranks,
+                source=f"fitted by `schedopt fit-comm` to {file.name} ({samples.format})",
+            )
+            write_json_atomic(out, cluster.model_dump(mode="json", exclude_none=True))
+    used = (samples.sizes >= (fit.min_bytes or 0)) & (samples.sizes <= (fit.max_bytes or 0))
+    data = {
+        "file": str(file), "format": samples.format, "ranks": n_ranks,
+        "points": int(used.sum()), "alpha_s": fit.alpha_s,
+        "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2, "min_bytes": fit.min_bytes,
+        "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
+    }
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"all-reduce fit: {file.name} ({samples.format})", show_header=False)
+    table.add_row("ranks", str(n_ranks) if n_ranks is not None else "unknown")
+    table.add_row("alpha", f"{fit.alpha_s * 1e6:.3f} us")
+    table.add_row("beta", f"{fit.beta_s_per_byte:.4g} s/B ({fit.beta_s_per_byte * 1e12:.1f} us/MB)")
+    table.add_row("R²", f"{fit.r2:.5f}" if fit.r2 is not None else "n/a")
+    table.add_row("sizes used",
+                  f"{fit.min_bytes:,} .. {fit.max_bytes:,} B ({data['points']} points)")
+    if out is not None:
+        table.add_row("cluster written", str(out))
+    console.print(table)
 
 
 def main() -> None:

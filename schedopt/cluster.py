@@ -190,8 +190,10 @@ class Cluster(BaseModel):
         g, n_nodes = self.gpus_per_node, self.nodes
         a_l, b_l = self.intra_link.latency_s, 1.0 / self.intra_link.bandwidth_Bps
         a_g = inter.latency_s if inter is not None and n_nodes > 1 else 0.0
+        # the g concurrent inter-node all-reduces of n/g bytes share min(NICs, g) NICs, so
+        # each runs at inter bandwidth x min(NICs, g) / g
         b_g = (
-            1.0 / (inter.bandwidth_Bps * self.nics_per_node)
+            g / (inter.bandwidth_Bps * min(self.nics_per_node, g))
             if inter is not None and n_nodes > 1
             else 0.0
         )
@@ -223,16 +225,30 @@ class Cluster(BaseModel):
         return (("inter",), alpha, 1.0 / bw)
 
     def _ps_stages(self) -> tuple[CommStage, ...]:
-        """Push on the uplink, pull on the downlink; per-server share ``workers / servers``."""
+        """Push then pull through ``servers`` parameter servers.
+
+        Dedicated servers: push holds the workers' uplinks (``ps-up``), pull their downlinks
+        (``ps-down``), so a push and an earlier bucket's pull overlap (full duplex); each moves
+        ``n · max(1, workers / servers)`` bytes through the busiest NIC. Servers colocated with the
+        workers (the default on several nodes): every node's NIC carries its own push and its
+        server's pull traffic in both directions, so push and pull each hold both resources and
+        move ``n · (servers - 1) / servers · max(1, workers / servers)`` bytes.
+        """
+        ps = self.ps or PSConfig(servers=self.nodes, colocated=True)
         if self.nodes > 1:
             assert self.inter_link is not None
             link, workers = self.inter_link, self.nodes
             bw = link.bandwidth_Bps * self.nics_per_node
-        else:
+        else:  # one node: GPUs push to servers on the host over PCIe
             link, workers = self.intra_link, self.gpus_per_node
             bw = link.bandwidth_Bps
-        servers = self.ps.servers if self.ps is not None else self.nodes
-        beta = max(1.0, workers / servers) / bw
+        share = max(1.0, workers / ps.servers)
+        if ps.colocated and self.nodes > 1:
+            beta = share * (ps.servers - 1) / ps.servers / bw if ps.servers > 1 else 0.0
+            both = ("ps-up", "ps-down")
+            return (CommStage("push", both, link.latency_s, beta),
+                    CommStage("pull", both, link.latency_s, beta))
+        beta = share / bw
         return (
             CommStage("push", ("ps-up",), link.latency_s, beta),
             CommStage("pull", ("ps-down",), link.latency_s, beta),

@@ -10,6 +10,7 @@ for tests on small instances).
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from pathlib import Path
 
@@ -66,23 +67,13 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
     def add(key: Key, dur: float, res: tuple[str, ...]) -> None:
         g.add_node(key, duration=float(dur), resources=res)
 
-    # stage keys of one iteration in resource order: (position + stage/2, stage)
-    pos = [[0] * n_s for _ in range(n_b)]
-    for s in range(n_s):
-        order = plan.stage_orders.get(s, list(range(n_b)))
-        for p, k in enumerate(order):
-            pos[k][s] = p
-    comm_order = sorted(
-        ((pos[k][s] + s / 2, s, k) for k in range(n_b) for s in range(n_s)),
-    )
+    comm_order = plan.comm_sequence(n_s)
     last_compute: dict[int, Key] = {}
     for t in range(iterations):
         data = [t] if (t == 0 or not plan.prefetch) else []
         if plan.prefetch:
             data.append(t + 1)
-        for d in data:
-            if d >= iterations:
-                continue
+        for d in data:  # with prefetch, batch t+1 is read during iteration t
             add(("io", d), trace.io_s, ("cpu",))
             add(("h2d", d), trace.h2d_s, ("pcie",))
             g.add_edge(("io", d), ("h2d", d))
@@ -104,7 +95,7 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
         g.add_edge(("h2d", t), ("fwd", t, 0))
         last_compute[t] = ("update", t, -1) if plan.next_forward == "wait-for-all" else (
             "bwd", t, 0)
-        for _, s, k in comm_order:
+        for s, k in comm_order:
             key = ("comm", t, k, s)
             add(key, stages[s].time(nbytes[k]), stages[s].resources)
             for r in stages[s].resources:
@@ -122,7 +113,7 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
             elif t + 1 < iterations:
                 g.add_edge(done_key, ("update", t, k))
     for seq in res_seq.values():
-        for a, b in zip(seq, seq[1:], strict=False):
+        for a, b in itertools.pairwise(seq):
             g.add_edge(a, b)
     for key in list(g.nodes):
         if "duration" not in g.nodes[key]:
@@ -173,7 +164,7 @@ def check_schedule(
                 busy[r].append((s, e, key))
     for r, spans in busy.items():
         spans.sort()
-        for (s1, e1, k1), (s2, _e2, k2) in zip(spans, spans[1:], strict=False):
+        for (_s1, e1, k1), (s2, _e2, k2) in itertools.pairwise(spans):
             if s2 < e1 - scale:
                 problems.append(f"{r} runs {k1} and {k2} at once")
     return problems

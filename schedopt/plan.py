@@ -176,6 +176,27 @@ class Plan(BaseModel):
         """Smallest owning layer of every bucket: its readiness and its first use (int array)."""
         return self.members(trace).ready_layer()
 
+    def stage_order(self, stage: int) -> list[int]:
+        """Launch order (bucket indices) of one communication stage."""
+        return self.stage_orders.get(stage, list(range(len(self.buckets))))
+
+    def comm_sequence(self, num_stages: int) -> list[tuple[int, int]]:
+        """All ``(stage, bucket)`` tasks of one iteration in the order resources serve them.
+
+        Stages on resources of their own keep their stage order; where stages share a
+        resource, tasks are interleaved by the key ``key(0, j) = j`` and
+        ``key(s, j) = max(key(s, j-1) + 1, key(s-1, same bucket) + 1/2)`` (``j`` the position in
+        stage ``s``'s order), ties broken by stage: one bucket of lookahead, and every stage
+        after its predecessor (docs/model.md, "Plan").
+        """
+        key: dict[tuple[int, int], float] = {}
+        for s in range(num_stages):
+            prev = -np.inf
+            for j, k in enumerate(self.stage_order(s)):
+                kk = float(j) if s == 0 else max(prev + 1, key[(s - 1, k)] + 0.5)
+                key[(s, k)] = prev = kk
+        return sorted(key, key=lambda sk: (key[sk], sk[0]))
+
     def bind(self, trace: Trace, cluster: Any) -> Plan:
         """Return a copy carrying the fingerprints of ``trace`` and ``cluster``."""
         return self.model_copy(

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cluster import Cluster, CommStage
-from .errors import SchedoptError
 from .plan import Breakdown, Plan, Schedule
 from .trace import Trace
 
@@ -69,6 +68,7 @@ class Model:
     chain_kind: np.ndarray  # 0 fwd, 1 bwd, 2 update (of previous iteration)
     chain_index: np.ndarray  # layer index, or bucket index for updates
     shared_stage_resources: bool
+    comm_sequence: list[tuple[int, int]]  # (stage, bucket) in resource order, when shared
 
     @classmethod
     def build(cls, trace: Trace, cluster: Cluster, plan: Plan) -> Model:
@@ -126,6 +126,7 @@ class Model:
             chain_kind=chain_kind,
             chain_index=chain_index,
             shared_stage_resources=len(used) != len(set(used)),
+            comm_sequence=plan.comm_sequence(n_s) if len(used) != len(set(used)) else [],
         )
 
 
@@ -285,22 +286,12 @@ class _Simulator:
         return end[:, -1]
 
     def _comm_general(self, t: int, ready: np.ndarray) -> np.ndarray:
-        """Stages that share a resource: one task list ordered by (position + stage/2, stage)."""
+        """Stages that share a resource: one task list in :meth:`Plan.comm_sequence` order."""
         m = self.m
         n_b, n_s = m.comm_dur.shape
-        pos = np.empty((n_b, n_s))
-        for s in range(n_s):
-            pos[m.stage_perm[s], s] = np.arange(n_b)
-        order = sorted(((pos[k, s] + s / 2, s, k) for k in range(n_b) for s in range(n_s)))
-        end = np.full((n_b, n_s), np.nan)
-        for _, s, k in order:
+        end = np.empty((n_b, n_s))
+        for s, k in m.comm_sequence:
             st = m.stages[s]
-            if s > 0 and np.isnan(end[k, s - 1]):
-                raise SchedoptError(
-                    "stage order puts a stage before its predecessor on a shared resource",
-                    "plan.stage_orders",
-                    s,
-                )
             rel = ready[k] if s == 0 else end[k, s - 1]
             start = max(rel, *(self.free[r] for r in st.resources))
             end[k, s] = start + m.comm_dur[k, s]

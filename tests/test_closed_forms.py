@@ -86,15 +86,18 @@ def test_ring_formula() -> None:
     assert c.allreduce_time(n) == pytest.approx(2 * (p - 1) * 5e-5 + 2 * (p - 1) / p * n / 2e9)
 
 
-def test_hierarchical_formula() -> None:
+@pytest.mark.parametrize("nics", [1, 2, 8])
+def test_hierarchical_formula(nics: int) -> None:
     c = Cluster.model_validate({
         "name": "h", "nodes": 4, "gpus_per_node": 8, "collective": "hierarchical",
         "intra_link": {"bandwidth_Bps": 1e11, "latency_s": 1e-6},
-        "inter_link": {"bandwidth_Bps": 1e10, "latency_s": 1e-5},
+        "inter_link": {"bandwidth_Bps": 1e10, "latency_s": 1e-5}, "nics_per_node": nics,
     })
     g, N, n = 8, 4, 8e6
+    # each GPU all-reduces n/g across nodes; the g of them share the node's NICs
+    beta_g = 1 / (1e10 * nics / g)
     expected = (2 * (g - 1) * 1e-6 + 2 * (g - 1) / g * n / 1e11
-                + 2 * (N - 1) * 1e-5 + 2 * (N - 1) / N * (n / g) / 1e10)
+                + 2 * (N - 1) * 1e-5 + 2 * (N - 1) / N * (n / g) * beta_g)
     assert c.allreduce_time(n) == pytest.approx(expected)
     assert len(c.comm_stages()) == 1
     piped = c.model_copy(update={"pipelined_hierarchical": True})

@@ -8,9 +8,9 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from ..plan import Schedule  # noqa: E402
+from ..plan import Schedule
 
 __all__ = ["breakdown_chart", "gantt_chart", "scaling_chart"]
 
