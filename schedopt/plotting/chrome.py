@@ -20,18 +20,18 @@ def chrome_trace_events(schedule: Schedule) -> dict[str, Any]:
     lanes: dict[str, int] = {}
     events: list[dict[str, Any]] = []
     for key, (start, end) in sorted(schedule.tasks.items(), key=lambda kv: kv[1]):
-        res = schedule.resources[key][0]
-        tid = lanes.setdefault(res, len(lanes))
-        events.append({
-            "name": "_".join(str(x) for x in key),
-            "cat": key[0],
-            "ph": "X",
-            "ts": start * 1e6,
-            "dur": (end - start) * 1e6,
-            "pid": 0,
-            "tid": tid,
-            "args": {"iteration": key[1], "resources": list(schedule.resources[key])},
-        })
+        for res in schedule.resources[key]:  # a task holding several resources shows on each
+            tid = lanes.setdefault(res, len(lanes))
+            events.append({
+                "name": "_".join(str(x) for x in key),
+                "cat": key[0],
+                "ph": "X",
+                "ts": start * 1e6,
+                "dur": (end - start) * 1e6,
+                "pid": 0,
+                "tid": tid,
+                "args": {"iteration": key[1], "resources": list(schedule.resources[key])},
+            })
     meta = [
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": tid, "args": {"name": name}}
         for name, tid in lanes.items()
