@@ -173,7 +173,7 @@ class Cluster(BaseModel):
         kind = collective or self.collective
         intra = self.intra_resource
         if self.allreduce is not None and kind == self.collective:  # the fit is of this one
-            res = (intra, "inter") if self.nodes > 1 else (intra,)
+            res: tuple[str, ...] = (intra, "inter") if self.nodes > 1 else (intra,)
             return (CommStage("allreduce", res, self.allreduce.alpha_s,
                               self.allreduce.beta_s_per_byte),)
         inter = self.inter_link

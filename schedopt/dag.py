@@ -100,6 +100,7 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
             add(key, stages[s].time(nbytes[k]), stages[s].resources)
             for r in stages[s].resources:
                 res_seq[r].append(key)
+            src: Key
             if s == 0:
                 src = ("bwd", t, first_layer[k] if plan.overlap else 0)
             else:

@@ -121,6 +121,7 @@ class Plan(BaseModel):
         """Per member, in launch order: bucket, owning layer and bytes; checks coverage."""
         owner = trace.tensor_layer_by_name
         size = {t.name: t.bytes for t in trace.tensor_list}
+        sizes: list[int] | None
         for name, sizes in self.partition.items():
             if name not in size:
                 raise SchedoptError("unknown tensor", "plan.partition", name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -53,7 +53,7 @@ def gantt_chart(schedule: Schedule, path: str | Path, *, title: str = "",
     plt.close(fig)
 
 
-def scaling_chart(series: dict[str, Sequence[tuple[int, float]]], path: str | Path, *,
+def scaling_chart(series: Mapping[str, Sequence[tuple[int, float]]], path: str | Path, *,
                   title: str = "", ylabel: str = "throughput (samples/s)") -> None:
     """Plot one curve per policy: ``(GPUs, value)`` points, with the linear-scaling line.
 
