@@ -11,8 +11,14 @@ from ..cluster import Cluster
 from ..errors import SchedoptError
 from ..plan import Plan
 from ..trace import Trace
+from .bytescheduler import bytescheduler
 from .caffe_mpi import caffe_mpi
 from .cntk import cntk
+from .ddp import ddp
+from .deepspeed import deepspeed
+from .horovod import horovod
+from .megatron import megatron
+from .mgwfbp import mgwfbp
 from .mxnet import mxnet
 from .sync_easgd import sync_easgd
 from .tensorflow import tensorflow
@@ -28,6 +34,12 @@ POLICIES: dict[str, PolicyFn] = {
     "caffe-mpi": caffe_mpi,
     "mxnet": mxnet,
     "tensorflow": tensorflow,
+    "ddp": ddp,
+    "horovod": horovod,
+    "mgwfbp": mgwfbp,
+    "bytescheduler": bytescheduler,
+    "deepspeed": deepspeed,
+    "megatron": megatron,
 }
 
 #: Knobs every policy accepts, applied to the plan it returns.
