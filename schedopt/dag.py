@@ -165,8 +165,8 @@ def check_schedule(
                 busy[r].append((s, e, key))
     for r, spans in busy.items():
         spans.sort()
-        for (_s1, e1, k1), (s2, _e2, k2) in itertools.pairwise(spans):
-            if s2 < e1 - scale:
+        for (s1, e1, k1), (s2, e2, k2) in itertools.pairwise(spans):
+            if min(e1, e2) - max(s1, s2) > scale:
                 problems.append(f"{r} runs {k1} and {k2} at once")
     return problems
 

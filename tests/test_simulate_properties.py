@@ -24,7 +24,7 @@ specs = st.sampled_from(PAPER).flatmap(
 @given(trace=traces(), cluster=clusters(), spec=specs)
 def test_matches_longest_path_of_the_dag(trace: Trace, cluster: Cluster, spec: str) -> None:
     plan = make_plan(spec, trace, cluster)
-    sched = simulate(trace, cluster, plan, record=True)
+    sched = simulate(trace, cluster, plan, record=True, max_iterations=12)
     starts = longest_path_starts(build_dag(trace, cluster, plan, iterations=sched.iterations))
     for key, start in starts.items():
         assert sched.tasks[key][0] == pytest.approx(start, abs=1e-12), key
