@@ -232,7 +232,9 @@ class Cluster(BaseModel):
         ``n · max(1, workers / servers)`` bytes through the busiest NIC. Servers colocated with the
         workers (the default on several nodes): every node's NIC carries its own push and its
         server's pull traffic in both directions, so push and pull each hold both resources and
-        move ``n · (servers - 1) / servers · max(1, workers / servers)`` bytes.
+        move ``n · (servers - 1) / servers · max(1, workers / servers)`` bytes. On several nodes
+        with several GPUs each, the push starts with a local reduce and the pull ends with a
+        local broadcast, ``(g - 1)/g · n`` bytes over the intra link each.
         """
         ps = self.ps or PSConfig(servers=self.nodes, colocated=True)
         if self.nodes > 1:
@@ -243,15 +245,25 @@ class Cluster(BaseModel):
             link, workers = self.intra_link, self.gpus_per_node
             bw = link.bandwidth_Bps
         share = max(1.0, workers / ps.servers)
+        # on several nodes the GPUs of a node first reduce locally (and broadcast after the
+        # pull): (g-1)/g of the bytes cross the intra link, which both stages then hold
+        g = self.gpus_per_node
+        local: tuple[str, ...] = ()
+        a_loc = b_loc = 0.0
+        if self.nodes > 1 and g > 1:
+            local = (self.intra_resource,)
+            a_loc = (g - 1) * self.intra_link.latency_s
+            b_loc = (g - 1) / g / self.intra_link.bandwidth_Bps
+        a = link.latency_s + a_loc
         if ps.colocated and self.nodes > 1:
             beta = share * (ps.servers - 1) / ps.servers / bw if ps.servers > 1 else 0.0
-            both = ("ps-up", "ps-down")
-            return (CommStage("push", both, link.latency_s, beta),
-                    CommStage("pull", both, link.latency_s, beta))
+            both = (*local, "ps-up", "ps-down")
+            return (CommStage("push", both, a, beta + b_loc),
+                    CommStage("pull", both, a, beta + b_loc))
         beta = share / bw
         return (
-            CommStage("push", ("ps-up",), link.latency_s, beta),
-            CommStage("pull", ("ps-down",), link.latency_s, beta),
+            CommStage("push", (*local, "ps-up"), a, beta + b_loc),
+            CommStage("pull", (*local, "ps-down"), a, beta + b_loc),
         )
 
     def alpha_beta(self, collective: str | None = None) -> tuple[float, float]:
