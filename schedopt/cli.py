@@ -394,6 +394,86 @@ def fit_comm(
     console.print(table)
 
 
+@app.command("emit")
+def emit_cmd(
+    trace: TraceArg,
+    cluster: ClusterArg,
+    target: Annotated[
+        str, typer.Option("--target", "-t", help="ddp | horovod | deepspeed | megatron | json")
+    ],
+    policy: Annotated[
+        str | None, typer.Option("--policy", "-p", help="Policy spec NAME[:key=value,...].")
+    ] = None,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="A plan JSON (from `optimize --out`).")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the files into this folder.")
+    ] = None,
+    nodes: NodesOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Translate a policy's plan (or a saved plan) into a framework's settings."""
+    from .emit import emit
+
+    with user_errors():
+        if (policy is None) == (plan_file is None):
+            raise SchedoptError("give exactly one of --policy and --plan", "options",
+                                "both" if policy else "neither")
+        tr, cl = load_pair(trace, cluster, nodes)
+        plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+        emitted = emit(target, plan, tr, cl)
+        written = emitted.write(out) if out is not None else []
+    if as_json:
+        print_json(emitted.model_dump(mode="json"))
+        return
+    kind = "exact" if emitted.exact else "approximate"
+    typer.echo(f"{emitted.target}: {kind} ({emitted.spec or plan.policy})")
+    for note in emitted.notes:
+        typer.echo(f"note: {note}")
+    if written:
+        typer.echo("wrote " + ", ".join(str(p) for p in written))
+        return
+    for name, text in emitted.files.items():
+        typer.echo(f"# ---- {name}")
+        typer.echo(text.rstrip("\n"))
+
+
+@app.command("profile")
+def profile_cmd(
+    factory: Annotated[
+        str, typer.Argument(help="MODULE:FACTORY, a callable returning a torch.nn.Module.")
+    ],
+    input_shape: Annotated[
+        str, typer.Option("--input-shape", help="Shape of one input batch, e.g. 32,3,224,224.")
+    ],
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    out: Annotated[Path, typer.Option("--out", help="Trace JSON to write.")],
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="Per-GPU batch (default: first dim).")
+    ] = None,
+    input_dtype: Annotated[
+        str, typer.Option("--input-dtype", help="float32, or int64 for token ids in [0, 100).")
+    ] = "float32",
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: the model's).")
+    ] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Measured iterations.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", help="Discarded iterations.")] = 2,
+) -> None:
+    """Measure a PyTorch model's layer-wise trace (needs torch)."""
+    from .integrations.torch import load_factory, profile_model, random_batch
+
+    with user_errors():
+        model = load_factory(factory)()
+        batch = random_batch(input_shape, input_dtype)
+        tr = profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
+                           repeats=repeats, warmup=warmup, device=device)
+        write_json_atomic(out, tr.model_dump(mode="json", exclude_none=True))
+    typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
+               f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
+
+
 def main() -> None:
     """Entry point of the ``schedopt`` console script."""
     app(prog_name="schedopt")

@@ -1,0 +1,156 @@
+"""Plan -> DeepSpeed ZeRO config fragment (``reduce_bucket_size``, ``overlap_comm``).
+
+DeepSpeed has one knob for the grouping: a uniform ``reduce_bucket_size`` in elements. Stage 2
+reduces from backward hooks, in gradient-ready order, one pending bucket per dtype that is
+reduced before a gradient would take it past the size. A plan follows one uniform size ``N``
+exactly when, per dtype, every bucket of several tensors holds at most ``N`` elements and every
+bucket but the last would exceed ``N`` with the next tensor of its dtype; the emitter solves
+those inequalities for a round ``N``, checks it with the schedopt ``deepspeed`` policy, and
+otherwise tries sizes from the smallest tensor to the whole model and keeps the one whose plan
+simulates closest to the plan's iteration time.
+"""
+
+from __future__ import annotations
+
+import json
+import pprint
+import statistics
+from collections.abc import Sequence
+
+from ..cluster import Cluster
+from ..plan import Plan
+from ..trace import Tensor, Trace
+from .common import (
+    Candidate,
+    Emitted,
+    deviations,
+    dtype_runs,
+    round_int_in,
+    search,
+    size_grid,
+    spec_of,
+    whole_tensor_buckets,
+)
+
+__all__ = ["emit_deepspeed", "overflow_size_interval"]
+
+#: DeepSpeed's default ``reduce_bucket_size`` (elements).
+DEFAULT_REDUCE_BUCKET_SIZE = 500_000_000
+
+
+def overflow_size_interval(
+    order: Sequence[Tensor], bucket_of: dict[str, int]
+) -> tuple[int, int] | None:
+    """Sizes (elements) for which DeepSpeed's overflow rule rebuilds a grouping.
+
+    Parameters
+    ----------
+    order
+        Tensors in the order DeepSpeed adds them to its buckets.
+    bucket_of
+        Tensor name -> bucket index of the grouping.
+
+    Returns
+    -------
+    tuple of int or None
+        The inclusive interval ``[lo, hi]``, or None when it is empty.
+    """
+    lo, hi = 1, 2**62
+    for runs in dtype_runs(order, bucket_of).values():
+        for j, run in enumerate(runs):
+            elements = sum(t.numel for t in run)
+            if len(run) > 1:
+                lo = max(lo, elements)
+            if j + 1 < len(runs):
+                hi = min(hi, elements + runs[j + 1][0].numel - 1)
+    return (lo, hi) if lo <= hi else None
+
+
+def _config(stage: int, size: int, overlap: bool) -> dict:
+    return {"zero_optimization": {"stage": stage, "reduce_bucket_size": size,
+                                  "overlap_comm": overlap}}
+
+
+def _candidate(stage: int, size: int, overlap: bool) -> Candidate:
+    knobs = {"zero_stage": stage, "reduce_bucket_size": size, "overlap_comm": overlap}
+    return Candidate(knobs, _config(stage, size, overlap),
+                     f"ZeRO stage {stage}, reduce_bucket_size={size}, overlap_comm={overlap}")
+
+
+def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+    """Express ``plan`` as a DeepSpeed ``zero_optimization`` fragment.
+
+    Exact when the plan's buckets are what one uniform ``reduce_bucket_size`` gives (ZeRO
+    stage 2 with ``overlap_comm`` equal to the plan's ``overlap``; stage 1 is also tried for
+    plans that communicate after the backward); otherwise the uniform size whose plan
+    simulates closest to the plan's (bucket count without a cluster), with both times in the
+    notes.
+
+    Parameters
+    ----------
+    plan, trace
+        The plan and the trace it was made for.
+    cluster
+        The cluster (optional).
+
+    Returns
+    -------
+    Emitted
+        ``deepspeed.json`` (a fragment to merge into ds_config) and ``deepspeed_snippet.py``.
+    """
+    plan.check_against(trace, cluster)
+    groups = whole_tensor_buckets(plan, trace)
+    bucket_of = {name: k for k, b in enumerate(groups) for name in b}
+    overlap = plan.overlap
+    candidates: list[Candidate] = []
+    stages = ((2, trace.ready_order),) if overlap else (
+        (2, trace.ready_order), (1, trace.tensor_list))
+    numel = {t.name: t.numel for t in trace.tensor_list}
+    elements = [sum(numel[m] for m in g) for g in groups]
+    total = sum(numel.values())
+    for stage, order in stages:
+        interval = overflow_size_interval(order, bucket_of)
+        if interval is not None:
+            lo, hi = interval
+            size = round_int_in(lo, min(hi, max(lo, 2 * total)))
+            candidates.append(_candidate(stage, size, overlap))
+    smallest = min(numel.values())
+    extra = (DEFAULT_REDUCE_BUCKET_SIZE, round(statistics.mean(elements)), max(elements))
+    candidates += [_candidate(2, n, overlap) for n in size_grid(smallest, total, *extra)]
+    blocked = deviations(plan, "DeepSpeed", overlap_always=False)
+    found = search("deepspeed", plan, trace, cluster, candidates, blocked=blocked,
+                   structure_cost=lambda p: abs(p.num_buckets - plan.num_buckets))
+    if not found.exact and not blocked:
+        found.notes[0] = ("the plan's buckets do not follow one uniform reduce_bucket_size "
+                          "(DeepSpeed's only grouping knob)")
+    config = found.chosen.config
+    files = {
+        "deepspeed.json": json.dumps(config, indent=1) + "\n",
+        "deepspeed_snippet.py": _snippet(plan, trace, config, found.exact),
+    }
+    return Emitted(target="deepspeed", files=files, exact=found.exact, notes=found.notes,
+                   config=config, spec=spec_of("deepspeed", found.chosen.knobs),
+                   plan_time_s=found.plan_time_s, emitted_time_s=found.emitted_time_s)
+
+
+def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:
+    fragment = pprint.pformat(config, width=96, sort_dicts=False)
+    return "\n".join([
+        f'"""DeepSpeed settings for the {plan.policy} plan of {trace.name} '
+        f"(trace {trace.fingerprint()}).",
+        "",
+        "Merge the fragment into your ds_config; reduce_bucket_size counts elements.",
+        f"{'Exact' if exact else 'Approximate'}: see the notes of `schedopt emit`.",
+        '"""',
+        "",
+        f"DS_FRAGMENT = {fragment}",
+        "",
+        "",
+        "def merge(ds_config):",
+        '    """Return ``ds_config`` with the fragment\'s ``zero_optimization`` keys set."""',
+        "    out = dict(ds_config)",
+        '    out["zero_optimization"] = {**out.get("zero_optimization", {}),',
+        '                                **DS_FRAGMENT["zero_optimization"]}',
+        "    return out",
+        "",
+    ])

@@ -1,0 +1,40 @@
+"""Plan -> schedopt's own plan JSON, bound to its trace (and cluster) by fingerprint."""
+
+from __future__ import annotations
+
+import json
+
+from ..cluster import Cluster
+from ..plan import Plan
+from ..trace import Trace
+from .common import Emitted
+
+__all__ = ["emit_json"]
+
+
+def emit_json(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+    """Write the plan itself (``plan.json``), always exact.
+
+    The plan is checked against ``trace`` (and ``cluster``) and carries their fingerprints, so
+    ``schedopt simulate --plan plan.json`` refuses it for another instance.
+
+    Parameters
+    ----------
+    plan, trace
+        The plan and the trace it was made for.
+    cluster
+        The cluster (optional); without one, a cluster hash the plan already has is kept.
+
+    Returns
+    -------
+    Emitted
+        ``plan.json``.
+    """
+    plan.check_against(trace, cluster)
+    update = {"trace_hash": trace.fingerprint()}
+    if cluster is not None:
+        update["cluster_hash"] = cluster.fingerprint()
+    bound = plan.model_copy(update=update)
+    data = bound.model_dump(mode="json")
+    return Emitted(target="json", files={"plan.json": json.dumps(data, indent=1) + "\n"},
+                   exact=True, config=data)

@@ -1,0 +1,548 @@
+"""PyTorch integration: measure a model's trace, and wrap a model in DDP with a plan's buckets.
+
+torch is imported inside the functions, so ``schedopt.integrations.torch`` imports without it.
+
+Measurement (:func:`profile_model`)
+    A *layer* is a leaf module that owns parameters (directly) and runs in the forward pass, in
+    the order its forward first ends. Forward times come from forward hooks: the time from the
+    end of one layer's forward to the end of the next is charged to the next (so
+    parameter-free modules such as activations are charged to the layer after them, and the
+    loss to the last layer). Backward times come from ``register_post_accumulate_grad_hook`` on
+    every parameter, the moment DDP also sees a gradient as ready: layer ``l``'s backward ends
+    when the last of its gradients is accumulated (never earlier than that of layer ``l+1``,
+    since the trace's backward runs layer by layer), and runs from the end of layer ``l+1``'s.
+    On CUDA the marks are CUDA events and each iteration is synchronised once at its end. The
+    trace keeps the median of ``repeats`` iterations after ``warmup``.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..cluster import Cluster
+from ..errors import SchedoptError
+from ..plan import Plan
+from ..trace import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from torch.nn.parallel import DistributedDataParallel
+
+__all__ = [
+    "apply_plan",
+    "ddp_kwargs",
+    "load_factory",
+    "model_tensors",
+    "profile_model",
+    "random_batch",
+    "rebuilt_buckets",
+]
+
+log = logging.getLogger(__name__)
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise SchedoptError("needs PyTorch (pip install 'schedopt[torch]')", "torch",
+                            None) from None
+    return torch
+
+
+def _dtype_name(dtype: Any) -> str:
+    """The trace's name of a torch dtype."""
+    torch = _torch()
+    names = {torch.float64: "float64", torch.float32: "float32", torch.float16: "float16",
+             torch.bfloat16: "bfloat16", torch.int64: "int64", torch.int32: "int32",
+             torch.int8: "int8"}
+    for attr in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz"):
+        if hasattr(torch, attr):
+            names[getattr(torch, attr)] = "float8"
+    if dtype not in names:
+        raise SchedoptError("no trace dtype for this parameter dtype", "dtype", str(dtype))
+    return names[dtype]
+
+
+def model_tensors(model: Any) -> dict[str, tuple[int, str]]:
+    """Name -> (bytes, dtype) of every parameter that gets a gradient, in DDP's order.
+
+    Tied parameters appear once, under their first name (``named_parameters`` order, which is
+    also the order of DDP's parameter indices).
+    """
+    return {name: (p.numel() * p.element_size(), _dtype_name(p.dtype))
+            for name, p in model.named_parameters() if p.requires_grad}
+
+
+# ---------------------------------------------------------------------------- profiling
+
+
+class _Clock:
+    """Time marks: ``perf_counter`` on CPU, CUDA events on a GPU."""
+
+    def __init__(self, device: Any) -> None:
+        self.torch = _torch()
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def between(self, a: Any, b: Any) -> float:
+        """Seconds from mark ``a`` to mark ``b`` (after :meth:`sync`)."""
+        if self.cuda:
+            return max(0.0, a.elapsed_time(b) / 1e3)
+        return max(0.0, b - a)
+
+
+def _to_device(inputs: Any, device: Any) -> Any:
+    torch = _torch()
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(device)
+    if isinstance(inputs, dict):
+        return {k: _to_device(v, device) for k, v in inputs.items()}
+    if isinstance(inputs, list | tuple):
+        return type(inputs)(_to_device(v, device) for v in inputs)
+    return inputs
+
+
+def _call(model: Any, inputs: Any) -> Any:
+    torch = _torch()
+    if isinstance(inputs, torch.Tensor):
+        return model(inputs)
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, list | tuple):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _default_loss(output: Any) -> Any:
+    """A scalar to run the backward from: ``output.loss`` if set, else the first tensor's mean."""
+    torch = _torch()
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    if isinstance(output, torch.Tensor):
+        return output.float().mean()
+    values = output.values() if isinstance(output, dict) else (
+        output if isinstance(output, list | tuple) else ())
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            return v.float().mean()
+    raise SchedoptError("cannot find a tensor in the model's output; pass loss_fn", "loss_fn",
+                        type(output).__name__)
+
+
+def _layers(model: Any) -> list[tuple[str, Any]]:
+    """Leaf modules that own parameters needing gradients (candidates for layers)."""
+    out = []
+    for name, module in model.named_modules():
+        if next(module.children(), None) is not None:
+            continue
+        if any(p.requires_grad for p in module.parameters(recurse=False)):
+            out.append((name or "root", module))
+    return out
+
+
+def profile_model(
+    model: Any,
+    example_inputs: Any,
+    *,
+    name: str,
+    batch_size: int,
+    loss_fn: Callable[[Any], Any] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    device: Any = None,
+    optimizer: Any = None,
+) -> Trace:
+    """Measure a model's per-layer forward and backward times and gradient tensors.
+
+    Parameters
+    ----------
+    model
+        A ``torch.nn.Module``; it is put in training mode for the measurement (and back after)
+        and moved to ``device`` when one is given.
+    example_inputs
+        One batch: a tensor (``model(x)``), a tuple or list (``model(*x)``) or a dict
+        (``model(**x)``). Tensors on the CPU are copied to a CUDA device every iteration and
+        the copy is reported as ``h2d_s``.
+    name
+        Trace name.
+    batch_size
+        Per-GPU batch size of ``example_inputs`` (recorded in the trace).
+    loss_fn
+        ``output -> scalar tensor``; default: ``output.loss`` when present, else the mean of
+        the output (or of its first tensor).
+    repeats, warmup
+        Measured and discarded iterations; the trace keeps the per-layer medians.
+    device
+        ``cpu``, ``cuda``, ``cuda:1``, ...; default: the device of the model's parameters.
+    optimizer
+        ``None`` (``update_s`` = 0), ``"sgd"`` (a plain SGD step with learning rate 0, which
+        leaves the weights unchanged) or an optimizer whose ``step()`` is timed (it changes
+        the weights).
+
+    Returns
+    -------
+    Trace
+        Layers (leaf modules owning parameters) in forward order, tensors named as in
+        ``named_parameters`` with their bytes and dtype, tied parameters once (in the earliest
+        layer); an explicit ``grad_ready_order`` when autograd's order differs from the
+        default. Parameters owned by non-leaf modules join the layer during whose backward
+        their gradient became ready; parameters that receive no gradient are left out (and
+        logged).
+
+    Raises
+    ------
+    SchedoptError
+        No parameters needing gradients, no layer ran, bad ``repeats``/``warmup``, an
+        unsupported dtype, or no torch.
+    """
+    torch = _torch()
+    if repeats < 1 or warmup < 0:
+        raise SchedoptError("repeats must be >= 1 and warmup >= 0", "repeats",
+                            (repeats, warmup))
+    if device is not None:
+        model.to(device)
+        dev = torch.device(device)
+    else:
+        first = next(model.parameters(), None)
+        dev = first.device if first is not None else torch.device("cpu")
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not params:
+        raise SchedoptError("the model has no parameters that need gradients", "model",
+                            type(model).__name__)
+    clock = _Clock(dev)
+    loss_fn = loss_fn or _default_loss
+    opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
+    candidates = _layers(model)
+    fwd_marks: list[tuple[int, Any]] = []
+    grad_marks: list[tuple[int, Any]] = []
+    handles = []
+    for i, (_, module) in enumerate(candidates):
+        handles.append(module.register_forward_hook(
+            lambda *_a, i=i: fwd_marks.append((i, clock.mark()))))
+    for j, (_, p) in enumerate(params):
+        handles.append(p.register_post_accumulate_grad_hook(
+            lambda _p, j=j: grad_marks.append((j, clock.mark()))))
+    was_training = model.training
+    model.train()
+    runs: list[dict[str, Any]] = []
+    try:
+        for it in range(warmup + repeats):
+            model.zero_grad(set_to_none=True)
+            fwd_marks.clear()
+            grad_marks.clear()
+            t0 = clock.mark()
+            inputs = _to_device(example_inputs, dev)
+            t1 = clock.mark()
+            loss = loss_fn(_call(model, inputs))
+            t2 = clock.mark()
+            loss.backward()
+            t3 = clock.mark()
+            t4 = t3
+            if opt is not None:
+                opt.step()
+                t4 = clock.mark()
+            clock.sync()
+            if it >= warmup:
+                runs.append(_segments(clock, (t0, t1, t2, t3, t4), fwd_marks, grad_marks))
+    finally:
+        for h in handles:
+            h.remove()
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
+                        torch.__version__)
+
+
+def _segments(clock: _Clock, marks: tuple, fwd: list, grads: list) -> dict[str, Any]:
+    """One iteration's raw figures, in seconds from the start of the forward."""
+    t0, t1, t2, t3, t4 = marks
+    return {
+        "h2d": clock.between(t0, t1),
+        "fwd": [(i, clock.between(t1, m)) for i, m in fwd],
+        "fwd_end": clock.between(t1, t2),
+        "bwd_start": clock.between(t1, t2),
+        "grads": [(j, clock.between(t1, m)) for j, m in grads],
+        "bwd_end": clock.between(t1, t3),
+        "update": clock.between(t3, t4),
+    }
+
+
+def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
+                 candidates: list, params: list, runs: list[dict[str, Any]],
+                 version: str) -> Trace:
+    first = runs[0]
+    # layers in the order their forward first ended; only those that ran
+    order: list[int] = list(dict.fromkeys(i for i, _ in first["fwd"]))
+    if not order:
+        raise SchedoptError("no leaf module with parameters ran in the forward pass", "model",
+                            type(model).__name__)
+    pos = {i: k for k, i in enumerate(order)}
+    param_index = {id(p): j for j, (_, p) in enumerate(params)}
+    owner: dict[int, int] = {}  # param index -> layer position
+    for i in order:
+        for p in candidates[i][1].parameters(recurse=False):
+            if p.requires_grad:
+                owner.setdefault(param_index[id(p)], pos[i])
+    fired = [j for j, _ in first["grads"]]
+    fired_set = set(fired)
+    n = len(order)
+    fwd_times: list[list[float]] = [[] for _ in range(n)]
+    bwd_times: list[list[float]] = [[] for _ in range(n)]
+    extra_owner: dict[int, int] = {}
+    for run in runs:
+        f, ends = _forward_times(run, pos, n)
+        b, ends = _backward_times(run, owner, n)
+        for k in range(n):
+            fwd_times[k].append(f[k])
+            bwd_times[k].append(b[k])
+        if run is first:
+            ready = dict(run["grads"])
+            for j in fired:
+                if j not in owner:
+                    later = [k for k in range(n) if ends[k] >= ready[j]]
+                    extra_owner[j] = max(later) if later else 0
+    unused = [params[j][0] for j in range(len(params)) if j not in fired_set]
+    if unused:
+        log.warning("left out %d parameters that received no gradient: %s", len(unused),
+                    ", ".join(unused[:5]))
+    home = {**{j: k for j, k in owner.items() if j in fired_set}, **extra_owner}
+    tensors: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    for j, (pname, p) in enumerate(params):
+        if j in home:
+            tensors[home[j]].append({"name": pname, "bytes": p.numel() * p.element_size(),
+                                     "dtype": _dtype_name(p.dtype)})
+    layers = [{"name": candidates[order[k]][0], "forward_s": statistics.median(fwd_times[k]),
+               "backward_s": statistics.median(bwd_times[k]), "tensors": tensors[k]}
+              for k in range(n)]
+    data: dict[str, Any] = {
+        "name": name, "batch_size": batch_size,
+        "source": f"measured with schedopt.integrations.torch.profile_model on {dev}, torch "
+                  f"{version}, {repeats} repeats (median)",
+        "h2d_s": statistics.median(r["h2d"] for r in runs) if dev.type == "cuda" else 0.0,
+        "update_s": statistics.median(r["update"] for r in runs),
+        "layers": layers,
+    }
+    trace = Trace.model_validate(data)
+    measured = [params[j][0] for j in fired if j in home]
+    if measured != [t.name for t in trace.ready_order]:
+        layer_of = trace.tensor_layer_by_name
+        consistent = sorted(measured, key=lambda m: -layer_of[m])  # stable: keeps order inside
+        if consistent != measured:
+            log.warning("autograd's gradient order interleaves layers; the trace keeps it "
+                        "inside each layer only")
+        if consistent != [t.name for t in trace.ready_order]:
+            trace = Trace.model_validate({**data, "grad_ready_order": consistent})
+    return trace
+
+
+def _forward_times(run: dict[str, Any], pos: dict[int, int], n: int
+                   ) -> tuple[list[float], list[float]]:
+    """Per layer: forward time (segments ending at its forward hooks) and its last end."""
+    f = [0.0] * n
+    ends = [0.0] * n
+    prev, last = 0.0, None
+    for i, t in run["fwd"]:
+        if i not in pos:
+            continue
+        k = pos[i]
+        f[k] += max(0.0, t - prev)
+        ends[k] = t
+        prev, last = t, k
+    if last is not None:
+        f[last] += max(0.0, run["fwd_end"] - prev)
+    return f, ends
+
+
+def _backward_times(run: dict[str, Any], owner: dict[int, int], n: int
+                    ) -> tuple[list[float], list[float]]:
+    """Per layer: backward time and end (monotone from the last layer to the first)."""
+    ready = [None] * n
+    for j, t in run["grads"]:
+        k = owner.get(j)
+        if k is not None:
+            ready[k] = t if ready[k] is None else max(ready[k], t)
+    start = run["bwd_start"]
+    ends = [0.0] * n
+    b = [0.0] * n
+    prev = start
+    for k in range(n - 1, -1, -1):
+        end = max(prev, ready[k]) if ready[k] is not None else prev
+        b[k] = end - prev
+        ends[k] = end
+        prev = end
+    b[0] += max(0.0, run["bwd_end"] - prev)
+    return b, ends
+
+
+# ---------------------------------------------------------------------------- DDP
+
+
+def ddp_kwargs(plan: Plan, trace: Trace, cluster: Cluster | None = None, *,
+               require_exact: bool = False) -> dict[str, Any]:
+    """The ``DistributedDataParallel`` keyword arguments the ddp emitter computes for ``plan``.
+
+    Parameters
+    ----------
+    plan, trace
+        The plan and its trace.
+    cluster
+        Optional; lets the emitter choose by simulated time when the plan is not exact.
+    require_exact
+        Raise unless DDP reproduces the plan exactly.
+
+    Raises
+    ------
+    SchedoptError
+        The plan does not fit the trace, or (with ``require_exact``) DDP cannot express it.
+    """
+    from ..emit import emit_ddp
+
+    emitted = emit_ddp(plan, trace, cluster)
+    if require_exact and not emitted.exact:
+        raise SchedoptError("DDP cannot express this plan exactly: "
+                            + "; ".join(emitted.notes), "plan", plan.policy)
+    return dict(emitted.config)
+
+
+def _check_model(model: Any, trace: Trace) -> None:
+    have = model_tensors(model)
+    for t in trace.tensor_list:
+        got = have.get(t.name)
+        if got is None:
+            raise SchedoptError("the model has no such parameter (or it needs no gradient)",
+                                "trace.tensors", t.name)
+        if got != (t.bytes, t.dtype):
+            raise SchedoptError(f"the model's parameter has {got[0]} bytes of {got[1]}, the "
+                                f"trace {t.bytes} bytes of {t.dtype}", "trace.tensors", t.name)
+    extra = [n for n in have if n not in trace.tensor_layer_by_name]
+    if extra:
+        raise SchedoptError("the model has a parameter the trace does not list", "model",
+                            extra[0])
+
+
+def apply_plan(
+    model: Any, plan: Plan, trace: Trace, *, cluster: Cluster | None = None,
+    require_exact: bool = True, **kwargs: Any,
+) -> DistributedDataParallel:
+    """Wrap ``model`` in ``DistributedDataParallel`` with the plan's buckets.
+
+    The buckets take effect at DDP's rebuild after the first iteration, provided the model's
+    gradients become ready in the trace's gradient-ready order (as in a trace measured with
+    :func:`profile_model`); :func:`rebuilt_buckets` shows what DDP built.
+
+    Parameters
+    ----------
+    model
+        The module; its parameters needing gradients must be the trace's tensors (names,
+        bytes, dtypes).
+    plan, trace
+        The plan and its trace.
+    cluster
+        Optional (see :func:`ddp_kwargs`).
+    require_exact
+        Refuse plans DDP cannot express exactly (default); False applies the closest setting.
+    **kwargs
+        Further ``DistributedDataParallel`` arguments (``device_ids``, ...); the bucket sizes
+        come from the plan.
+
+    Raises
+    ------
+    SchedoptError
+        No initialised process group, a model that does not match the trace, bucket-size
+        arguments in ``kwargs``, or a plan DDP cannot express (with ``require_exact``).
+    """
+    torch = _torch()
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise SchedoptError("needs an initialised process group "
+                            "(torch.distributed.init_process_group)", "process_group", None)
+    clash = sorted({"bucket_cap_mb", "bucket_cap_mb_list"} & set(kwargs))
+    if clash:
+        raise SchedoptError("bucket sizes come from the plan", "kwargs", clash[0])
+    _check_model(model, trace)
+    config = ddp_kwargs(plan, trace, cluster, require_exact=require_exact)
+    return torch.nn.parallel.DistributedDataParallel(model, **{**config, **kwargs})
+
+
+def rebuilt_buckets(ddp_model: Any) -> list[list[str]] | None:
+    """The buckets DDP built at its rebuild, as parameter names in launch order.
+
+    Returns
+    -------
+    list of list of str or None
+        None before the rebuild (run at least two iterations first).
+    """
+    data = ddp_model._get_ddp_logging_data()
+    text = data.get("rebuilt_per_bucket_param_indices") or ""
+    if not data.get("has_rebuilt_buckets") or not text.strip():
+        return None
+    names = [n for n, p in ddp_model.module.named_parameters() if p.requires_grad]
+    return [[names[int(x)] for x in chunk.split()] for chunk in text.split(",") if chunk.strip()]
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """Import ``MODULE:FACTORY`` (the current folder is searched too) and return the callable.
+
+    Raises
+    ------
+    SchedoptError
+        Malformed spec, a module that does not import, or a missing or non-callable name.
+    """
+    import importlib
+    import os
+    import sys
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SchedoptError("write MODULE:FACTORY", "factory", spec)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SchedoptError(f"cannot import: {exc}", "factory", spec) from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    if not callable(obj):
+        raise SchedoptError("no callable of that name", "factory", spec)
+    return obj
+
+
+def random_batch(shape: str, dtype: str = "float32") -> Any:
+    """A random input batch of ``shape`` (``"32,3,224,224"``): normal floats or int64 ids in
+    [0, 100)."""
+    torch = _torch()
+    try:
+        dims = [int(x) for x in shape.split(",") if x.strip()]
+    except ValueError:
+        raise SchedoptError("write the shape as comma-separated integers", "input_shape",
+                            shape) from None
+    if not dims or any(d < 1 for d in dims):
+        raise SchedoptError("write the shape as comma-separated positive integers",
+                            "input_shape", shape)
+    if dtype == "int64":
+        return torch.randint(0, 100, dims)
+    if dtype != "float32":
+        raise SchedoptError("must be float32 or int64", "input_dtype", dtype)
+    return torch.randn(dims)
