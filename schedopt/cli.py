@@ -36,6 +36,12 @@ NodesOpt = Annotated[
     int | None, typer.Option("--nodes", help="Derive the cluster of N nodes (families, resizing).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+PolicyOpt = Annotated[
+    str | None, typer.Option("--policy", "-p", help="Policy spec NAME[:key=value,...].")
+]
+PlanOpt = Annotated[
+    Path | None, typer.Option("--plan", help="A plan JSON (from `optimize --out`).")
+]
 
 
 def _fail(message: str) -> NoReturn:
@@ -57,6 +63,17 @@ def user_errors() -> Iterator[None]:
 def load_pair(trace: str, cluster: str, nodes: int | None) -> tuple[Trace, Cluster]:
     """Load a trace and a cluster from names or paths."""
     return load_trace(trace), load_cluster(cluster, nodes)
+
+
+def load_with_plan(trace: str, cluster: str, nodes: int | None, policy: str | None,
+                   plan_file: Path | None) -> tuple[Trace, Cluster, Plan]:
+    """Load a trace, a cluster and the plan given by exactly one of a policy spec or a file."""
+    if (policy is None) == (plan_file is None):
+        raise SchedoptError("give exactly one of --policy and --plan", "options",
+                            "both" if policy else "neither")
+    tr, cl = load_pair(trace, cluster, nodes)
+    plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+    return tr, cl, plan
 
 
 def result_dict(plan: Plan, sched: Schedule, **extra: Any) -> dict[str, Any]:
@@ -91,12 +108,8 @@ def _main(
 def simulate_cmd(
     trace: TraceArg,
     cluster: ClusterArg,
-    policy: Annotated[
-        str | None, typer.Option("--policy", "-p", help="Policy spec NAME[:key=value,...].")
-    ] = None,
-    plan_file: Annotated[
-        Path | None, typer.Option("--plan", help="A plan JSON (from `optimize --out`).")
-    ] = None,
+    policy: PolicyOpt = None,
+    plan_file: PlanOpt = None,
     nodes: NodesOpt = None,
     as_json: JsonOpt = False,
     gantt: Annotated[
@@ -108,11 +121,7 @@ def simulate_cmd(
 ) -> None:
     """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
     with user_errors():
-        if (policy is None) == (plan_file is None):
-            raise SchedoptError("give exactly one of --policy and --plan", "options",
-                                "both" if policy else "neither")
-        tr, cl = load_pair(trace, cluster, nodes)
-        plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+        tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         record = gantt is not None or chrome_trace is not None
         sched = simulate(tr, cl, plan, record=record)
         _write_visuals(tr, cl, plan, sched, gantt, chrome_trace)
@@ -401,12 +410,8 @@ def emit_cmd(
     target: Annotated[
         str, typer.Option("--target", "-t", help="ddp | horovod | deepspeed | megatron | json")
     ],
-    policy: Annotated[
-        str | None, typer.Option("--policy", "-p", help="Policy spec NAME[:key=value,...].")
-    ] = None,
-    plan_file: Annotated[
-        Path | None, typer.Option("--plan", help="A plan JSON (from `optimize --out`).")
-    ] = None,
+    policy: PolicyOpt = None,
+    plan_file: PlanOpt = None,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the files into this folder.")
     ] = None,
@@ -417,11 +422,7 @@ def emit_cmd(
     from .emit import emit
 
     with user_errors():
-        if (policy is None) == (plan_file is None):
-            raise SchedoptError("give exactly one of --policy and --plan", "options",
-                                "both" if policy else "neither")
-        tr, cl = load_pair(trace, cluster, nodes)
-        plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+        tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         emitted = emit(target, plan, tr, cl)
         written = emitted.write(out) if out is not None else []
     if as_json:
