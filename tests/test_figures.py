@@ -1,0 +1,177 @@
+"""The figure pipeline (benchmarks/figures.py) on small instances: valid PNGs, true numbers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import struct
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from schedopt.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data"
+T, C = str(DATA / "tiny_trace.json"), str(DATA / "fitted_cluster.json")
+runner = CliRunner()
+
+
+def _load_figures() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("schedopt_figures",
+                                                  REPO / "benchmarks" / "figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _load_figures()
+
+
+def cli_json(*args: str) -> Any:
+    result = runner.invoke(app, [*args, "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def assert_png(path: Path) -> tuple[int, int]:
+    """The file is a PNG of a sensible size; returns (width, height) from its IHDR chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    assert 200 <= width <= 2000 and 200 <= height <= 1200
+    assert 1_000 < len(data) < 150 * 1024
+    assert data.endswith(b"IEND\xaeB`\x82")
+    return width, height
+
+
+def fake_optimal(trace: str, cluster: str, plan_out: Path, time_limit_s: float) -> dict:
+    """Stand-in for ``schedopt optimize``: saves mgwfbp's plan where the optimized one would go."""
+    result = figures.run_json(["simulate", trace, cluster, "-p", "mgwfbp"])
+    plan_out.write_text(json.dumps(result["plan"]))
+    return {"status": "FAKE", "iteration_time_s": result["iteration_time_s"]}
+
+
+def test_breakdown_figure_plots_what_compare_reports(tmp_path: Path) -> None:
+    fig = figures.breakdown_figure(tmp_path, "b.png", T, C)
+    assert fig.file == tmp_path / "b.png"
+    assert_png(fig.file)
+    rows = cli_json("compare", T, C)
+    assert fig.data["rows"] == rows
+    bars = fig.data["bars"]
+    by = {r["policy"]: r for r in rows}
+    assert [p for p, _ in bars] == sorted(by, key=lambda p: by[p]["iteration_time_s"])
+    for policy, parts in bars:
+        assert sum(parts.values()) == pytest.approx(by[policy]["iteration_time_s"])
+    best = bars[0][0]
+    assert fig.key.startswith(f"best {best} {by[best]['iteration_time_s'] * 1e3:,.1f} ms")
+    rel = "tests/data"  # paths inside the repository are shown relative to its root
+    assert fig.commands == [f"schedopt compare {rel}/tiny_trace.json {rel}/fitted_cluster.json "
+                            f"--plot {tmp_path / 'b.png'}"]
+
+
+def test_scaling_figure_points_equal_compare_per_size(tmp_path: Path) -> None:
+    policies = ("caffe-mpi", "ddp", "sync-easgd")
+    fig = figures.scaling_figure(tmp_path, "s.png", "googlenet-k80-10gbe-8n", "10gbe-k80-family",
+                                 nodes=(1, 8), policies=policies)
+    assert_png(fig.file)
+    series = fig.data["series"]
+    assert list(series) == list(policies)
+    for n in (1, 8):
+        rows = cli_json("compare", "googlenet-k80-10gbe-8n", "10gbe-k80-family", "--nodes", str(n),
+                        *[a for p in policies for a in ("-p", p)])
+        for r in rows:
+            assert dict(series[r["policy"]])[n] == pytest.approx(r["throughput_samples_s"])
+    assert fig.key.startswith("8 GPUs: ")
+
+
+def test_optimal_series_plumbing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an optimizer, its plans are re-simulated and drawn as the ``optimal`` series."""
+    monkeypatch.setattr(figures, "optimal_plan", fake_optimal)
+    fig = figures.scaling_figure(tmp_path, "s.png", T, C, nodes=(1, 4),
+                                 policies=("mgwfbp", "cntk"), optimal=True)
+    assert_png(fig.file)
+    assert fig.data["series"]["optimal"] == fig.data["series"]["mgwfbp"]
+    assert any(c.startswith("schedopt optimize ") for c in fig.commands)
+
+    cross = figures.crossover_figure(tmp_path, "x.png", T, C, ratios=(0.25, 4.0), optimal=True)
+    assert_png(cross.file)
+    series = cross.data["series"]
+    assert set(series) == {*figures.SWEEP_POLICIES, "optimal"}
+    assert series["optimal"] == pytest.approx(series["mgwfbp"])
+
+    ddp, best = figures.gantt_figures(tmp_path, T, C, optimal=True)
+    for f in (ddp, best):
+        assert_png(f.file)
+    assert best.data["result"]["policy"] == "mgwfbp"
+    assert ddp.data["result"]["iteration_time_s"] == pytest.approx(
+        cli_json("simulate", T, C, "-p", "ddp")["iteration_time_s"])
+
+
+def test_crossover_ratios_and_scales(tmp_path: Path) -> None:
+    fig = figures.crossover_figure(tmp_path, "x.png", T, C, ratios=(0.5, 2.0))
+    assert_png(fig.file)
+    # fitted cluster: all 12,004,000 bytes in one bucket take 1 ms + 12.004 ms; compute 12 ms
+    assert fig.data["comm_s"] == pytest.approx(0.013004)
+    assert fig.data["scales"] == pytest.approx([0.5 * 0.013004 / 0.012, 2 * 0.013004 / 0.012])
+    for i, c in enumerate(fig.data["scales"]):
+        # sync-easgd: compute plus one all-reduce of every byte (docs/model.md, closed forms)
+        assert fig.data["series"]["sync-easgd"][i] == pytest.approx(0.012 * c + 0.013004)
+
+
+def test_crossing_is_log_interpolated() -> None:
+    assert figures._crossing([1, 4], [2, 1], [1, 2]) == pytest.approx(2.0)
+    assert figures._crossing([1, 2], [1, 1], [2, 2]) is None
+
+
+def test_main_lists_and_rejects_unknown_names(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path) -> None:
+    assert figures.main(["--list", "--no-optimal"]) == 0
+    names = capsys.readouterr().out.split()
+    assert "crossover-resnet50" in names and "gantt" in names
+    assert figures.main(["--out", str(tmp_path), "--only", "nope", "--no-optimal"]) == 2
+    assert "unknown figure 'nope'" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_optimizer_detection_matches_the_package() -> None:
+    import typer
+
+    import schedopt.optimize
+
+    assert figures.optimizer_available() == hasattr(schedopt.optimize, "solve")
+    assert figures.optimize_command_available() == (
+        "optimize" in typer.main.get_command(app).commands)
+
+
+def test_real_optimizer_is_never_beaten_by_its_class(tmp_path: Path) -> None:
+    """The optimal curve is at least as fast as every FIFO wait-for-all baseline it plots."""
+    if not figures.optimizer_available():
+        pytest.skip("schedopt.optimize.solve is not installed")
+    cross = figures.crossover_figure(tmp_path, "x.png", T, C, ratios=(0.25, 4.0), optimal=True,
+                                     time_limit_s=5)
+    assert cross.notes == []
+    series = cross.data["series"]
+    for i in range(2):
+        assert series["optimal"][i] <= min(series[p][i] for p in figures.SWEEP_POLICIES) + 1e-9
+
+
+def test_a_failing_optimizer_only_drops_its_series(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    def failing(*args: object) -> dict:
+        raise figures.CommandFailed("`schedopt optimize ...` exited with 2: error: ...")
+
+    monkeypatch.setattr(figures, "optimal_plan", failing)
+    cross = figures.crossover_figure(tmp_path, "x.png", T, C, ratios=(0.5, 2.0), optimal=True)
+    assert "optimal" not in cross.data["series"] and "optimize failed" in cross.notes[0]
+    _, best = figures.gantt_figures(tmp_path, T, C, optimal=True)
+    assert best.data["result"]["policy"] != "optimal" and len(best.notes) == 2
+    for f in (cross, best):
+        assert_png(f.file)
