@@ -121,6 +121,7 @@ def simulate_cmd(
 ) -> None:
     """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
     with user_errors():
+        _check_figure_path(gantt, "--gantt")
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         record = gantt is not None or chrome_trace is not None
         sched = simulate(tr, cl, plan, record=record)
@@ -131,16 +132,36 @@ def simulate_cmd(
     _print_breakdown(tr, cl, plan, sched)
 
 
+_FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def _check_figure_path(path: Path | None, option: str) -> None:
+    """Refuse a figure path whose format matplotlib would not write."""
+    if path is not None and path.suffix.lower() not in _FIGURE_SUFFIXES:
+        raise SchedoptError(f"must end in {', '.join(_FIGURE_SUFFIXES)}", option, str(path))
+
+
+@contextmanager
+def _writing(path: Path, option: str) -> Iterator[None]:
+    """Turn a failure to write an output file into a one-line error."""
+    try:
+        yield
+    except OSError as exc:
+        raise SchedoptError(f"cannot write: {exc.strerror or exc}", option, str(path)) from None
+
+
 def _write_visuals(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule, gantt: Path | None,
                    chrome_trace: Path | None) -> None:
     if gantt is not None:
         from .plotting import gantt_chart
 
-        gantt_chart(sched, gantt, title=f"{tr.name} on {cl.name}: {plan.policy}")
+        with _writing(gantt, "--gantt"):
+            gantt_chart(sched, gantt, title=f"{tr.name} on {cl.name}: {plan.policy}")
     if chrome_trace is not None:
         from .plotting import chrome_trace_events
 
-        write_json_atomic(chrome_trace, chrome_trace_events(sched))
+        with _writing(chrome_trace, "--chrome-trace"):
+            write_json_atomic(chrome_trace, chrome_trace_events(sched))
 
 
 def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> None:
@@ -165,7 +186,9 @@ def compare_rows(tr: Trace, cl: Cluster, specs: list[str]) -> list[dict[str, Any
         sched = simulate(tr, cl, plan)
         base = simulate(tr, one, make_plan(spec, tr, one))
         eff = sched.throughput_samples_s / (cl.world_size * base.throughput_samples_s)
-        rows.append(result_dict(plan, sched, scaling_efficiency=eff))
+        row = result_dict(plan, sched, scaling_efficiency=eff)
+        row["label"] = spec  # distinguishes two settings of one policy
+        rows.append(row)
     return rows
 
 
@@ -184,14 +207,16 @@ def compare(
 ) -> None:
     """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
     with user_errors():
+        _check_figure_path(plot, "--plot")
         tr, cl = load_pair(trace, cluster, nodes)
         rows = compare_rows(tr, cl, policies or list(POLICIES))
-    if plot is not None:
-        from .plotting import breakdown_chart
+        if plot is not None:
+            from .plotting import breakdown_chart
 
-        ordered = sorted(rows, key=lambda r: r["iteration_time_s"])
-        breakdown_chart([(r["policy"], r["breakdown"]) for r in ordered], plot,
-                        title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
+            ordered = sorted(rows, key=lambda r: r["iteration_time_s"])
+            with _writing(plot, "--plot"):
+                breakdown_chart([(r["label"], r["breakdown"]) for r in ordered], plot,
+                                title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
     if as_json:
         print_json(rows)
         return
@@ -202,7 +227,7 @@ def compare(
                          no_wrap=col == "policy")
     for r in sorted(rows, key=lambda r: r["iteration_time_s"]):
         table.add_row(
-            r["policy"],
+            r["label"],
             f"{r['iteration_time_s'] * 1e3:.3f}",
             f"{r['iteration_time_s'] / best:.3f}x",
             f"{r['throughput_samples_s']:,.1f}",
@@ -230,6 +255,7 @@ def scale(
 ) -> None:
     """Scaling curves: throughput of every policy as the cluster grows node by node."""
     with user_errors():
+        _check_figure_path(plot, "--plot")
         try:
             counts = [int(x) for x in nodes.split(",") if x.strip()]
         except ValueError:
@@ -243,16 +269,18 @@ def scale(
             cl = load_cluster(cluster, n)
             for row in compare_rows(tr, cl, specs):
                 out.append({"nodes": n, "gpus": cl.world_size, "policy": row["policy"],
+                            "label": row["label"],
                             "iteration_time_s": row["iteration_time_s"],
                             "throughput_samples_s": row["throughput_samples_s"],
                             "scaling_efficiency": row["scaling_efficiency"]})
-    if plot is not None:
-        from .plotting import scaling_chart
+        if plot is not None:
+            from .plotting import scaling_chart
 
-        series: dict[str, list[tuple[int, float]]] = {}
-        for r in out:
-            series.setdefault(r["policy"], []).append((r["gpus"], r["throughput_samples_s"]))
-        scaling_chart(series, plot, title=f"{tr.name} on {cluster}")
+            series: dict[str, list[tuple[int, float]]] = {}
+            for r in out:
+                series.setdefault(r["label"], []).append((r["gpus"], r["throughput_samples_s"]))
+            with _writing(plot, "--plot"):
+                scaling_chart(series, plot, title=f"{tr.name} on {cluster}")
     if as_json:
         print_json(out)
         return
@@ -261,9 +289,9 @@ def scale(
     gpus = sorted({(r["nodes"], r["gpus"]) for r in out})
     for n, g in gpus:
         table.add_column(f"{n} nodes ({g} GPUs)", justify="right")
-    for spec in dict.fromkeys(r["policy"] for r in out):
+    for spec in dict.fromkeys(r["label"] for r in out):
         cells = [f"{r['throughput_samples_s']:,.0f} ({r['scaling_efficiency'] * 100:.0f}%)"
-                 for r in out if r["policy"] == spec]
+                 for r in out if r["label"] == spec]
         table.add_row(spec, *cells)
     console.print(table)
 
@@ -473,6 +501,74 @@ def profile_cmd(
         write_json_atomic(out, tr.model_dump(mode="json", exclude_none=True))
     typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
+
+
+@app.command("optimize")
+def optimize_cmd(
+    trace: TraceArg,
+    cluster: ClusterArg,
+    nodes: NodesOpt = None,
+    next_forward: Annotated[
+        str, typer.Option("--next-forward", help="wait-for-all | per-layer")
+    ] = "wait-for-all",
+    reorder: Annotated[
+        bool, typer.Option("--reorder", help="Allow launch orders other than readiness order.")
+    ] = False,
+    partition: Annotated[
+        int | None, typer.Option("--partition", help="Cut tensors into pieces of BYTES at most.")
+    ] = None,
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", help="Search time limit in seconds.")
+    ] = 10.0,
+    workers: Annotated[
+        int, typer.Option("--workers", help="CP-SAT workers (1 is deterministic).")
+    ] = 1,
+    seed: Annotated[int, typer.Option("--seed", help="Random seed of the search.")] = 0,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Write the result and its plan (JSON).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Find the best plan (exact DP or CP-SAT) and compare it with every baseline."""
+    from pydantic import ValidationError
+
+    from .errors import from_validation_error
+    from .optimize import SolveOptions, solve
+
+    with user_errors():
+        tr, cl = load_pair(trace, cluster, nodes)
+        try:
+            opts = SolveOptions(next_forward=next_forward, reorder=reorder,  # type: ignore[arg-type]
+                                partition_bytes=partition, time_limit_s=time_limit,
+                                workers=workers, seed=seed)
+        except ValidationError as exc:
+            raise from_validation_error(exc, "options") from None
+        res = solve(tr, cl, opts)
+        data = res.to_dict()
+        if out is not None:
+            write_json_atomic(out, data)
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {next_forward}"
+                        f"{', reorder' if reorder else ''}"
+                        f"{f', partition {partition} B' if partition else ''}")
+    for col in ("plan", "iteration ms", "vs optimized", "expressible"):
+        table.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
+    table.add_row("[bold]optimized[/bold]", f"{res.iteration_time_s * 1e3:.3f}", "1.000x", "")
+    for b in sorted(res.baselines, key=lambda b: b.iteration_time_s):
+        mark = "yes" if b.expressible else "no"
+        table.add_row(b.policy + (" (hint)" if b.policy == res.hint_policy else ""),
+                      f"{b.iteration_time_s * 1e3:.3f}",
+                      f"{b.iteration_time_s / res.iteration_time_s:.3f}x", mark)
+    console.print(table)
+    typer.echo(f"status {res.status}  objective {res.objective_s * 1e3:.3f} ms  bound "
+               f"{res.bound_s * 1e3:.3f} ms  gap {res.gap * 100:.3f}%  time "
+               f"{res.solve_time_s:.2f} s  method {res.method}  buckets {res.plan.num_buckets}")
+    for note in res.notes:
+        typer.echo(f"note: {note}")
+    if out is not None:
+        typer.echo(f"wrote {out}")
 
 
 def main() -> None:

@@ -158,3 +158,16 @@ def test_debug_shows_traceback(tmp_path: Path) -> None:
     t = _write(tmp_path, "t.json", edit(TRACE, "io_s", -1))
     result = runner.invoke(app, ["--debug", "info", str(t)])
     assert result.exit_code != 0 and result.exception is not None
+
+
+@pytest.mark.parametrize("option", ["--gantt", "--chrome-trace"])
+def test_bad_output_paths(tmp_path: Path, option: str) -> None:
+    """A figure format matplotlib cannot write, or a folder that is a file: one line, exit 2."""
+    blocker = tmp_path / "file.txt"
+    blocker.write_text("not a folder")
+    path = tmp_path / "g.xyz" if option == "--gantt" else blocker / "sub" / "t.json"
+    result = runner.invoke(app, ["simulate", str(DATA / "tiny_trace.json"),
+                                 str(DATA / "fitted_cluster.json"), "-p", "cntk", option,
+                                 str(path)])
+    _assert_user_error(result, option)
+    assert not path.exists()

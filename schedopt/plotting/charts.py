@@ -65,9 +65,18 @@ def scaling_chart(series: Mapping[str, Sequence[tuple[int, float]]], path: str |
         Output file (PNG, SVG, PDF).
     """
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for name, pts in series.items():
+    styles = ["-", "--", "-.", ":"]
+    markers = ["o", "s", "^", "v", "D", "x", "+", "*"]
+    for i, (name, pts) in enumerate(series.items()):
         xs, ys = zip(*pts, strict=True)
-        ax.plot(xs, ys, marker="o", label=name)
+        ax.plot(xs, ys, marker=markers[i % len(markers)], linestyle=styles[i % len(styles)],
+                label=name)
+    # linear scaling from the best throughput at the smallest size
+    x0 = min(p[0] for pts in series.values() for p in pts)
+    y0 = max(p[1] for pts in series.values() for p in pts if p[0] == x0)
+    x_max = max(p[0] for pts in series.values() for p in pts)
+    ax.plot([x0, x_max], [y0, y0 * x_max / x0], color="grey", linewidth=0.8, linestyle=":",
+            label="linear scaling")
     ax.set_xlabel("GPUs")
     ax.set_ylabel(ylabel)
     ax.set_xscale("log", base=2)
