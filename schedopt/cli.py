@@ -538,9 +538,10 @@ def optimize_cmd(
     with user_errors():
         tr, cl = load_pair(trace, cluster, nodes)
         try:
-            opts = SolveOptions(next_forward=next_forward, reorder=reorder,  # type: ignore[arg-type]
-                                partition_bytes=partition, time_limit_s=time_limit,
-                                workers=workers, seed=seed)
+            opts = SolveOptions.model_validate({
+                "next_forward": next_forward, "reorder": reorder, "partition_bytes": partition,
+                "time_limit_s": time_limit, "workers": workers, "seed": seed,
+            })
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
         res = solve(tr, cl, opts)

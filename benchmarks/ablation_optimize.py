@@ -1,0 +1,149 @@
+"""What each ingredient of the optimizer buys (the measurements of docs/formulation.md).
+
+Usage::
+
+    python benchmarks/ablation_optimize.py          # about 5 minutes, one worker, seed 0
+
+Every experiment prints one line: the ingredient, the instance, with and without it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from schedopt.instances import load_cluster, load_trace
+from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.bounds import constant_bound, jackson_bound, lower_bound
+from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
+from schedopt.optimize.heuristics import local_search
+from schedopt.optimize.instance import Instance, build_instance
+from schedopt.optimize.model import CommModel, unimodal_order
+
+LIMIT = 10.0
+
+
+def resnet(fwd_ms: float = 25.0, update: bool = True) -> tuple[Any, Any]:
+    base = load_trace("resnet50-v100-b64")
+    tr = base.scaled(compute=fwd_ms * 1e-3 / float(base.forward.sum()),
+                     name=f"resnet50-f{fwd_ms:g}ms")
+    if not update:
+        tr = tr.model_copy(update={"update_s": 0.0})
+    return tr, load_cluster("10gbe-k80-family", nodes=8)
+
+
+def gpt2(ratio: float) -> tuple[Any, Any]:
+    base = load_trace("gpt2-1.5b-v100-fp16")
+    cl = load_cluster("dgx1-v100-4n-ib-edr")
+    _, beta = cl.alpha_beta()
+    tr = base.scaled(compute=ratio * beta * base.total_bytes / base.compute_s,
+                     name=f"gpt2-1.5b-r{ratio:g}")
+    return tr, cl
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def cp(inst: Instance, order: str, start: Any, limit: float = LIMIT, **kw: Any) -> Any:
+    val = int(inst.evaluate(start).period)
+    cm = CommModel(inst, order=order, horizon=val, **kw)
+    cm.add_hint(start)
+    return cm.solve(time_limit_s=limit, workers=1, seed=0)
+
+
+def ms(inst: Instance, ticks: float) -> str:
+    return f"{ticks * inst.tick * 1e3:.3f} ms"
+
+
+def merging() -> None:
+    tr, cl = resnet()
+    for merge in (True, False):
+        inst = build_instance(tr, cl, SolveOptions(merge_layers=merge))
+        (val, _), t = timed(lambda inst=inst: solve_wait_for_all(inst))
+        sol, t2 = timed(lambda inst=inst: cp(inst, "fifo", [(0, inst.n - 1)]))
+        print(f"merging (wait-for-all, {tr.name}): merge={merge}: {inst.n} units, DP "
+              f"{ms(inst, val)} in {t * 1e3:.1f} ms; CP-SAT from one bucket: {sol.status} "
+              f"{ms(inst, sol.objective)} in {t2:.2f} s")
+    inst_m = build_instance(tr, cl, SolveOptions(next_forward="per-layer", merge_layers=True))
+    inst_f = build_instance(tr, cl, SolveOptions(next_forward="per-layer"))
+    v_m, _, _ = solve_fifo_per_layer(inst_m)
+    v_f, _, _ = solve_fifo_per_layer(inst_f)
+    print(f"merging (per-layer FIFO, {tr.name}): merged {ms(inst_m, v_m)} vs tensors "
+          f"{ms(inst_f, v_f)} (merging is a restriction there)")
+
+
+def prefix_bounds() -> None:
+    tr, cl = resnet()
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer"))
+    _, start, _ = solve_fifo_per_layer(inst)
+    for without in (frozenset(), frozenset({"prefix_bounds"})):
+        sol, t = timed(lambda w=without: cp(inst, "fifo", start, without=w))
+        print(f"prefix bounds (per-layer FIFO with updates, {tr.name}): without={set(without)}"
+              f": {sol.status} {ms(inst, sol.objective)} bound {ms(inst, sol.bound)} in "
+              f"{t:.2f} s")
+
+
+def dp_bound() -> None:
+    for fwd in (15.0, 25.0, 45.0):
+        tr, cl = resnet(fwd)
+        inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+        v, start, _ = solve_fifo_per_layer(inst)
+        simple = max(constant_bound(inst), jackson_bound(inst))
+        full, t = timed(lambda inst=inst, v=v: lower_bound(inst, v))
+        sol = cp(inst, "unimodal", unimodal_order(inst, start), exact_updates=False)
+        print(f"DP lower bound (per-layer+reorder, {tr.name}): constant/Jackson "
+              f"{ms(inst, simple)}, with the bucketing DP {ms(inst, full)} ({t:.2f} s); "
+              f"CP-SAT alone after {LIMIT:g} s: {ms(inst, sol.bound)}")
+
+
+def hints() -> None:
+    tr, cl = resnet()
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    _, fifo, _ = solve_fifo_per_layer(inst)
+    _, ls = local_search(inst, fifo, reorder=True, deadline=time.perf_counter() + 2)
+    for name, start in (("one bucket", [(0, inst.n - 1)]), ("FIFO DP plan", fifo),
+                        ("local search", unimodal_order(inst, ls))):
+        sol = cp(inst, "unimodal", start, exact_updates=False)
+        print(f"hint (per-layer+reorder, {tr.name}): {name} "
+              f"({ms(inst, inst.evaluate(start).period)}): after {LIMIT:g} s "
+              f"{ms(inst, int(inst.evaluate(sol.segs).period))}")
+
+
+def lns() -> None:
+    tr, cl = gpt2(0.5)
+    for use in (False, True):
+        res = solve(tr, cl, SolveOptions(next_forward="per-layer", reorder=True,
+                                         time_limit_s=60.0, lns=use))
+        print(f"LNS (per-layer+reorder, {tr.name}, 60 s): lns={use}: "
+              f"{res.objective_s * 1e3:.3f} ms, bound {res.bound_s * 1e3:.3f} ms, "
+              f"gap {res.gap * 100:.3f}%, method {res.method}")
+
+
+def dominance() -> None:
+    tr, cl = resnet(update=False)
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer"))
+    start = [(0, inst.n - 1)]
+    for without in (frozenset(), frozenset({"one_bucket_end_per_layer"})):
+        sol, t = timed(lambda w=without: cp(inst, "fifo", start, without=w))
+        print(f"one bucket end per layer (per-layer FIFO, no update, {tr.name}): "
+              f"without={set(without)}: {sol.status} {ms(inst, sol.objective)} in {t:.2f} s")
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    _, fifo, _ = solve_fifo_per_layer(inst)
+    for order in ("any", "unimodal"):
+        sol = cp(inst, order, fifo)
+        print(f"launch order model (per-layer+reorder, no update, {tr.name}): {order}: "
+              f"{ms(inst, sol.objective)} bound {ms(inst, sol.bound)} after {LIMIT:g} s")
+
+
+def main() -> int:
+    for fn in (merging, prefix_bounds, dp_bound, hints, dominance, lns):
+        fn()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""Benchmark of the optimizer: exact DP and CP-SAT on the instances of docs/formulation.md.
+
+Usage::
+
+    python benchmarks/bench_optimize.py            # the whole matrix (about 6 minutes)
+    python benchmarks/bench_optimize.py --quick    # ResNet-50 only, shorter limits
+    python benchmarks/bench_optimize.py --json out.json
+
+Instances (all shipped):
+
+* ResNet-50 (``resnet50-v100-b64``, 161 tensors) on the 8-worker 10GbE fit of Shi et al.
+  (``10gbe-k80-family`` at 8 nodes: alpha = 5.23e-4 s, beta = 8.57e-10 s/B), forward time scaled
+  to 15, 25, 30, 35 and 45 ms (backward = 2 x forward, as in the trace);
+* GPT-2 1.5B (``gpt2-1.5b-v100-fp16``, 580 tensors) on ``dgx1-v100-4n-ib-edr``, compute scaled to
+  0.5, 1 and 2 times the bandwidth time of all gradients;
+* ``synthetic-5000`` (5,000 tensors) on the 10GbE fit.
+
+Options per instance: the default class (wait-for-all, readiness order, no partitioning) and
+``--next-forward per-layer --reorder``. Limits: 10 s for ResNet-50, 60 s for the others (one
+worker, seed 0). The table prints the best baseline, the optimum found, the bound, the gap, the
+time and the method; ``solve_s`` includes simulating the 11 baselines, ``opt_s`` is the optimizer
+alone (same solve without baselines), reported for the exact DP rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedopt.cluster import Cluster
+from schedopt.instances import load_cluster, load_trace
+from schedopt.optimize import SolveOptions, solve
+from schedopt.trace import Trace
+
+DEFAULT = {"next_forward": "wait-for-all"}
+PER_LAYER_REORDER = {"next_forward": "per-layer", "reorder": True}
+
+
+@dataclass
+class Case:
+    """One benchmark row: an instance and the options to solve it with."""
+
+    name: str
+    trace: Trace
+    cluster: Cluster
+    options: dict[str, Any]
+    time_limit_s: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        opts = self.options
+        if opts.get("next_forward", "wait-for-all") == "wait-for-all":
+            return "default"
+        out = "per-layer"
+        if opts.get("reorder"):
+            out += "+reorder"
+        if opts.get("partition_bytes"):
+            out += f"+partition {opts['partition_bytes']}"
+        return out
+
+
+def resnet50_cases(limit: float = 10.0) -> list[Case]:
+    """ResNet-50 on 8 x 10GbE at five forward times."""
+    base = load_trace("resnet50-v100-b64")
+    cluster = load_cluster("10gbe-k80-family", nodes=8)
+    out = []
+    for fwd_ms in (15, 25, 30, 35, 45):
+        trace = base.scaled(compute=fwd_ms * 1e-3 / float(base.forward.sum()),
+                            name=f"resnet50-f{fwd_ms}ms")
+        for opts in (DEFAULT, PER_LAYER_REORDER):
+            out.append(Case(trace.name, trace, cluster, opts, limit))
+    return out
+
+
+def gpt2_cases(limit: float = 60.0) -> list[Case]:
+    """GPT-2 1.5B on 4 DGX-1 over EDR InfiniBand at three compute/communication ratios."""
+    base = load_trace("gpt2-1.5b-v100-fp16")
+    cluster = load_cluster("dgx1-v100-4n-ib-edr")
+    _, beta = cluster.alpha_beta()
+    comm = beta * base.total_bytes
+    out = []
+    for ratio in (0.5, 1.0, 2.0):
+        trace = base.scaled(compute=ratio * comm / base.compute_s, name=f"gpt2-1.5b-r{ratio:g}")
+        for opts in (DEFAULT, PER_LAYER_REORDER):
+            out.append(Case(trace.name, trace, cluster, opts, limit))
+    return out
+
+
+def synthetic_cases(limit: float = 60.0) -> list[Case]:
+    """5,000 tensors on 8 x 10GbE."""
+    trace = load_trace("synthetic-5000")
+    cluster = load_cluster("10gbe-k80-family", nodes=8)
+    return [Case(trace.name, trace, cluster, opts, limit) for opts in (DEFAULT,
+                                                                       PER_LAYER_REORDER)]
+
+
+def matrix(quick: bool = False) -> list[Case]:
+    """The benchmark matrix (``quick``: ResNet-50 only, 5 s limits)."""
+    if quick:
+        return resnet50_cases(5.0)
+    return resnet50_cases() + gpt2_cases() + synthetic_cases()
+
+
+def run_case(case: Case, workers: int = 1, seed: int = 0) -> dict[str, Any]:
+    """Solve one case; return the row of the table."""
+    opts = SolveOptions(time_limit_s=case.time_limit_s, workers=workers, seed=seed,
+                        **case.options)
+    res = solve(case.trace, case.cluster, opts)
+    opt_s = None
+    if res.method == "dp":
+        t0 = time.perf_counter()
+        solve(case.trace, case.cluster, opts.model_copy(update={"baselines": False}))
+        opt_s = time.perf_counter() - t0
+    best = min(res.baselines, key=lambda b: b.iteration_time_s)
+    best_expr = min((b for b in res.baselines if b.expressible),
+                    key=lambda b: b.iteration_time_s, default=None)
+    return {
+        "instance": case.name,
+        "tensors": case.trace.num_tensors,
+        "options": case.label,
+        "best_baseline": best.policy,
+        "best_baseline_ms": best.iteration_time_s * 1e3,
+        "best_expressible": best_expr.policy if best_expr else None,
+        "best_expressible_ms": best_expr.iteration_time_s * 1e3 if best_expr else None,
+        "optimum_ms": res.iteration_time_s * 1e3,
+        "objective_ms": res.objective_s * 1e3,
+        "bound_ms": res.bound_s * 1e3,
+        "gap": res.gap,
+        "status": str(res.status),
+        "solve_s": res.solve_time_s,
+        "opt_s": opt_s,
+        "method": res.method,
+        "buckets": res.plan.num_buckets,
+        "result": res,
+    }
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The benchmark table (markdown)."""
+    head = ("| instance | tensors | options | best baseline (ms) | optimum (ms) | bound (ms) | "
+            "gap | status | time (s) | method |")
+    print(head)
+    print("|---" * (head.count("|") - 1) + "|")
+    for r in rows:
+        base = f"{r['best_baseline']} {r['best_baseline_ms']:.3f}"
+        if r["best_expressible"] and r["best_expressible"] != r["best_baseline"]:
+            base += f" ({r['best_expressible']} {r['best_expressible_ms']:.3f} expressible)"
+        t = f"{r['solve_s']:.2f}" + (f" ({r['opt_s']:.3f})" if r["opt_s"] is not None else "")
+        print(f"| {r['instance']} | {r['tensors']} | {r['options']} | {base} | "
+              f"{r['optimum_ms']:.3f} | {r['bound_ms']:.3f} | {r['gap'] * 100:.3f}% | "
+              f"{r['status']} | {t} | {r['method']} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="ResNet-50 only, 5 s limits")
+    ap.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    rows = []
+    for case in matrix(args.quick):
+        row = run_case(case, args.workers, args.seed)
+        rows.append(row)
+        print(f"# {row['instance']} {row['options']}: {row['optimum_ms']:.3f} ms, "
+              f"gap {row['gap'] * 100:.3f}%, {row['solve_s']:.1f} s", file=sys.stderr)
+        # the default class is exact: it must be proven optimal
+        if row["options"] == "default":
+            assert row["status"] == "OPTIMAL", row
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump([{k: v for k, v in r.items() if k != "result"} for r in rows], fh,
+                      indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,73 @@
+"""The baselines as the optimizer sees them: simulated, and expressible or not.
+
+A baseline is *expressible* under the solve options when its default plan could be returned by
+the optimizer: same next-forward mode, overlap, collective and prefetch, no per-stage orders, and
+buckets that are contiguous runs of the optimizer's units (whole tensors, or pieces on the
+``partition_bytes`` grid) launched in readiness order unless reordering is allowed. The best
+expressible baseline is the hint; the optimizer never returns a plan that simulates worse.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from ..cluster import Cluster
+from ..errors import SchedoptError
+from ..plan import Plan
+from ..policies import POLICIES, make_plan
+from ..simulate import simulate
+from ..trace import Trace
+from .instance import Instance, Segments
+from .options import BaselineRow, SolveOptions
+
+__all__ = ["Baseline", "evaluate_baselines", "expressible"]
+
+log = logging.getLogger("schedopt.optimize")
+
+
+@dataclass
+class Baseline:
+    """One baseline: its row, its plan and its segments in the instance's units (or None)."""
+
+    row: BaselineRow
+    plan: Plan
+    segs: Segments | None
+
+
+def expressible(plan: Plan, inst: Instance, opts: SolveOptions,
+                cluster: Cluster) -> tuple[Segments | None, str]:
+    """Segments of ``plan`` in ``inst``'s units when ``opts`` can express it, else the reason."""
+    if plan.next_forward != opts.next_forward:
+        return None, f"next_forward is {plan.next_forward}"
+    if not plan.overlap:
+        return None, "communication does not overlap the backward"
+    if cluster.comm_stages(plan.collective) != cluster.comm_stages():
+        return None, f"collective {plan.collective} differs from the cluster's"
+    if any(order != list(range(plan.num_buckets)) for order in plan.stage_orders.values()):
+        return None, "per-stage launch orders"
+    if plan.prefetch != opts.prefetch:
+        return None, f"prefetch {plan.prefetch}"
+    segs, reason = inst.segments_of_plan(plan)
+    if not segs:
+        return None, reason
+    if not opts.reorder and not inst.is_fifo(segs):
+        return None, "launch order differs from readiness order (needs --reorder)"
+    return segs, ""
+
+
+def evaluate_baselines(trace: Trace, cluster: Cluster, opts: SolveOptions,
+                       inst: Instance) -> list[Baseline]:
+    """Simulate every registered policy's default plan and decide whether it is expressible."""
+    out: list[Baseline] = []
+    for name in POLICIES:
+        try:
+            plan = make_plan(name, trace, cluster)
+            sched = simulate(trace, cluster, plan)
+        except SchedoptError as exc:  # a policy that does not apply to this cluster
+            log.info("baseline %s skipped: %s", name, exc)
+            continue
+        segs, reason = expressible(plan, inst, opts, cluster)
+        row = BaselineRow(name, sched.iteration_time_s, segs is not None, reason)
+        out.append(Baseline(row, plan, segs))
+    return out

@@ -1,0 +1,112 @@
+"""Lower bounds on the period that hold for every launch order (ticks).
+
+* :func:`constant_bound`: compute, one pass of all bytes, the data path.
+* :func:`jackson_bound`: the preemptive single-link bound with one start-up cost.
+* :func:`bucketing_bound`: the *DP lower bound over bucketings*: for a fixed bucketing, buckets
+  ``k, k+1, ...`` (ready order) are all released at or after bucket ``k`` and each has a tail of
+  at least bucket ``k``'s, so the last of them ends no earlier than ``R_k + sum d`` and the period
+  is at least ``R_k + sum_{k' >= k} d_k' + Q_k`` (the preemptive relaxation). The bound is the
+  smallest such value over all bucketings: a right-to-left programme that, for a bound ``lam``,
+  finds the fewest buckets covering units ``i..n-1`` (fewer buckets only help the buckets on the
+  left, which see the suffix through its number of start-up costs), bisected on ``lam``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .instance import Instance
+
+__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound"]
+
+
+def constant_bound(inst: Instance) -> int:
+    """Bounds that do not depend on the plan (ticks)."""
+    c = inst.consts
+    data = c["io"] + c["h2d"]
+    comm = inst.a + int(inst.p.sum()) if inst.stages else 0
+    if not inst.per_layer:
+        cyc = c["F"] + max(c["B"], comm) + c["U"]
+        if inst.prefetch == 0:
+            return cyc + data
+        return max(cyc, c["io"], c["h2d"], -((-(cyc + data)) // 2))
+    k0 = c["B"] + c["F"] + c["U"]
+    lb = max(k0, comm)
+    if data > 0:
+        dterm = k0 + data - c["U"]  # U0 <= U
+        lb = max(lb, dterm) if inst.prefetch == 0 else max(lb, c["io"], c["h2d"],
+                                                          -((-dterm) // 2))
+    return int(lb)
+
+
+def _period_from_makespan(inst: Instance, makespan: int) -> int:
+    c = inst.consts
+    cyc = c["F"] + max(c["B"], makespan) + c["U"]
+    data = c["io"] + c["h2d"]
+    if inst.prefetch == 0:
+        return cyc + data
+    return max(cyc, c["io"], c["h2d"], -((-(cyc + data)) // 2))
+
+
+def jackson_bound(inst: Instance) -> int:
+    """Preemptive bound: for every layer ``l``, the units of layers ``<= l`` are released at
+    ``r_l``, need their bandwidth parts and one start-up cost, and have tails ``>= q_l``."""
+    if not inst.stages:
+        return 0
+    p_suffix = np.cumsum(inst.p[::-1])[::-1]
+    starts = np.array([lo for lo, _ in inst.layer_runs])
+    vals = inst.r[starts] + p_suffix[starts] + inst.a
+    if not inst.per_layer:
+        return _period_from_makespan(inst, int(vals.max()))
+    return int((vals + inst.fwd_from[inst.layer[starts]]).max())
+
+
+def _fewest_buckets(inst: Instance, lam: int) -> bool:
+    """Whether some bucketing has every preemptive suffix term at most ``lam``."""
+    n = inst.n
+    r = inst.r.astype(np.int64)
+    p_suffix = np.r_[np.cumsum(inst.p[::-1])[::-1], 0]
+    a = inst.a
+    fwd = inst.fwd_from[inst.layer] if inst.per_layer else np.zeros(n, dtype=np.int64)
+    upd_before = np.r_[0, inst.upd_prefix] if inst.per_layer else np.zeros(n + 1, np.int64)
+    first = inst.layer_first_unit
+    big = np.iinfo(np.int64).max // 4
+    count = np.full(n + 1, big, dtype=np.int64)
+    count[n] = 0
+    for i in range(n - 1, -1, -1):
+        j = np.arange(i, n)
+        rest = count[i + 1:]
+        # update part of the tail: units before i when the bucket is the first of its layer
+        upd = np.where(first[j] >= i, upd_before[i], 0)
+        term = r[j] + p_suffix[i] + a * (1 + rest) + fwd[j] + upd
+        ok = (rest < big) & (term <= lam)
+        if ok.any():
+            count[i] = 1 + int(rest[ok].min())
+    return bool(count[0] < big)
+
+
+def bucketing_bound(inst: Instance, hi: int) -> int:
+    """The DP lower bound over bucketings (ticks), at most ``hi`` (a known period)."""
+    if not inst.stages:
+        return 0
+    if not inst.per_layer:  # the wait-for-all class is solved exactly by the DP
+        return jackson_bound(inst)
+    c = inst.consts
+    lo = max(c["B"] + c["F"] + c["U"], jackson_bound(inst)) - 1
+    if _fewest_buckets(inst, lo):
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _fewest_buckets(inst, mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def lower_bound(inst: Instance, hi: int, *, with_dp: bool = True) -> int:
+    """The best of the bounds above (ticks); ``hi`` is the period of a known plan."""
+    lb = max(constant_bound(inst), jackson_bound(inst))
+    if with_dp and inst.per_layer:
+        lb = max(lb, bucketing_bound(inst, hi))
+    return min(lb, hi)

@@ -1,0 +1,562 @@
+"""The optimizer's view of a trace and a cluster: units, integer ticks and the period formula.
+
+A *unit* is the smallest thing a bucket holds: a tensor, a piece of a tensor (with
+``partition_bytes``) or, when layers are merged, all tensors of one layer. Units are numbered in
+gradient-ready order; every bucket the optimizer builds is a contiguous run of units (a
+*segment*), and a plan is a list of segments in launch order.
+
+Times are measured from the start of the backward of one iteration. With a single communication
+stage of cost ``alpha + beta * n`` the simulator's period has a closed form (docs/formulation.md):
+
+* wait-for-all: with ``M`` the end of the last communication,
+  ``C = sum f + max(sum b, M) + update_s`` and the period is ``C + io + h2d`` (prefetch 0) or
+  ``max(C, io, h2d, (C + io + h2d) / 2)`` (prefetch 1);
+* per-layer: with ``C_k`` the end of bucket ``k``,
+  ``X = max(sum b + sum f + update_s, max_k (C_k + q_k))``, ``q_k`` the forward time from bucket
+  ``k``'s readiness layer to the end plus the updates that run after its own; the period is
+  ``max(X, D - U0)`` (prefetch 0) or ``max(X, io, h2d, (D - U0) / 2)`` (prefetch 1) with
+  ``D = sum b + sum f + update_s + io + h2d`` and ``U0`` the updates that run before the first
+  forward; with shared PCIe (prefetch 0) also ``max_k C_k + h2d + sum f + update_s - U0``.
+
+With shared PCIe and prefetch 1 the copy of the next batch runs on the link before this
+iteration's communication: the link is free only from a time ``L`` that follows the previous
+iteration's data path and last communication, which adds terms in the link's total work
+(docs/formulation.md, "Shared PCIe").
+
+:meth:`Instance.evaluate` computes it exactly for any list of segments, in integer ticks (the
+model's arithmetic) or in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from ..cluster import Cluster, CommStage
+from ..errors import SchedoptError
+from ..plan import Plan, piece_name, split_member
+from ..simulate import chain_ends
+from ..trace import DTYPE_BYTES, Trace
+from .options import SolveOptions
+
+__all__ = ["Evaluation", "Instance", "Segments", "build_instance"]
+
+#: Segments (lo, hi) of units, inclusive, in launch order.
+Segments = list[tuple[int, int]]
+
+#: Largest model error, as a fraction of the lower bound, that the tick may cause.
+TICK_BUDGET = 5e-4
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The period of one list of segments, as the model computes it.
+
+    Attributes
+    ----------
+    period
+        Period (ticks or seconds).
+    ends
+        End of every bucket's communication (launch order), from the start of the backward.
+    comm_makespan
+        ``max(sum b, max ends)`` (the wait-for-all objective of the CP-SAT model).
+    """
+
+    period: float
+    ends: np.ndarray
+    comm_makespan: float
+
+
+@dataclass
+class Instance:
+    """Units, their data in seconds and in integer ticks, and the period formula.
+
+    Attributes
+    ----------
+    trace, cluster
+        The instance.
+    mode
+        ``wait-for-all`` or ``per-layer``.
+    prefetch
+        I/O prefetch depth of the plans.
+    stages
+        Communication stages of one bucket (the cluster's collective).
+    alpha, beta
+        Cost of one bucket, summed over the stages (seconds, seconds per byte).
+    tensors
+        Tensor names in gradient-ready order.
+    base_tensor, base_offset, base_bytes
+        The finest pieces (index into ``tensors``, byte offset in the tensor, bytes), in ready
+        order; a unit is a run ``unit_start[u] .. unit_start[u + 1] - 1`` of them.
+    layer
+        Owning layer of every unit.
+    nbytes
+        Bytes of every unit.
+    tick
+        Seconds per integer tick.
+    """
+
+    trace: Trace
+    cluster: Cluster
+    mode: str
+    prefetch: int
+    stages: tuple[CommStage, ...]
+    alpha: float
+    beta: float
+    tensors: list[str]
+    base_tensor: np.ndarray
+    base_offset: np.ndarray
+    base_bytes: np.ndarray
+    unit_start: np.ndarray
+    layer: np.ndarray
+    nbytes: np.ndarray
+    merged: bool
+    tick: float
+
+    # ----------------------------------------------------------------------------- sizes
+    @property
+    def n(self) -> int:
+        """Number of units."""
+        return len(self.nbytes)
+
+    @property
+    def per_layer(self) -> bool:
+        """True in per-layer next-forward mode."""
+        return self.mode == "per-layer"
+
+    @property
+    def single_stage(self) -> bool:
+        """True when a bucket's communication is one task (the model's class)."""
+        return len(self.stages) == 1
+
+    @cached_property
+    def layer_first_unit(self) -> np.ndarray:
+        """Index of the first unit of every unit's layer (ready order)."""
+        is_start = np.r_[True, self.layer[1:] != self.layer[:-1]]
+        return np.maximum.accumulate(np.where(is_start, np.arange(self.n), 0))
+
+    @cached_property
+    def layer_runs(self) -> list[tuple[int, int]]:
+        """Unit ranges (first, last) of every layer that owns units, in ready order."""
+        starts = np.flatnonzero(np.r_[True, self.layer[1:] != self.layer[:-1]])
+        ends = np.r_[starts[1:] - 1, self.n - 1]
+        return [(int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+
+    @cached_property
+    def pcie_coupled(self) -> bool:
+        """The batch copy (h2d) and the gradient traffic share the PCIe resource (even a copy
+        of zero length then orders the communication after the next batch's read)."""
+        return any("pcie" in st.resources for st in self.stages)
+
+    @cached_property
+    def gate_runs(self) -> list[tuple[int, tuple[int, int]]]:
+        """Layers that own units with their unit range, in forward order (the order of the
+        next forward)."""
+        return sorted((int(self.layer[lo]), (lo, hi)) for lo, hi in self.layer_runs)
+
+    # ------------------------------------------------------------------------ seconds
+    @cached_property
+    def F(self) -> float:
+        """Sum of forward times."""
+        return float(self.trace.forward.sum())
+
+    @cached_property
+    def B(self) -> float:
+        """Sum of backward times."""
+        return float(self.trace.backward.sum())
+
+    @cached_property
+    def layer_ready_s(self) -> np.ndarray:
+        """End of every layer's backward, from the start of the backward."""
+        return np.cumsum(self.trace.backward[::-1])[::-1].copy()
+
+    @cached_property
+    def forward_from_s(self) -> np.ndarray:
+        """Forward time from every layer to the end (``sum_{m >= l} f_m``)."""
+        return np.cumsum(self.trace.forward[::-1])[::-1].copy()
+
+    @cached_property
+    def release_s(self) -> np.ndarray:
+        """Readiness of every unit (seconds from the start of the backward)."""
+        return self.layer_ready_s[self.layer]
+
+    @cached_property
+    def prefix_bytes(self) -> np.ndarray:
+        """Bytes of units ``0 .. i`` (inclusive)."""
+        return np.cumsum(self.nbytes)
+
+    @property
+    def total_bytes(self) -> int:
+        """All gradient bytes."""
+        return int(self.prefix_bytes[-1])
+
+    @cached_property
+    def lower_bound_s(self) -> float:
+        """A simple valid lower bound on the period (compute, or one pass of all bytes)."""
+        tr = self.trace
+        comm = self.alpha + self.beta * self.total_bytes if self.stages else 0.0
+        return max(self.F + self.B + tr.update_s, self.F + tr.update_s + comm, tr.io_s, tr.h2d_s,
+                   1e-9)
+
+    # -------------------------------------------------------------------------- ticks
+    def ticks(self, seconds: float | np.ndarray) -> np.ndarray:
+        """Round seconds to integer ticks."""
+        return np.rint(np.asarray(seconds, dtype=float) / self.tick).astype(np.int64)
+
+    @cached_property
+    def r(self) -> np.ndarray:
+        """Release of every unit (ticks)."""
+        return self.ticks(self.release_s)
+
+    @cached_property
+    def base_p(self) -> np.ndarray:
+        """Bandwidth part ``beta * bytes`` of every base piece (ticks)."""
+        return self.ticks(self.beta * self.base_bytes)
+
+    @cached_property
+    def p(self) -> np.ndarray:
+        """Bandwidth part of every unit (ticks): the sum over its base pieces, so that
+        coarser units (:meth:`coarsen`) add up to the same integers."""
+        return np.add.reduceat(self.base_p, self.unit_start[:-1])
+
+    @cached_property
+    def a(self) -> int:
+        """Start-up cost ``alpha`` of one bucket (ticks)."""
+        return int(self.ticks(self.alpha))
+
+    @cached_property
+    def upd_prefix(self) -> np.ndarray:
+        """Update share of units ``0 .. i`` (ticks), a non-decreasing array."""
+        total = self.total_bytes
+        return self.ticks(self.trace.update_s * self.prefix_bytes / total)
+
+    @cached_property
+    def fwd_from(self) -> np.ndarray:
+        """``sum_{m >= l} f_m`` per layer (ticks)."""
+        return self.ticks(self.forward_from_s)
+
+    @cached_property
+    def fwd_before(self) -> np.ndarray:
+        """Forward time of the layers before ``l`` (ticks), as ``F - fwd_from[l]`` so that
+        the two add up exactly."""
+        return int(self.ticks(self.F)) - self.fwd_from
+
+    @cached_property
+    def tail(self) -> np.ndarray:
+        """Delivery tail of every unit (per-layer mode, ticks): forward from its layer on plus
+        the updates of units ``0 .. i``; zero in wait-for-all mode."""
+        if not self.per_layer:
+            return np.zeros(self.n, dtype=np.int64)
+        tail = self.fwd_from[self.layer] + self.upd_prefix
+        if self.pcie_coupled and self.prefetch == 0:
+            # the next batch's copy waits for the last communication on the shared resource
+            c = self.consts
+            tail = np.maximum(tail, c["h2d"] + c["F"] + c["U"])
+        return tail
+
+    def _consts(self, ticks: bool) -> dict[str, float]:
+        tr = self.trace
+        if ticks:
+            upd = int(self.upd_prefix[-1])
+            return {"F": int(self.ticks(self.F)), "B": int(self.ticks(self.B)), "U": upd,
+                    "io": int(self.ticks(tr.io_s)), "h2d": int(self.ticks(tr.h2d_s))}
+        return {"F": self.F, "B": self.B, "U": tr.update_s, "io": tr.io_s, "h2d": tr.h2d_s}
+
+    @cached_property
+    def consts(self) -> dict[str, int]:
+        """Iteration constants in ticks: F, B, U, io, h2d."""
+        return {k: int(v) for k, v in self._consts(True).items()}
+
+    @property
+    def first_layer_units(self) -> int | None:
+        """Index of the first unit of layer 0 when layer 0 owns units (else None)."""
+        if int(self.layer[-1]) != 0:
+            return None
+        return int(self.layer_runs[-1][0])
+
+    # ------------------------------------------------------------------------ evaluation
+    def evaluate(self, segs: Segments, *, seconds: bool = False) -> Evaluation:
+        """Period of the plan made of ``segs`` (launch order), exactly as the simulator has it.
+
+        Parameters
+        ----------
+        segs
+            Segments ``(lo, hi)`` covering every unit once, in launch order.
+        seconds
+            Compute in seconds (float) instead of integer ticks.
+        """
+        lo = np.fromiter((s[0] for s in segs), dtype=np.int64, count=len(segs))
+        hi = np.fromiter((s[1] for s in segs), dtype=np.int64, count=len(segs))
+        c = self._consts(not seconds)
+        if seconds:
+            prefix_p = np.r_[0.0, np.cumsum(self.beta * self.nbytes)]
+            dur = self.alpha + prefix_p[hi + 1] - prefix_p[lo]
+            rel = self.release_s[hi]
+            upref = np.r_[0.0, self.trace.update_s * self.prefix_bytes / self.total_bytes]
+            fwd_from = self.forward_from_s
+        else:
+            prefix_p = np.r_[0, np.cumsum(self.p)]
+            dur = self.a + prefix_p[hi + 1] - prefix_p[lo]
+            rel = self.r[hi]
+            upref = np.r_[0, self.upd_prefix]
+            fwd_from = self.fwd_from
+        if not self.stages:
+            dur = dur * 0
+        ends = chain_ends(-np.inf, dur.astype(float), rel.astype(float))
+        if not seconds:
+            ends = np.rint(ends).astype(np.int64)
+        makespan = max(c["B"], ends.max())
+        half: Callable[[float], float] = (lambda x: x / 2) if seconds else (
+            lambda x: -((-x) // 2))
+        data = c["io"] + c["h2d"]
+        shared = self.pcie_coupled and self.prefetch == 1
+        work = dur.sum()  # the link's busy time per iteration
+        if not self.per_layer:
+            cyc = c["F"] + makespan + c["U"]
+            if self.prefetch == 0:
+                period = cyc + data
+            else:
+                period = max(cyc, c["io"], c["h2d"], half(cyc + data))
+            if shared:  # the next batch's copy runs on the link before this communication
+                period = max(period, data + c["U"] + work, c["h2d"] + work)
+            return Evaluation(period, ends, makespan)
+        # per-layer: the next forward's chain runs the updates by gating layer, then launch
+        # order; a bucket's tail holds the updates from its own on and the forwards from its
+        # layer on
+        gl = self.layer[hi]
+        k0 = c["B"] + c["F"] + c["U"]
+        order = np.lexsort((np.arange(len(segs)), gl))
+        share = upref[hi + 1] - upref[lo]
+        suffix = np.cumsum(share[order][::-1])[::-1]
+        upart = np.empty_like(suffix)
+        upart[order] = suffix
+        tails = fwd_from[gl] + upart
+        x = max(k0, (ends + tails).max())
+        if data <= 0 and not self.pcie_coupled:
+            return Evaluation(x, ends, makespan)
+        u0 = share[gl == 0].sum() if np.any(gl == 0) else 0
+        first_fwd = c["F"] + c["U"] - u0  # from the first forward to the next backward
+        if self.prefetch == 0:
+            if self.pcie_coupled:  # the copy waits for the last communication
+                x = max(x, ends.max() + c["h2d"] + first_fwd)
+            return Evaluation(max(x, c["B"] + data + first_fwd), ends, makespan)
+        period = max(x, c["io"], c["h2d"], half(c["B"] + data + first_fwd))
+        if shared:
+            # the link is free only once the next batch is copied (time L): every bucket
+            # ends by L + its launch-order prefix of work, and L follows both the previous
+            # backward (through io) and the previous iteration's last communication
+            late = max(first_fwd, (np.cumsum(dur) + tails).max())
+            period = max(period, c["h2d"] + work, half(c["B"] + data + late),
+                         half(ends.max() + c["h2d"] + late))
+        return Evaluation(period, ends, makespan)
+
+    def coarsen(self, groups: np.ndarray) -> Instance:
+        """An instance whose units are runs of this one's: unit ``g`` of the result covers units
+        ``groups[g] .. groups[g + 1] - 1`` (``groups`` starts at 0, without the final ``n``).
+
+        A coarse unit belongs to the layer of its last unit (its readiness and its gate); all
+        integer data stay sums of the same base ticks, so a plan has the same period in both.
+        """
+        groups = np.asarray(groups, dtype=np.int64)
+        bounds = np.r_[groups, self.n]
+        unit_start = self.unit_start[bounds]
+        last = self.unit_start[bounds[1:]] - 1
+        inst = Instance(
+            trace=self.trace, cluster=self.cluster, mode=self.mode, prefetch=self.prefetch,
+            stages=self.stages, alpha=self.alpha, beta=self.beta, tensors=self.tensors,
+            base_tensor=self.base_tensor, base_offset=self.base_offset,
+            base_bytes=self.base_bytes, unit_start=unit_start,
+            layer=self.trace.ready_layer[self.base_tensor[last]],
+            nbytes=np.add.reduceat(self.base_bytes, unit_start[:-1]), merged=True,
+            tick=self.tick,
+        )
+        return inst
+
+    # --------------------------------------------------------------------------- plans
+    def segments_from_cuts(self, cuts: np.ndarray) -> Segments:
+        """Segments in ready order from a boolean array ``cuts`` (length ``n - 1``)."""
+        idx = np.flatnonzero(np.asarray(cuts, dtype=bool))
+        lo = np.r_[0, idx + 1]
+        hi = np.r_[idx, self.n - 1]
+        return [(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
+
+    def to_plan(self, segs: Segments, policy: str = "optimal", knobs: dict | None = None) -> Plan:
+        """Build the :class:`~schedopt.plan.Plan` of ``segs`` (launch order), bound to the
+        instance; pieces of one tensor in one bucket are joined."""
+        seg_of_base = np.empty(len(self.base_bytes), dtype=np.int64)
+        for k, (lo, hi) in enumerate(segs):
+            seg_of_base[self.unit_start[lo]:self.unit_start[hi + 1]] = k
+        # runs of base pieces of one tensor in one bucket
+        brk = np.r_[True, (self.base_tensor[1:] != self.base_tensor[:-1])
+                    | (seg_of_base[1:] != seg_of_base[:-1])]
+        run_start = np.flatnonzero(brk)
+        run_tensor = self.base_tensor[run_start]
+        run_bytes = np.add.reduceat(self.base_bytes, run_start)
+        run_seg = seg_of_base[run_start]
+        count = np.bincount(run_tensor, minlength=len(self.tensors))
+        piece_idx = np.zeros(len(run_start), dtype=np.int64)
+        partition: dict[str, list[int]] = {}
+        seen: dict[int, int] = {}
+        for j, t in enumerate(run_tensor.tolist()):
+            if count[t] > 1:
+                piece_idx[j] = seen.get(t, 0)
+                seen[t] = piece_idx[j] + 1
+                partition.setdefault(self.tensors[t], []).append(int(run_bytes[j]))
+        buckets: list[list[str]] = [[] for _ in segs]
+        for j in range(len(run_start)):
+            t = int(run_tensor[j])
+            name = self.tensors[t]
+            buckets[int(run_seg[j])].append(
+                piece_name(name, int(piece_idx[j])) if count[t] > 1 else name
+            )
+        plan = Plan.model_validate({
+            "policy": policy,
+            "knobs": knobs or {},
+            "buckets": buckets,
+            "partition": partition,
+            "next_forward": self.mode,
+            "overlap": True,
+            "prefetch": self.prefetch,
+        })
+        return plan.bind(self.trace, self.cluster)
+
+    def segments_of_plan(self, plan: Plan) -> tuple[Segments, str]:
+        """Express ``plan`` as segments of this instance's units, in its launch order.
+
+        Returns
+        -------
+        segs, reason
+            The segments, or an empty list and why the plan does not fit the units (a bucket
+            that is not a contiguous run of units, a piece boundary inside a unit).
+        """
+        pos = self._tensor_pos
+        first_base = self._first_base
+        n_base = len(self.base_tensor)
+        bucket_of_base = np.full(n_base, -1, dtype=np.int64)
+        hits = np.zeros(n_base, dtype=np.int64)
+        for k, bucket in enumerate(plan.buckets):
+            for member in bucket:
+                name, piece = split_member(member) if "#" in member else (member, None)
+                if piece is not None and name not in plan.partition:
+                    name, piece = member, None
+                t = pos.get(name)
+                if t is None:
+                    return [], f"unknown tensor {name!r}"
+                b0, b1 = int(first_base[t]), int(first_base[t + 1])
+                if piece is None:
+                    bucket_of_base[b0:b1] = k
+                    hits[b0:b1] += 1
+                    continue
+                sizes = plan.partition[name]
+                lo_b = int(sum(sizes[:piece]))
+                hi_b = lo_b + int(sizes[piece])
+                off = self.base_offset[b0:b1]
+                end = off + self.base_bytes[b0:b1]
+                inside = (off >= lo_b) & (end <= hi_b)
+                if np.any((off < hi_b) & (end > lo_b) & ~inside):
+                    return [], f"piece {member!r} does not fit the partition grid"
+                idx = b0 + np.flatnonzero(inside)
+                bucket_of_base[idx] = k
+                hits[idx] += 1
+        if np.any(hits != 1):
+            return [], "a tensor piece is in no bucket or in two"
+        starts = self.unit_start[:-1]
+        lo_k = np.minimum.reduceat(bucket_of_base, starts)
+        hi_k = np.maximum.reduceat(bucket_of_base, starts)
+        if np.any(lo_k != hi_k):
+            return [], "a unit (layer or piece) is split between buckets"
+        n_b = len(plan.buckets)
+        units = np.arange(self.n)
+        first = np.full(n_b, self.n, dtype=np.int64)
+        last = np.full(n_b, -1, dtype=np.int64)
+        np.minimum.at(first, lo_k, units)
+        np.maximum.at(last, lo_k, units)
+        count = np.bincount(lo_k, minlength=n_b)
+        bad = np.flatnonzero((count == 0) | (last - first + 1 != count))
+        if len(bad):
+            return [], f"bucket {int(bad[0])} is not contiguous in gradient-ready order"
+        return [(int(x), int(y)) for x, y in zip(first, last, strict=True)], ""
+
+    @cached_property
+    def _tensor_pos(self) -> dict[str, int]:
+        return {name: i for i, name in enumerate(self.tensors)}
+
+    @cached_property
+    def _first_base(self) -> np.ndarray:
+        return np.searchsorted(self.base_tensor, np.arange(len(self.tensors) + 1))
+
+    def is_fifo(self, segs: Segments) -> bool:
+        """True when the segments are launched in readiness (ready-order) order."""
+        return all(segs[k][0] > segs[k - 1][1] for k in range(1, len(segs)))
+
+
+def _pieces(nbytes: int, unit: int) -> list[int]:
+    """Cut ``nbytes`` into pieces of ``unit`` bytes, the last taking the rest."""
+    if nbytes <= unit:
+        return [nbytes]
+    full, rest = divmod(nbytes, unit)
+    return [unit] * full + ([rest] if rest else [])
+
+
+def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
+                   merge: bool | None = None, stage: int | None = None) -> Instance:
+    """Build the optimizer's :class:`Instance` for ``trace`` on ``cluster`` under ``opts``.
+
+    Parameters
+    ----------
+    merge
+        One unit per layer; None: ``opts.merge_layers``, else merge in wait-for-all mode only
+        (where it is exact).
+    stage
+        Keep only this communication stage (a relaxation used for lower bounds).
+    """
+    stages = cluster.comm_stages()
+    if stage is not None:
+        stages = (stages[stage],)
+    alpha = sum(s.alpha_s for s in stages)
+    beta = sum(s.beta_s_per_byte for s in stages)
+    if merge is None:
+        merge = opts.merge_layers if opts.merge_layers is not None else (
+            opts.next_forward == "wait-for-all")
+    order = trace.ready_order
+    tensors = [t.name for t in order]
+    owner = trace.ready_layer
+    b_t, b_off, b_bytes = [], [], []
+    for i, t in enumerate(order):
+        if opts.partition_bytes is not None and not merge:
+            size = DTYPE_BYTES[t.dtype]
+            unit = max(size, opts.partition_bytes // size * size)
+            sizes = _pieces(t.bytes, unit)
+        else:
+            sizes = [t.bytes]
+        off = 0
+        for s in sizes:
+            b_t.append(i)
+            b_off.append(off)
+            b_bytes.append(s)
+            off += s
+    base_tensor = np.array(b_t, dtype=np.int64)
+    base_offset = np.array(b_off, dtype=np.int64)
+    base_bytes = np.array(b_bytes, dtype=np.int64)
+    base_layer = owner[base_tensor]
+    if merge:
+        unit_start = np.r_[np.flatnonzero(np.r_[True, base_layer[1:] != base_layer[:-1]]),
+                           len(base_bytes)]
+    else:
+        unit_start = np.arange(len(base_bytes) + 1)
+    layer = base_layer[unit_start[:-1]]
+    nbytes = np.add.reduceat(base_bytes, unit_start[:-1])
+    inst = Instance(
+        trace=trace, cluster=cluster, mode=opts.next_forward, prefetch=opts.prefetch,
+        stages=stages, alpha=alpha, beta=beta, tensors=tensors, base_tensor=base_tensor,
+        base_offset=base_offset, base_bytes=base_bytes, unit_start=unit_start, layer=layer,
+        nbytes=nbytes, merged=merge, tick=1.0,
+    )
+    n_tasks = 2 * len(base_bytes) + 2 * len(trace.layers) + 4
+    inst.tick = TICK_BUDGET * 2 * inst.lower_bound_s / n_tasks
+    if inst.tick <= 0 or not np.isfinite(inst.tick):
+        raise SchedoptError("cannot choose a time unit (all times are zero)", "trace", trace.name)
+    return inst

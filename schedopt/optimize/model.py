@@ -1,0 +1,281 @@
+"""The CP-SAT model of one instance: build, warm-start, solve, read back the plan."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from ..errors import SchedoptError
+from ..simulate import chain_ends
+from .constraints import Constraints
+from .instance import Instance, Segments
+from .objective import add_objective
+from .variables import ModelVariables, make_variables
+
+__all__ = ["CommModel", "ModelSolution", "schedule_values"]
+
+log = logging.getLogger("schedopt.optimize")
+
+_STATUS = {
+    cp_model.OPTIMAL: "OPTIMAL",
+    cp_model.FEASIBLE: "FEASIBLE",
+    cp_model.INFEASIBLE: "INFEASIBLE",
+    cp_model.MODEL_INVALID: "MODEL_INVALID",
+    cp_model.UNKNOWN: "UNKNOWN",
+}
+
+
+@dataclass
+class ModelSolution:
+    """What one CP-SAT run returned.
+
+    Attributes
+    ----------
+    status
+        CP-SAT's status name.
+    segs
+        The plan (segments in launch order), or None without a solution.
+    objective, bound
+        Objective and best bound (ticks).
+    wall_s
+        Wall-clock time of the run.
+    interrupted
+        The search stopped early without proof (Ctrl-C): callers stop searching too.
+    """
+
+    status: str
+    segs: Segments | None
+    objective: int | None
+    bound: int
+    wall_s: float
+    interrupted: bool = False
+
+
+def unimodal_order(inst: Instance, segs: Segments) -> Segments:
+    """The unimodal launch order with the same sides: the buckets launched before the last-ready
+    one in readiness order, then it, then the others in reverse readiness order (never worse
+    when tails grow with readiness, docs/formulation.md)."""
+    peak = next(k for k, s in enumerate(segs) if s[1] == inst.n - 1)
+    return sorted(segs[: peak + 1]) + sorted(segs[peak + 1:], reverse=True)
+
+
+def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
+    """Values of every model variable for the plan ``segs`` (left-justified schedule).
+
+    Used as the warm start; :meth:`CommModel.check_hint` proves that it is feasible. The
+    period is the exact one, which also satisfies the relaxed update tails.
+    """
+    n = inst.n
+    lo = np.array([s[0] for s in segs])
+    hi = np.array([s[1] for s in segs])
+    pp = np.r_[0, np.cumsum(inst.p)]
+    dur = inst.a + pp[hi + 1] - pp[lo]
+    rel = inst.r[hi].astype(float)
+    ends = np.rint(chain_ends(-np.inf, dur.astype(float), rel)).astype(np.int64)
+    period = int(inst.evaluate(segs).period)
+    c = inst.consts
+    link_free = None
+    if inst.pcie_coupled and inst.prefetch == 1:
+        # the least link_free the period allows; the chain then starts from it
+        data = c["io"] + c["h2d"]
+        c_max = int(ends.max())
+        base = c["B"] + data if inst.per_layer else max(c["B"], c_max) + c["U"] + data
+        link_free = max(base - period, c_max - period + c["h2d"])
+        ends = np.rint(chain_ends(float(link_free), dur.astype(float), rel)).astype(np.int64)
+    start = np.empty(n, dtype=np.int64)
+    end = np.empty(n, dtype=np.int64)
+    ready = np.empty(n, dtype=np.int64)
+    cut = np.zeros(n, dtype=bool)
+    for k in range(len(segs)):
+        t = ends[k] - dur[k]
+        for i in range(lo[k], hi[k] + 1):
+            start[i] = t
+            t += inst.p[i] + (inst.a if i == lo[k] else 0)
+            end[i] = t
+            ready[i] = inst.r[hi[k]]
+        cut[hi[k]] = True
+    out: dict[str, Any] = {"start": start, "end": end, "ready": ready, "cut": cut[:-1],
+                           "period": period, "link_free": link_free}
+    out["makespan"] = int(max(c["B"], ends.max()))
+    if inst.per_layer and c["U"] > 0:
+        upd = inst.upd_prefix
+        before = np.zeros(n + 1, dtype=np.int64)
+        for i in range(n):
+            before[i + 1] = upd[i] if cut[i] else before[i]
+        out["upd_before"] = before
+        fwd = inst.fwd_before.tolist()
+        us, ue, fs = {}, {}, {}
+        prev_layer, prev_fs = None, 0
+        for lay, (a_l, z_l) in inst.gate_runs:
+            window = c["B"] + fwd[lay] if prev_layer is None else prev_fs + fwd[lay] - fwd[
+                prev_layer]
+            t = window
+            ends_here = sorted((int(end[i]), i) for i in range(a_l, z_l + 1) if cut[i])
+            for e_i, i in ends_here:
+                s_i = max(t, e_i)
+                us[i] = s_i
+                t = s_i + int(upd[i] - before[i])
+                ue[i] = t
+            for i in range(a_l, z_l + 1):
+                if i not in us:  # absent interval: its constraints are not enforced
+                    us[i] = 0
+                    ue[i] = 0
+            fs[lay] = int(max(t, window + before[z_l + 1] - before[a_l]))
+            prev_layer, prev_fs = lay, fs[lay]
+        out["update_start"], out["update_end"], out["fwd_start"] = us, ue, fs
+    peak = next((k for k, sg in enumerate(segs) if sg[1] == n - 1), len(segs) - 1)
+    early = np.zeros(n, dtype=bool)
+    for lo_k, hi_k in segs[: peak + 1]:
+        early[lo_k:hi_k + 1] = True
+    ef = np.zeros(n, dtype=np.int64)
+    front = 0
+    for i in range(n):
+        if early[i]:
+            front = max(front, int(end[i]))
+        ef[i] = front
+    lf = np.zeros(n + 1, dtype=np.int64)
+    lf[n] = int(end[n - 1])
+    for i in range(n - 1, -1, -1):
+        lf[i] = max(lf[i + 1], 0 if early[i] else int(end[i]))
+    need = np.zeros(n, dtype=np.int64)
+    for i in range(n - 1, -1, -1):
+        need[i] = lf[i + 1] if (i == n - 1 or cut[i]) else need[i + 1]
+    out.update({"early": early, "early_front": ef, "late_front": lf, "late_need": need})
+    return out
+
+
+class CommModel:
+    """The CP-SAT model of ``inst`` (docs/formulation.md).
+
+    Parameters
+    ----------
+    inst
+        The instance (integer data).
+    order
+        ``fifo``, ``any`` or ``unimodal`` (see :class:`~.constraints.Constraints`).
+    exact_updates
+        Model the update windows of per-layer mode exactly; False keeps only the updates of
+        earlier-gated buckets in every tail (a relaxation, valid for every launch order).
+    horizon
+        Upper bound of every time variable: the period of a known plan (ticks).
+    period_lb
+        A proven lower bound of the period (ticks).
+    fixed_cuts, chain, fixed_early
+        Restrictions used by the large-neighbourhood search (see :class:`Constraints`).
+    without
+        Families to leave out (see :class:`Constraints`).
+    """
+
+    def __init__(self, inst: Instance, *, order: str, horizon: int, period_lb: int = 0,
+                 exact_updates: bool = True, fixed_cuts: dict[int, bool] | None = None,
+                 chain: Sequence[tuple[int, int]] = (),
+                 fixed_early: dict[int, bool] | None = None,
+                 without: frozenset[str] = frozenset()) -> None:
+        self.inst = inst
+        self.order = order
+        self.exact_updates = exact_updates
+        self.m = cp_model.CpModel()
+        try:
+            self.v: ModelVariables = make_variables(
+                self.m, inst, horizon, min(period_lb, horizon), windows=exact_updates,
+                unimodal=order == "unimodal")
+            Constraints(self.m, inst, self.v, order=order, fixed_cuts=fixed_cuts,
+                        chain=chain, fixed_early=fixed_early, without=without).add_all()
+            add_objective(self.m, inst, self.v, reorder=order != "fifo")
+        except (TypeError, OverflowError) as exc:  # integers beyond CP-SAT's range
+            raise SchedoptError(f"CP-SAT rejected the model: {exc}", "optimize.model",
+                                inst.trace.name) from None
+        msg = self.m.validate()
+        if msg:
+            raise SchedoptError(f"CP-SAT rejected the model: {msg}", "optimize.model",
+                                inst.trace.name)
+
+    # ------------------------------------------------------------------------ warm start
+    def add_hint(self, segs: Segments) -> None:
+        """Hint every decision and auxiliary variable with the schedule of ``segs``."""
+        m, v = self.m, self.v
+        m.clear_hints()
+        if self.order == "unimodal":
+            segs = unimodal_order(self.inst, segs)
+        val = schedule_values(self.inst, segs)
+        for i, x in enumerate(v.cut):
+            m.add_hint(x, bool(val["cut"][i]))
+        for name in ("start", "end", "ready"):
+            for x, y in zip(getattr(v, name), val[name], strict=True):
+                m.add_hint(x, int(y))
+        m.add_hint(v.period, int(val["period"]))
+        if v.makespan is not None:
+            m.add_hint(v.makespan, int(val["makespan"]))
+        if v.link_free is not None:
+            m.add_hint(v.link_free, int(val["link_free"]))
+        if v.upd_before:
+            for x, y in zip(v.upd_before, val["upd_before"], strict=True):
+                m.add_hint(x, int(y))
+            for i, x in v.update_start.items():
+                m.add_hint(x, int(val["update_start"][i]))
+                m.add_hint(v.update_end[i], int(val["update_end"][i]))
+            for lay, x in v.fwd_start.items():
+                m.add_hint(x, int(val["fwd_start"][lay]))
+        for name in ("early", "early_front", "late_front", "late_need"):
+            for x, y in zip(getattr(v, name), val.get(name, []), strict=False):
+                m.add_hint(x, int(y))
+
+    def check_hint(self, time_limit_s: float = 5.0) -> bool:
+        """True when the hint alone is a feasible solution (solved with every variable fixed to
+        its hinted value)."""
+        solver = cp_model.CpSolver()
+        solver.parameters.fix_variables_to_their_hinted_value = True
+        solver.parameters.num_workers = 1
+        solver.parameters.max_time_in_seconds = time_limit_s
+        status = solver.solve(self.m)
+        return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+    # ---------------------------------------------------------------------------- solve
+    def solve(self, *, time_limit_s: float, workers: int = 1, seed: int = 0,
+              relative_gap: float = 0.0, extra: dict[str, Any] | None = None,
+              log_search: bool = False) -> ModelSolution:
+        """Run CP-SAT; return the best plan, the objective and the bound (ticks).
+
+        CP-SAT catches Ctrl-C itself (``catch_sigint_signal``) and returns its best solution, as
+        on a time limit; the result is then marked ``interrupted``.
+        """
+        solver = cp_model.CpSolver()
+        prm = solver.parameters
+        prm.max_time_in_seconds = max(0.01, time_limit_s)
+        prm.num_workers = workers
+        prm.random_seed = seed
+        prm.relative_gap_limit = relative_gap
+        prm.log_search_progress = log_search or log.isEnabledFor(logging.DEBUG)
+        for key, value in (extra or {}).items():
+            setattr(prm, key, value)
+        if prm.log_search_progress:
+            prm.log_to_stdout = False
+            solver.log_callback = lambda line: log.debug("cp-sat: %s", line)
+        status = solver.solve(self.m)
+        name = _STATUS.get(status, "UNKNOWN")
+        if name == "MODEL_INVALID":
+            raise SchedoptError(f"CP-SAT rejected the model: {self.m.validate()}",
+                                "optimize.model", self.inst.trace.name)
+        bound = int(np.floor(solver.best_objective_bound + 1e-9)) if name != "INFEASIBLE" else 0
+        # a run that ends early without proof (and without a gap limit) was interrupted
+        early = solver.wall_time < 0.9 * prm.max_time_in_seconds - 0.05
+        interrupted = name in ("FEASIBLE", "UNKNOWN") and early and relative_gap == 0.0 and (
+            "max_deterministic_time" not in (extra or {}))
+        if name not in ("OPTIMAL", "FEASIBLE"):
+            return ModelSolution(name, None, None, bound, solver.wall_time, interrupted)
+        segs = self.read_plan(solver)
+        return ModelSolution(name, segs, round(solver.objective_value), bound,
+                             solver.wall_time, interrupted)
+
+    def read_plan(self, solver: cp_model.CpSolver) -> Segments:
+        """The segments of the solution in launch order (by start time)."""
+        cuts = np.array([solver.boolean_value(x) for x in self.v.cut], dtype=bool)
+        segs = self.inst.segments_from_cuts(cuts)
+        starts = [solver.value(self.v.start[lo]) for lo, _ in segs]
+        order = sorted(range(len(segs)), key=lambda k: (starts[k], segs[k][0]))
+        return [segs[k] for k in order]

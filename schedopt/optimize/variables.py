@@ -1,0 +1,139 @@
+"""Decision and auxiliary variables of the CP-SAT model (names as in docs/formulation.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from .instance import Instance
+
+__all__ = ["ModelVariables", "make_variables"]
+
+
+@dataclass
+class ModelVariables:
+    """Every variable of the model, by family.
+
+    Attributes
+    ----------
+    cut
+        ``cut[i]`` (``i < n - 1``): a bucket ends at unit ``i`` (the next unit starts a new one).
+    start, end, comm
+        ``comm[i]``: the link interval of unit ``i``; its size is ``p[i] + a * first[i]``, the
+        bandwidth part plus the bucket's start-up cost on its first unit.
+    ready
+        ``ready[i]``: readiness of unit ``i``'s bucket (release of the bucket's last unit).
+    upd_before
+        ``upd_before[i]`` (``i <= n``): update ticks of the units before the last cut before
+        ``i`` (per-layer mode with an update step).
+    fwd_start
+        ``fwd_start[l]``: start of layer ``l``'s next forward, per layer that owns units (same).
+    update, update_start, update_end
+        ``update[i]``: optional update interval of the bucket that ends at unit ``i``, present
+        when ``i`` ends a bucket (same, with exact update windows).
+    early
+        ``early[i]``: unit ``i``'s bucket is launched before the last-ready bucket, in readiness
+        order; otherwise after it, in reverse readiness order (unimodal launch order).
+    early_front, late_front, late_need
+        ``early_front[i]``: end of the early units among ``0..i``; ``late_front[i]``: end of the
+        late units among ``i..n-1`` (``late_front[n]`` the end of the last-ready bucket);
+        ``late_need[i]``: earliest start of unit ``i``'s bucket when it is late.
+    makespan
+        ``max(sum b, end of the last communication)`` (wait-for-all mode).
+    link_free
+        When the link is free of the next batch's copy (shared PCIe with prefetch), from the
+        start of the backward; None otherwise.
+    period
+        The objective: the period in ticks.
+    """
+
+    cut: list[cp_model.IntVar]
+    start: list[cp_model.IntVar]
+    end: list[cp_model.IntVar]
+    comm: list[cp_model.IntervalVar]
+    ready: list[cp_model.IntVar]
+    period: cp_model.IntVar
+    makespan: cp_model.IntVar | None = None
+    link_free: cp_model.IntVar | None = None
+    early: list[cp_model.IntVar] = field(default_factory=list)
+    early_front: list[cp_model.IntVar] = field(default_factory=list)
+    late_front: list[cp_model.IntVar] = field(default_factory=list)
+    late_need: list[cp_model.IntVar] = field(default_factory=list)
+    upd_before: list[cp_model.IntVar] = field(default_factory=list)
+    fwd_start: dict[int, cp_model.IntVar] = field(default_factory=dict)
+    update: dict[int, cp_model.IntervalVar] = field(default_factory=dict)
+    update_start: dict[int, cp_model.IntVar] = field(default_factory=dict)
+    update_end: dict[int, cp_model.IntVar] = field(default_factory=dict)
+
+    def is_cut(self, i: int, n: int) -> cp_model.IntVar | bool:
+        """``cut[i]``, or True for the last unit (which always ends a bucket)."""
+        return True if i == n - 1 else self.cut[i]
+
+
+def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
+                   period_lb: int, *, windows: bool = True,
+                   unimodal: bool = False) -> ModelVariables:
+    """Create the variables of the model for ``inst``.
+
+    Parameters
+    ----------
+    m
+        The model.
+    inst
+        The instance (integer data).
+    horizon
+        Upper bound of every time variable (the period of a known plan).
+    period_lb
+        A proven lower bound of the period (ticks).
+    windows
+        Create the exact update windows (per-layer mode with an update step).
+    unimodal
+        Create the variables of the unimodal launch order.
+    """
+    n = inst.n
+    r = inst.r.tolist()
+    p = inst.p.tolist()
+    a = inst.a
+    r_max = max(r)
+    cut = [m.new_bool_var(f"cut[{i}]") for i in range(n - 1)]
+    start, end, comm, ready = [], [], [], []
+    for i in range(n):
+        s = m.new_int_var(r[i], horizon, f"start[{i}]")
+        e = m.new_int_var(r[i] + p[i], horizon + p[i] + a, f"end[{i}]")
+        size = p[i] + a if i == 0 else p[i] + a * cut[i - 1]
+        comm.append(m.new_interval_var(s, size, e, f"comm[{i}]"))
+        ready.append(m.new_int_var(r[i], r_max, f"ready[{i}]"))
+        start.append(s)
+        end.append(e)
+    period = m.new_int_var(period_lb, max(horizon, period_lb), "period")
+    v = ModelVariables(cut=cut, start=start, end=end, comm=comm, ready=ready, period=period)
+    if inst.pcie_coupled and inst.prefetch == 1:
+        v.link_free = m.new_int_var(-horizon, horizon, "link_free")
+    if unimodal:
+        v.early = [m.new_bool_var(f"early[{i}]") for i in range(n)]
+        v.early_front = [m.new_int_var(0, horizon + a, f"early_front[{i}]") for i in range(n)]
+        v.late_front = [m.new_int_var(0, horizon + a, f"late_front[{i}]") for i in range(n + 1)]
+        v.late_need = [m.new_int_var(0, horizon + a, f"late_need[{i}]") for i in range(n)]
+    if not inst.per_layer:
+        v.makespan = m.new_int_var(0, horizon + a + sum(p), "makespan")
+        return v
+    u_tot = int(inst.consts["U"])
+    if u_tot > 0:
+        v.upd_before = [m.new_int_var(0, u_tot, f"upd_before[{i}]") for i in range(n + 1)]
+    if u_tot > 0 and windows:
+        upd = inst.upd_prefix.tolist()
+        for lay, (lo, hi) in inst.gate_runs:
+            v.fwd_start[lay] = m.new_int_var(0, horizon, f"fwd_start[{lay}]")
+            for i in range(lo, hi + 1):
+                us = m.new_int_var(0, horizon, f"update_start[{i}]")
+                ue = m.new_int_var(0, horizon, f"update_end[{i}]")
+                size = upd[i] - v.upd_before[i]
+                present = v.is_cut(i, n)
+                if present is True:
+                    iv = m.new_interval_var(us, size, ue, f"update[{i}]")
+                else:
+                    iv = m.new_optional_interval_var(us, size, ue, present, f"update[{i}]")
+                v.update[i], v.update_start[i], v.update_end[i] = iv, us, ue
+    return v
+

@@ -1,0 +1,147 @@
+"""The CP-SAT model: same optimum as the exact programmes and brute force, a feasible warm
+start, deterministic runs, clear errors."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from schedopt.cluster import Cluster
+from schedopt.errors import SchedoptError
+from schedopt.optimize import SolveOptions
+from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
+from schedopt.optimize.instance import build_instance
+from schedopt.optimize.model import CommModel
+from schedopt.policies import make_plan
+from schedopt.trace import Trace
+
+from .strategies import clusters, traces
+
+#: Deterministic limits: one worker, a seed, a deterministic time budget.
+LIMITS = {"time_limit_s": 30.0, "workers": 1, "seed": 0,
+          "extra": {"max_deterministic_time": 20.0}}
+
+
+def solve_model(inst, *, reorder: bool, start, order: str | None = None
+                ) -> tuple[str, int | None, int]:
+    """Solve the full model from ``start``; check the warm start first."""
+    value = int(inst.evaluate(start).period)
+    cm = CommModel(inst, order=order or ("any" if reorder else "fifo"), horizon=value)
+    cm.add_hint(start)
+    assert cm.check_hint(), "the warm start must be a feasible solution"
+    sol = cm.solve(**LIMITS)
+    assert sol.segs is not None
+    assert int(inst.evaluate(sol.segs).period) == sol.objective
+    return sol.status, sol.objective, sol.bound
+
+
+@settings(max_examples=25, deadline=None)
+@given(trace=traces(max_layers=5), cluster=clusters(fitted=True),
+       prefetch=st.sampled_from([0, 1]), reorder=st.booleans())
+def test_cp_sat_equals_dp_on_the_default_class(trace: Trace, cluster: Cluster, prefetch: int,
+                                               reorder: bool) -> None:
+    """Wait-for-all, one link: CP-SAT's proven optimum is the DP's, on the same integers; the
+    model starts from a deliberately poor plan (one bucket)."""
+    inst = build_instance(trace, cluster, SolveOptions(prefetch=prefetch))
+    dp_val, _ = solve_wait_for_all(inst)
+    status, obj, bound = solve_model(inst, reorder=reorder, start=[(0, inst.n - 1)])
+    assert status == "OPTIMAL"
+    assert obj == bound == dp_val
+
+
+@settings(max_examples=25, deadline=None)
+@given(trace=traces(max_layers=4), cluster=clusters(fitted=True),
+       prefetch=st.sampled_from([0, 1]))
+def test_cp_sat_equals_dp_per_layer_fifo(trace: Trace, cluster: Cluster, prefetch: int) -> None:
+    """Per-layer, readiness order, no update step: CP-SAT agrees with the bisected DP."""
+    trace = trace.model_copy(update={"update_s": 0.0})
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer",
+                                                       prefetch=prefetch))
+    dp_val, _, exact = solve_fifo_per_layer(inst)
+    status, obj, _ = solve_model(inst, reorder=False, start=[(0, inst.n - 1)])
+    assert status == "OPTIMAL"
+    assert obj == dp_val if exact else obj <= dp_val
+
+
+@settings(max_examples=20, deadline=None)
+@given(trace=traces(max_layers=4), cluster=clusters(fitted=True),
+       prefetch=st.sampled_from([0, 1]), reorder=st.booleans(),
+       piece=st.one_of(st.none(), st.integers(2_000_000, 6_000_000)))
+def test_cp_sat_equals_brute_force_per_layer(trace: Trace, cluster: Cluster, prefetch: int,
+                                             reorder: bool, piece: int | None) -> None:
+    """Per-layer with updates, reordering and pieces: CP-SAT's optimum is the best of every
+    bucketing in every allowed order (the exact update windows)."""
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer",
+                                                       prefetch=prefetch, reorder=reorder,
+                                                       partition_bytes=piece))
+    if inst.n > 6:
+        return
+    best = None
+    for bits in itertools.product([False, True], repeat=inst.n - 1):
+        segs = inst.segments_from_cuts(np.array(bits, dtype=bool))
+        orders = itertools.permutations(range(len(segs))) if reorder else [range(len(segs))]
+        for order in orders:
+            val = inst.evaluate([segs[k] for k in order]).period
+            best = val if best is None else min(best, val)
+    _, start, _ = solve_fifo_per_layer(inst)
+    status, obj, bound = solve_model(inst, reorder=reorder, start=start)
+    assert status == "OPTIMAL"
+    assert obj == bound == best
+    if reorder:  # the unimodal launch order: as good without updates, a bound with relaxed ones
+        status, obj, bound = solve_model(inst, reorder=True, start=start, order="unimodal")
+        assert status == "OPTIMAL"
+        if inst.consts["U"] == 0:
+            assert obj == best
+        else:
+            assert obj >= best
+        cm = CommModel(inst, order="unimodal", horizon=int(best), exact_updates=False)
+        cm.add_hint(start if inst.evaluate(start).period <= best else [(0, inst.n - 1)])
+        relaxed = cm.solve(**LIMITS)
+        assert relaxed.status == "OPTIMAL" and relaxed.objective <= best
+
+
+def test_every_expressible_baseline_is_a_feasible_warm_start(tiny_trace: Trace,
+                                                              fitted_cluster: Cluster) -> None:
+    """The baselines the options can express hint every variable feasibly."""
+    opts = SolveOptions(merge_layers=False)
+    inst = build_instance(tiny_trace, fitted_cluster, opts)
+    for name in ("caffe-mpi", "sync-easgd", "ddp", "mgwfbp", "horovod"):
+        plan = make_plan(name, tiny_trace, fitted_cluster)
+        segs, reason = inst.segments_of_plan(plan)
+        assert segs, reason
+        cm = CommModel(inst, order="fifo", horizon=int(inst.evaluate(segs).period))
+        cm.add_hint(segs)
+        assert cm.check_hint(), name
+
+
+def test_one_worker_and_a_seed_are_deterministic(tiny_trace: Trace,
+                                                 fitted_cluster: Cluster) -> None:
+    """Two runs with one worker and the same seed return the same plan and figures."""
+    opts = SolveOptions(next_forward="per-layer", reorder=True, partition_bytes=1_000_000,
+                        time_limit_s=5.0, workers=1, seed=7,
+                        cp_sat={"max_deterministic_time": 2.0})
+    from schedopt.optimize import solve
+
+    a, b = solve(tiny_trace, fitted_cluster, opts), solve(tiny_trace, fitted_cluster, opts)
+    assert a.plan.buckets == b.plan.buckets
+    assert (a.objective_s, a.bound_s, str(a.status)) == (b.objective_s, b.bound_s, str(b.status))
+
+
+def test_invalid_model_raises_with_cp_sat_message(tiny_trace: Trace,
+                                                  fitted_cluster: Cluster) -> None:
+    """A model CP-SAT cannot represent (times beyond its integer range) is refused with CP-SAT's
+    own validation message."""
+    inst = build_instance(tiny_trace, fitted_cluster, SolveOptions(next_forward="per-layer"))
+    inst.tick = 1e-20  # durations of about 1e17 ticks, a horizon beyond CP-SAT's range
+    with pytest.raises(SchedoptError, match=r"CP-SAT rejected the model: .*domain"):
+        CommModel(inst, order="any", horizon=int(4.7e18))
+
+
+def test_unknown_cp_sat_parameter_is_refused() -> None:
+    with pytest.raises(ValidationError, match="unknown CP-SAT parameter"):
+        SolveOptions(cp_sat={"no_such_parameter": 1})
