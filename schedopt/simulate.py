@@ -68,7 +68,7 @@ class Model:
     chain_kind: np.ndarray  # 0 fwd, 1 bwd, 2 update (of previous iteration)
     chain_index: np.ndarray  # layer index, or bucket index for updates
     shared_stage_resources: bool
-    comm_sequence: list[tuple[int, int]]  # (stage, bucket) in resource order, when shared
+    comm_sequence: np.ndarray  # (n, 2): (stage, bucket) in resource order, when shared
 
     @classmethod
     def build(cls, trace: Trace, cluster: Cluster, plan: Plan) -> Model:
@@ -126,7 +126,9 @@ class Model:
             chain_kind=chain_kind,
             chain_index=chain_index,
             shared_stage_resources=len(used) != len(set(used)),
-            comm_sequence=plan.comm_sequence(n_s) if len(used) != len(set(used)) else [],
+            comm_sequence=np.asarray(
+                plan.comm_sequence(n_s) if len(used) != len(set(used)) else [], dtype=np.int64
+            ).reshape(-1, 2),
         )
 
 
@@ -268,6 +270,8 @@ class _Simulator:
         if n_s == 0:
             return ready.copy()
         if m.shared_stage_resources:
+            if len({st.resources for st in m.stages}) == 1:
+                return self._comm_one_chain(t, ready)
             return self._comm_general(t, ready)
         end = np.empty((n_b, n_s))
         release = ready
@@ -285,12 +289,36 @@ class _Simulator:
                               st.resources)
         return end[:, -1]
 
+    def _comm_one_chain(self, t: int, ready: np.ndarray) -> np.ndarray:
+        """Every stage holds the same resources: one chain in :meth:`Plan.comm_sequence` order.
+
+        A later stage of a bucket follows its earlier stage on the same chain, so only the first
+        stage waits for anything but the chain itself.
+        """
+        m = self.m
+        n_b, n_s = m.comm_dur.shape
+        seq = m.comm_sequence
+        stage, bucket = seq[:, 0], seq[:, 1]
+        rel = np.where(stage == 0, ready[bucket], _NEG)
+        dur = m.comm_dur[bucket, stage]
+        res = m.stages[0].resources
+        ends = chain_ends(max(self.free[r] for r in res), dur, rel)
+        for r in res:
+            self.free[r] = float(ends[-1])
+        end = np.empty((n_b, n_s))
+        end[bucket, stage] = ends
+        if self.record:
+            for i in range(len(seq)):
+                self._rec(("comm", t, int(bucket[i]), int(stage[i])), ends[i] - dur[i], ends[i],
+                          res)
+        return end[:, -1]
+
     def _comm_general(self, t: int, ready: np.ndarray) -> np.ndarray:
         """Stages that share a resource: one task list in :meth:`Plan.comm_sequence` order."""
         m = self.m
         n_b, n_s = m.comm_dur.shape
         end = np.empty((n_b, n_s))
-        for s, k in m.comm_sequence:
+        for s, k in m.comm_sequence.tolist():
             st = m.stages[s]
             rel = ready[k] if s == 0 else end[k, s - 1]
             start = max(rel, *(self.free[r] for r in st.resources))
