@@ -36,6 +36,7 @@ from .instance import Instance, Segments, build_instance
 from .lns import windowed_lns
 from .model import CommModel, unimodal_order
 from .options import SolveOptions, SolveResult, Status
+from .unimodal import unimodal_exact
 
 __all__ = ["solve"]
 
@@ -153,14 +154,16 @@ def _solve_single(trace: Trace, cluster: Cluster, opts: SolveOptions, fine: Inst
 
 def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
             hint: Baseline | None, deadline: float, notes: list[str]) -> _Outcome:
-    """CP-SAT (and the windowed LNS) from the best of the DP plan, the hint and the local
-    search.
+    """CP-SAT (with the unimodal programme and the windowed LNS) from the best of the DP plan,
+    the hint and the local search.
 
-    With reordering the model uses the unimodal launch order, which loses nothing when tails
-    grow with readiness (docs/formulation.md). With an update step in per-layer mode that holds
-    for relaxed update tails: a first pass solves the unimodal model with relaxed tails (a valid
-    bound, fast plans), a second the general model with exact update windows (a valid bound,
-    exact plans); every plan is judged by the exact period.
+    With reordering, some optimal launch order is unimodal when tails grow with readiness
+    (docs/formulation.md). The unimodal programme (:mod:`.unimodal`) then gives the optimum, or,
+    with an update step (whose exact order can break the argument), a bound from relaxed update
+    tails and a plan judged by the exact period; CP-SAT polishes the plan (unimodal order, exact
+    update windows) and, when the programme could not finish, supplies plans and bounds: the
+    unimodal model with relaxed tails and the general model with exact windows both bound every
+    launch order.
     """
     reorder = opts.reorder
     order = "unimodal" if reorder else "fifo"
@@ -190,48 +193,66 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
         log.info("local search: %d -> %d ticks", start_val, val)
         if val < start_val:
             start, start_val = segs, val
-    relaxed = reorder and inst.per_layer and inst.consts["U"] > 0
+    bound = lb
+    programme_done = False
+    if reorder and inst.per_layer:
+        left = deadline - time.perf_counter()
+        res_u = unimodal_exact(inst, lb - 1, start_val,
+                               deadline=time.perf_counter() + 0.7 * left)
+        if res_u is not None:
+            bound = max(bound, min(res_u.bound, start_val))
+            programme_done = res_u.segs != [] or res_u.bound >= start_val
+            if res_u.segs:
+                val = int(inst.evaluate(res_u.segs).period)
+                log.info("unimodal programme: bound %d, plan %d ticks", res_u.bound, val)
+                if val < start_val:
+                    start, start_val = res_u.segs, val
+                    method = "dp"
     use_lns = opts.lns if opts.lns is not None else inst.n > LNS_UNITS
-    if use_lns and start_val > lb:
+    if use_lns and start_val > bound:
         left = deadline - time.perf_counter()
         share = 0.5 if inst.n <= FULL_MODEL_UNITS else 1.0
         res = windowed_lns(inst, start, start_val, reorder=reorder,
-                           deadline=time.perf_counter() + share * left, lower=lb,
+                           deadline=time.perf_counter() + share * left, lower=bound,
                            seed=opts.seed, workers=opts.workers)
         log.info("lns: %d windows, %d improvements, %d -> %d ticks", res.windows,
                  res.improvements, start_val, res.value)
         if res.value < start_val:
             method = "cp-sat+lns"
             start, start_val = res.segs, res.value
-    bound = lb
     left = deadline - time.perf_counter()
-    if left <= 0.05 or start_val <= lb or inst.n > FULL_MODEL_UNITS:
-        return _Outcome(inst, start, start_val, lb, method, notes)
-    # (order, exact update windows, share of the time left); every pass gives a valid bound
-    passes = [("unimodal", False, 0.4), ("any", True, 1.0)] if relaxed else [(order, True, 1.0)]
-    from_relaxed = False
-    for pass_order, exact_updates, share in passes:
+    if left <= 0.05 or start_val <= bound or inst.n > FULL_MODEL_UNITS:
+        return _Outcome(inst, start, start_val, bound, method, notes)
+    relaxed = reorder and inst.per_layer and inst.consts["U"] > 0
+    # (order, exact update windows, share of the time left, whether its bound is valid)
+    if not relaxed:
+        passes = [(order, True, 1.0, True)]
+    elif programme_done:
+        passes = [("unimodal", True, 0.5, False), ("any", True, 1.0, True)]
+    else:
+        passes = [("unimodal", False, 0.4, True), ("any", True, 1.0, True)]
+    for pass_order, exact_updates, share, valid in passes:
         left = deadline - time.perf_counter()
         if left <= 0.05 or start_val <= bound:
             break
-        cm = CommModel(inst, order=pass_order, horizon=start_val, period_lb=bound,
-                       exact_updates=exact_updates)
+        cm = CommModel(inst, order=pass_order, horizon=start_val,
+                       period_lb=bound if valid else 0, exact_updates=exact_updates)
         cm.add_hint(start)
         sol = cm.solve(time_limit_s=share * left, workers=opts.workers, seed=opts.seed,
                        relative_gap=opts.relative_gap, extra=opts.cp_sat)
-        from_relaxed = (sol.bound > bound and not exact_updates) or (
-            from_relaxed and sol.bound <= bound)
-        bound = max(bound, min(sol.bound, start_val))
+        if valid:
+            bound = max(bound, min(sol.bound, start_val))
         if sol.segs is not None:
             val = int(inst.evaluate(sol.segs).period)
             if val < start_val:
                 start, start_val = sol.segs, val
+                method = "cp-sat" if method != "cp-sat+lns" else method
         if sol.interrupted:
             notes.append("interrupted: the best plan found so far")
             break
-    if from_relaxed and start_val > bound:
-        notes.append("bound from the relaxed update tails (only updates of later-gated "
-                     "buckets count); the plan is judged by the exact period")
+    if relaxed and start_val > bound:
+        notes.append("bound from relaxed update tails (a bucket's own update and those of "
+                     "same-layer buckets launched after it left out); plans judged exactly")
     return _Outcome(inst, start, start_val, bound, method, notes)
 
 

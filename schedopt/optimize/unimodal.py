@@ -17,13 +17,18 @@ peak (the bucket holding the last unit) closes the early chain and needs its end
 states at every cut position form a Pareto front in ``(e, nu)``; the fronts are built position by
 position with vectorised transitions from every earlier front, and ``lam`` is bisected.
 
-Tails are the forward times from each bucket's gating layer (``fwd_from``): exact without an
-update step, a relaxation with one (the updates only add), as are the data-path and shared-PCIe
-terms, which the programme leaves out (the constant bounds keep their plan-independent part).
+Tails are the forward times from each bucket's gating layer plus the updates of the buckets
+gated by later layers (one value per gating layer, set by the bucket that opens it and carried
+as a third coordinate while a layer is split): exact without an update step; with one, the
+bucket's own update and those of same-layer buckets launched after it are left out, a
+relaxation that keeps the tails growing with readiness, so the result is still a bound. The
+data-path and shared-PCIe terms are left out too (the constant bounds keep their
+plan-independent part).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,6 +41,9 @@ _BIG = np.int64(1) << 60
 
 #: Instances larger than this are left to the other bounds (the fronts grow with n).
 MAX_UNITS = 1500
+
+#: Live states beyond which a test gives up (loose bounds make the fronts explode).
+MAX_STATES = 400_000
 
 
 @dataclass
@@ -69,9 +77,52 @@ def _pareto(e: np.ndarray, nu: np.ndarray) -> np.ndarray:
     return order[nu_s > best_before]
 
 
-def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False
-                      ) -> tuple[bool, Segments]:
-    """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan)."""
+def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
+    """Indices of the states not dominated (smaller ``e``, larger ``nu``, smaller ``ug``)."""
+    out: list[np.ndarray] = []
+    front_e = np.zeros(0, dtype=np.int64)
+    front_nu = np.zeros(0, dtype=np.int64)
+    for u in np.unique(ug).tolist():
+        idx = np.flatnonzero(ug == u)
+        idx = idx[_pareto(e[idx], nu[idx])]
+        if len(front_e):
+            pos = np.searchsorted(front_e, e[idx], side="right") - 1
+            best = np.where(pos >= 0, np.maximum.accumulate(front_nu)[np.maximum(pos, 0)],
+                            -_BIG - 1)
+            idx = idx[nu[idx] > best]
+        out.append(idx)
+        both_e = np.r_[front_e, e[idx]]
+        both_nu = np.r_[front_nu, nu[idx]]
+        order = np.argsort(both_e, kind="stable")
+        front_e, front_nu = both_e[order], both_nu[order]
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
+class _Buffer:
+    """Growing int64 columns of the states, appended position by position."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.cols = {k: np.zeros(1024, dtype=np.int64) for k in names}
+        self.size = 0
+
+    def append(self, **cols: np.ndarray) -> None:
+        m = len(next(iter(cols.values())))
+        while self.size + m > len(self.cols["e"]):
+            for k, v in self.cols.items():
+                self.cols[k] = np.r_[v, np.zeros(len(v), dtype=np.int64)]
+        for k, v in cols.items():
+            self.cols[k][self.size:self.size + m] = v
+        self.size += m
+
+    def view(self, start: int) -> dict[str, np.ndarray]:
+        return {k: v[start:self.size] for k, v in self.cols.items()}
+
+
+def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
+                      deadline: float | None = None, levels: int = 0) -> tuple[bool, Segments]:
+    """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan);
+    raises an internal timeout past ``deadline``. ``levels > 0`` rounds the update parts down
+    to that many levels (fewer states, still a relaxation)."""
     n = inst.n
     r = inst.r.astype(np.int64)
     q = inst.fwd_from[inst.layer].astype(np.int64)
@@ -81,16 +132,23 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False
     rest = np.r_[np.cumsum(inst.p[::-1])[::-1][1:], 0].astype(np.int64) + a
     r_last = r[n - 1]
     peak_min = r_last + a + np.int64(inst.p[-1])  # the peak ends no earlier
-    # states per cut position (-1 = before unit 0): e, nu, global id; parents and sides
-    pos_e: list[np.ndarray] = [np.array([-_BIG])]
-    pos_nu: list[np.ndarray] = [np.array([_BIG])]
-    pos_id: list[np.ndarray] = [np.array([0])]
-    parent: list[np.ndarray] = [np.array([-1])]
-    early: list[np.ndarray] = [np.array([True])]
-    owner: list[np.ndarray] = [np.array([-1])]
-    next_id = 1
-    first_live = 0  # positions before it can no longer start a bucket (index into pos_*)
+    # update part of a tail: the updates of buckets gated by later layers (one value per
+    # gating layer, fixed by the bucket that opens it: the units before its first unit)
+    upd_in = np.r_[0, inst.upd_prefix].astype(np.int64)
+    if levels and upd_in[-1] > 0:
+        unit = max(1, int(upd_in[-1]) // levels)
+        upd_in = upd_in // unit * unit
+    first = inst.layer_first_unit
+    inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
+    # every state: e, nu, update part, cut position, parent state, side (1 early)
+    buf = _Buffer(("e", "nu", "ug", "pos", "parent", "early"))
+    buf.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
+               pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]))
+    offset = [0]  # first state of every cut position (index 0: before unit 0)
+    first_live = 0  # positions before it can no longer start a bucket
     for k in range(n):
+        if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
+            raise _Timeout
         # a bucket j+1..k is too long once it cannot be early nor late: both tests grow in k
         while first_live < k:
             j = first_live - 1
@@ -98,74 +156,113 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False
             if r[k] + d_min + q[k] <= lam or lam - q[k] - d_min >= peak_min:
                 break
             first_live += 1
-        live = range(first_live, k + 1)
-        flat_e = np.concatenate([pos_e[i] for i in live])
-        flat_nu = np.concatenate([pos_nu[i] for i in live])
-        flat_id = np.concatenate([pos_id[i] for i in live])
-        flat_pos = np.concatenate([np.full(len(pos_e[i]), i - 1) for i in live])
+        base = offset[first_live]
+        if buf.size - base > MAX_STATES:
+            raise _Timeout
+        st = buf.view(base)
+        flat_e, flat_nu, flat_pos = st["e"], st["nu"], st["pos"]
         d = a + pp[k + 1] - pp[flat_pos + 1]
+        ug = np.where(flat_pos + 1 <= first[k], upd_in[flat_pos + 1], st["ug"])
+        qk = q[k] + ug
         # early bucket (pos+1 .. k)
         e_new = np.maximum(flat_e, r[k]) + d
-        ok_e = e_new + q[k] <= lam
+        ok_e = e_new + qk <= lam
         if k == n - 1:  # the peak closes the early chain; the late work must fit after it
             ok = ok_e & (e_new <= flat_nu)
             if not ok.any():
                 return False, []
             if not want_plan:
                 return True, []
-            src = int(flat_id[np.flatnonzero(ok)[0]])
-            return True, _backtrack(src, k, np.concatenate(owner), np.concatenate(parent),
-                                    np.concatenate(early))
+            src = base + int(np.flatnonzero(ok)[0])
+            cols = buf.view(0)
+            return True, _backtrack(src, k, cols["pos"], cols["parent"], cols["early"] > 0)
         # every remaining unit is early (before the peak) or late (after it): the whole
         # communication ends no earlier than e + the remaining work, and it must end by nu
         ok_e &= np.maximum(e_new + rest[k], peak_min) <= flat_nu
         # late bucket (pos+1 .. k): the whole communication must end by nu
-        nu_new = np.minimum(flat_nu, lam - q[k]) - d
+        nu_new = np.minimum(flat_nu, lam - qk) - d
         ok_l = nu_new >= np.maximum(flat_e + rest[k], peak_min)
-        ce = np.concatenate([e_new[ok_e], flat_e[ok_l]])
-        cn = np.concatenate([flat_nu[ok_e], nu_new[ok_l]])
-        cs = np.concatenate([flat_id[ok_e], flat_id[ok_l]])
-        cl = np.r_[np.ones(int(ok_e.sum()), dtype=bool), np.zeros(int(ok_l.sum()), dtype=bool)]
-        keep = _pareto(ce, cn)
-        pos_e.append(ce[keep])
-        pos_nu.append(cn[keep])
-        pos_id.append(np.arange(next_id, next_id + len(keep)))
-        parent.append(cs[keep])
-        early.append(cl[keep])
-        owner.append(np.full(len(keep), k))
-        next_id += len(keep)
+        ie, il = np.flatnonzero(ok_e), np.flatnonzero(ok_l)
+        ce = np.r_[e_new[ie], flat_e[il]]
+        cn = np.r_[flat_nu[ie], nu_new[il]]
+        cs = np.r_[ie, il] + base
+        cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
+        if inside[k]:  # the next bucket may continue this gating layer: keep its update part
+            cu = np.r_[ug[ie], ug[il]]
+            keep = _pareto3(ce, cn, cu)
+            cu = cu[keep]
+        else:
+            keep = _pareto(ce, cn)
+            cu = np.zeros(len(keep), dtype=np.int64)
+        offset.append(buf.size)
+        buf.append(e=ce[keep], nu=cn[keep], ug=cu, pos=np.full(len(keep), k),
+                   parent=cs[keep], early=cl[keep])
     return False, []  # pragma: no cover - the loop returns at k = n - 1
 
 
-def _backtrack(src: int, k: int, owner: np.ndarray, parent: np.ndarray,
+def _backtrack(src: int, k: int, pos: np.ndarray, parent: np.ndarray,
                early: np.ndarray) -> Segments:
-    """Segments of the plan that ends with the peak ``owner[src] + 1 .. k`` (unimodal order);
-    ``owner[s]`` is the unit after which state ``s`` cuts, ``parent[s]`` its predecessor."""
-    buckets: list[tuple[int, int, bool]] = [(int(owner[src]) + 1, k, True)]
+    """Segments of the plan that ends with the peak ``pos[src] + 1 .. k`` (unimodal order);
+    ``pos[s]`` is the unit after which state ``s`` cuts, ``parent[s]`` its predecessor."""
+    buckets: list[tuple[int, int, bool]] = [(int(pos[src]) + 1, k, True)]
     s = src
     while s > 0:
         prev = int(parent[s])
-        buckets.append((int(owner[prev]) + 1, int(owner[s]), bool(early[s])))
+        buckets.append((int(pos[prev]) + 1, int(pos[s]), bool(early[s])))
         s = prev
     first = [(lo, hi) for lo, hi, e in buckets if e]
     late = [(lo, hi) for lo, hi, e in buckets if not e]
     return sorted(first) + sorted(late, reverse=True)
 
 
-def unimodal_exact(inst: Instance, lo: int, hi: int) -> UnimodalResult | None:
-    """Bisect ``lam`` in ``(lo, hi]`` (``hi`` a known period); None on very large instances."""
+class _Timeout(Exception):
+    pass
+
+
+def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
+                   rel_tol: float = 2e-5) -> UnimodalResult | None:
+    """Search ``lam`` upward from ``lo`` (a value known infeasible or a bound minus one) by
+    growing steps, then bisect until the bracket is within ``rel_tol`` (one tick when the tails
+    are exact); ``hi`` is the period of a known plan. The fronts stay small near the optimum and
+    grow with slack, hence the upward search.
+
+    Returns None on very large instances; stops at ``deadline`` (``time.perf_counter()``) with
+    the best bound proven so far (every infeasible ``lam`` proves ``bound > lam``).
+    """
     if inst.n > MAX_UNITS or not inst.per_layer or not inst.stages:
         return None
     c = inst.consts
     exact = c["U"] == 0 and c["io"] + c["h2d"] == 0 and not inst.pcie_coupled
-    ok, segs = unimodal_feasible(inst, hi, want_plan=True)
-    if not ok:  # hi is the period of a plan, so only non-tail terms can make it infeasible
-        return UnimodalResult(lo + 1, [], False)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        ok, plan = unimodal_feasible(inst, mid, want_plan=True)
+    segs: Segments = []
+    found = None
+    step = max(1, (hi - lo) // 2000)
+
+    def test(lam: int) -> bool:
+        nonlocal segs, found
+        ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline)
         if ok:
-            hi, segs = mid, plan
-        else:
-            lo = mid
-    return UnimodalResult(hi, segs, exact)
+            segs, found = plan, lam
+        return ok
+
+    tol = 1 if exact else max(1, int(rel_tol * hi))
+    try:
+        while found is None and lo + 1 < hi:
+            lam = min(lo + step, hi - 1)
+            if test(lam):
+                break
+            lo = lam
+            step = step * 3 // 2 + 1
+        top = found if found is not None else hi
+        if exact and found is not None and segs:  # the plan's own period may be lower still
+            top = min(top, int(inst.evaluate(segs).period))
+        while top - lo > tol:
+            mid = (lo + top) // 2
+            if test(mid):
+                top = mid
+            else:
+                lo = mid
+    except _Timeout:
+        return UnimodalResult(lo + 1, segs if found is not None else [], False)
+    if found is None:  # nothing below hi: hi itself is the bound (it is a period)
+        return UnimodalResult(hi, [], exact)
+    return UnimodalResult(lo + 1, segs, exact)
