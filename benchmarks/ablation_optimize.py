@@ -20,6 +20,7 @@ from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
 from schedopt.optimize.heuristics import local_search
 from schedopt.optimize.instance import Instance, build_instance
 from schedopt.optimize.model import CommModel, unimodal_order
+from schedopt.optimize.unimodal import unimodal_exact
 
 LIMIT = 10.0
 
@@ -88,16 +89,21 @@ def prefix_bounds() -> None:
 
 
 def dp_bound() -> None:
-    for fwd in (15.0, 25.0, 45.0):
-        tr, cl = resnet(fwd)
-        inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
-        v, start, _ = solve_fifo_per_layer(inst)
-        simple = max(constant_bound(inst), jackson_bound(inst))
-        full, t = timed(lambda inst=inst, v=v: lower_bound(inst, v))
-        sol = cp(inst, "unimodal", unimodal_order(inst, start), exact_updates=False)
-        print(f"DP lower bound (per-layer+reorder, {tr.name}): constant/Jackson "
-              f"{ms(inst, simple)}, with the bucketing DP {ms(inst, full)} ({t:.2f} s); "
-              f"CP-SAT alone after {LIMIT:g} s: {ms(inst, sol.bound)}")
+    for fwd in (15.0, 25.0, 30.0, 45.0):
+        for update in (True, False):
+            tr, cl = resnet(fwd, update)
+            inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+            v, start, _ = solve_fifo_per_layer(inst)
+            simple = max(constant_bound(inst), jackson_bound(inst))
+            full, t = timed(lambda inst=inst, v=v: lower_bound(inst, v))
+            res, t2 = timed(lambda inst=inst, v=v, full=full: unimodal_exact(
+                inst, full - 1, v, deadline=time.perf_counter() + 30))
+            plan = ms(inst, inst.evaluate(res.segs).period) if res.segs else "-"
+            sol = cp(inst, "unimodal", unimodal_order(inst, start), exact_updates=False)
+            print(f"bounds (per-layer+reorder, {tr.name}, update={update}): constant/Jackson "
+                  f"{ms(inst, simple)}; bucketing DP {ms(inst, full)} ({t:.2f} s); unimodal "
+                  f"programme {ms(inst, max(res.bound, full))} ({t2:.2f} s, plan {plan}, "
+                  f"exact={res.exact}); CP-SAT alone after {LIMIT:g} s: {ms(inst, sol.bound)}")
 
 
 def hints() -> None:

@@ -220,11 +220,12 @@ class _Timeout(Exception):
 
 
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
-                   rel_tol: float = 2e-5) -> UnimodalResult | None:
+                   rel_tol: float = 2e-5, levels: int = 512) -> UnimodalResult | None:
     """Search ``lam`` upward from ``lo`` (a value known infeasible or a bound minus one) by
     growing steps, then bisect until the bracket is within ``rel_tol`` (one tick when the tails
     are exact); ``hi`` is the period of a known plan. The fronts stay small near the optimum and
-    grow with slack, hence the upward search.
+    grow with slack, hence the upward search. With an update step the update parts are rounded
+    down to ``levels`` levels (a relaxation: fewer distinct states).
 
     Returns None on very large instances; stops at ``deadline`` (``time.perf_counter()``) with
     the best bound proven so far (every infeasible ``lam`` proves ``bound > lam``).
@@ -239,7 +240,8 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
 
     def test(lam: int) -> bool:
         nonlocal segs, found
-        ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline)
+        ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
+                                     levels=0 if exact else levels)
         if ok:
             segs, found = plan, lam
         return ok
