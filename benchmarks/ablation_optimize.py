@@ -120,13 +120,15 @@ def hints() -> None:
 
 
 def lns() -> None:
-    tr, cl = gpt2(0.5)
-    for use in (False, True):
-        res = solve(tr, cl, SolveOptions(next_forward="per-layer", reorder=True,
-                                         time_limit_s=60.0, lns=use))
-        print(f"LNS (per-layer+reorder, {tr.name}, 60 s): lns={use}: "
-              f"{res.objective_s * 1e3:.3f} ms, bound {res.bound_s * 1e3:.3f} ms, "
-              f"gap {res.gap * 100:.3f}%, method {res.method}")
+    cases = [gpt2(0.5), (load_trace("synthetic-5000"), load_cluster("10gbe-k80-family",
+                                                                     nodes=8))]
+    for tr, cl in cases:
+        for use in (False, True):
+            res = solve(tr, cl, SolveOptions(next_forward="per-layer", reorder=True,
+                                             time_limit_s=60.0, lns=use))
+            print(f"LNS (per-layer+reorder, {tr.name}, 60 s): lns={use}: "
+                  f"{res.objective_s * 1e3:.3f} ms, bound {res.bound_s * 1e3:.3f} ms, "
+                  f"gap {res.gap * 100:.3f}%, method {res.method}")
 
 
 def dominance() -> None:

@@ -102,3 +102,26 @@ def test_shared_pcie_couples_iterations_exactly(tiny_trace: Trace, next_forward:
     res = solve(trace, cluster, SolveOptions(next_forward=next_forward, prefetch=prefetch,
                                              time_limit_s=3.0))
     check_result(trace, cluster, res)
+
+
+@pytest.mark.parametrize("reorder", [False, True])
+def test_windowed_lns_keeps_plans_valid(reorder: bool) -> None:
+    """The large-neighbourhood search (forced on a mid-size instance) returns a valid plan no
+    worse than its start, with one truth."""
+    from schedopt.optimize.dp import solve_fifo_per_layer
+    from schedopt.optimize.instance import build_instance
+    from schedopt.optimize.lns import windowed_lns
+
+    trace = load_trace("resnet50-v100-b64").scaled(compute=0.4)
+    cluster = load_cluster("10gbe-k80-family", nodes=8)
+    opts = SolveOptions(next_forward="per-layer", reorder=reorder)
+    inst = build_instance(trace, cluster, opts)
+    val, segs, _ = solve_fifo_per_layer(inst)
+    import time
+
+    res = windowed_lns(inst, segs, val, reorder=reorder, deadline=time.perf_counter() + 2.0,
+                       lower=0, window_units=40)
+    assert res.value <= val and res.windows >= 1
+    assert int(inst.evaluate(res.segs).period) == res.value
+    sim = simulate(trace, cluster, inst.to_plan(res.segs)).iteration_time_s
+    assert res.value * inst.tick == pytest.approx(sim, rel=1e-3)

@@ -67,6 +67,9 @@ def evaluate_baselines(trace: Trace, cluster: Cluster, opts: SolveOptions,
         except SchedoptError as exc:  # a policy that does not apply to this cluster
             log.info("baseline %s skipped: %s", name, exc)
             continue
+        except Exception as exc:  # a failing baseline must not stop the optimizer
+            log.warning("baseline %s failed: %r", name, exc)
+            continue
         segs, reason = expressible(plan, inst, opts, cluster)
         row = BaselineRow(name, sched.iteration_time_s, segs is not None, reason)
         out.append(Baseline(row, plan, segs))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 from ortools.sat.python import cp_model
 
@@ -26,8 +24,6 @@ class Constraints:
         it in reverse readiness order (two chains; as good as ``any``, see docs/formulation.md).
     fixed_cuts
         Cuts fixed by the caller (large-neighbourhood search): unit index -> value.
-    chain
-        Units whose buckets must start in this order (large-neighbourhood search).
     fixed_early
         Launch sides fixed by the caller (unimodal order): unit index -> early.
     without
@@ -37,7 +33,6 @@ class Constraints:
 
     def __init__(self, m: cp_model.CpModel, inst: Instance, v: ModelVariables, *,
                  order: str, fixed_cuts: dict[int, bool] | None = None,
-                 chain: Sequence[tuple[int, int]] = (),
                  fixed_early: dict[int, bool] | None = None,
                  without: frozenset[str] = frozenset()) -> None:
         self.m = m
@@ -47,7 +42,6 @@ class Constraints:
         self.order = order
         self.reorder = order != "fifo"
         self.fixed_cuts = fixed_cuts or {}
-        self.chain = list(chain)
         self.fixed_early = fixed_early or {}
 
     def add_all(self) -> None:
@@ -57,7 +51,6 @@ class Constraints:
         self._bucket_contiguity()
         if self.order == "any":
             self._link_no_overlap()
-            self._launch_chain()
         elif self.order == "unimodal":
             self._unimodal_launch_order()
         else:
@@ -103,12 +96,6 @@ class Constraints:
         v = self.v
         for i in range(self.inst.n - 1):
             self.m.add(v.start[i + 1] >= v.end[i])
-
-    def _launch_chain(self) -> None:
-        """Buckets given by the caller keep their relative launch order."""
-        v = self.v
-        for (_, hi), (lo2, _) in zip(self.chain, self.chain[1:], strict=False):
-            self.m.add(v.start[lo2] >= v.end[hi])
 
     def _unimodal_launch_order(self) -> None:
         """Early buckets run in readiness order and end with the last-ready bucket; late ones

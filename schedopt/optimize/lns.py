@@ -1,8 +1,9 @@
 """Windowed large-neighbourhood search around a plan, with the CP-SAT model as the repair step.
 
-A window is a run of consecutive buckets in ready order. Inside it every cut (and, with
-reordering, every launch side of the unimodal order) is free; each bucket outside it becomes one
-coarse unit (:meth:`Instance.coarsen`) whose cuts and side are fixed. The coarse model has a few
+A window is a random run of units in ready order. Inside it every cut (and, with reordering,
+every launch side of the unimodal order) is free; each maximal piece of a bucket outside it
+becomes one coarse unit (:meth:`Instance.coarsen`) with a fixed side, and the cuts between two
+outside pieces stay. The coarse model has a few
 hundred units even for thousands of tensors, and its objective is the same integer period as
 the full model's, so an improvement is an improvement of the plan.
 """
@@ -34,36 +35,36 @@ class LnsResult:
     improvements: int
 
 
-def _window(inst: Instance, segs: Segments, k0: int, k1: int
+def _window(inst: Instance, segs: Segments, w_lo: int, w_hi: int
             ) -> tuple[Instance, np.ndarray, dict[int, bool], dict[int, bool], Segments]:
-    """Coarse instance for the window of buckets ``k0..k1`` (ready order) of ``segs`` (in
-    unimodal launch order), with the fixed cuts and launch sides of the outside buckets."""
+    """Coarse instance for the units ``w_lo..w_hi`` of the plan ``segs`` (unimodal launch
+    order): every maximal piece of a bucket outside the window is one coarse unit with a fixed
+    launch side; cuts between two outside pieces stay; the rest is free."""
     peak = next(k for k, s in enumerate(segs) if s[1] == inst.n - 1)
     early_of = {s: k <= peak for k, s in enumerate(segs)}
     by_ready = sorted(segs)
-    w_lo, w_hi = by_ready[k0][0], by_ready[k1][1]
-    groups: list[int] = []
+    parts: list[tuple[int, int, bool, tuple[int, int]]] = []  # lo, hi, outside, bucket
     for lo, hi in by_ready:
-        if lo >= w_lo and hi <= w_hi:
-            groups.extend(range(lo, hi + 1))
-        else:
-            groups.append(lo)
-    g = np.array(groups, dtype=np.int64)
+        if lo < w_lo:
+            parts.append((lo, min(hi, w_lo - 1), True, (lo, hi)))
+        for u in range(max(lo, w_lo), min(hi, w_hi) + 1):
+            parts.append((u, u, False, (lo, hi)))
+        if hi > w_hi:
+            parts.append((max(lo, w_hi + 1), hi, True, (lo, hi)))
+    g = np.array([p[0] for p in parts], dtype=np.int64)
     coarse = inst.coarsen(g)
-    index = {int(u): c for c, u in enumerate(g)}
     fixed: dict[int, bool] = {}
     sides: dict[int, bool] = {}
-    coarse_segs: Segments = []
-    for lo, hi in segs:  # launch order
-        inside = lo >= w_lo and hi <= w_hi
-        c_lo = index[lo]
-        c_hi = index[hi] if inside else c_lo
-        coarse_segs.append((c_lo, c_hi))
-        if not inside:
-            fixed[c_lo] = True
-            if c_lo > 0:
-                fixed[c_lo - 1] = True
-            sides[c_lo] = early_of[(lo, hi)]
+    first_part: dict[tuple[int, int], int] = {}
+    last_part: dict[tuple[int, int], int] = {}
+    for c, (_lo, hi, outside, bucket) in enumerate(parts):
+        first_part.setdefault(bucket, c)
+        last_part[bucket] = c
+        if outside:
+            sides[c] = early_of[bucket]
+            if c + 1 < len(parts) and parts[c + 1][2] and hi == bucket[1]:
+                fixed[c] = True  # a bucket boundary between two outside pieces
+    coarse_segs = [(first_part[b], last_part[b]) for b in segs]
     return coarse, g, fixed, sides, coarse_segs
 
 
@@ -101,23 +102,13 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
     windows = improvements = 0
     stale = 0
     while time.perf_counter() < deadline - 0.05 and best_val > lower:
-        by_ready = sorted(best)
-        sizes = np.array([hi - lo + 1 for lo, hi in by_ready])
-        # pick a random start bucket, grow to about window_units units
-        target = int(window_units * rng.uniform(0.6, 1.4))
-        k0 = int(rng.integers(0, len(by_ready)))
-        k1 = k0
-        total = sizes[k0]
-        while total < target and (k1 + 1 < len(by_ready) or k0 > 0):
-            if k1 + 1 < len(by_ready) and (k0 == 0 or rng.random() < 0.5):
-                k1 += 1
-                total += sizes[k1]
-            else:
-                k0 -= 1
-                total += sizes[k0]
+        # a random run of about window_units units
+        size = min(inst.n, max(8, int(window_units * rng.uniform(0.6, 1.4))))
+        w_lo = int(rng.integers(0, inst.n - size + 1))
+        w_hi = w_lo + size - 1
         if reorder:
             best = unimodal_order(inst, best)
-        coarse, g, fixed, sides, coarse_segs = _window(inst, best, k0, k1)
+        coarse, g, fixed, sides, coarse_segs = _window(inst, best, w_lo, w_hi)
         left = deadline - time.perf_counter()
         limit = min(left, max(0.5, min(3.0, left / 4)))
         cm = CommModel(coarse, order=order, horizon=best_val, period_lb=lower,
@@ -127,20 +118,19 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         sol = cm.solve(time_limit_s=limit, workers=workers, seed=int(rng.integers(1 << 30)))
         windows += 1
         if sol.interrupted:
-            log.warning("lns: interrupted")
+            log.warning("lns: interrupted after %.2f s of %.2f s", sol.wall_s, limit)
             break
         if sol.segs is not None and sol.objective is not None and sol.objective < best_val:
             bounds = np.r_[g, inst.n]
             new = [(int(bounds[lo]), int(bounds[hi + 1] - 1)) for lo, hi in sol.segs]
             val = int(inst.evaluate(new).period)
             if val < best_val:
-                log.info("lns: window %d..%d (%d units): %d -> %d ticks", k0, k1, total,
-                         best_val, val)
+                log.info("lns: window %d..%d: %d -> %d ticks", w_lo, w_hi, best_val, val)
                 best, best_val = new, val
                 improvements += 1
                 stale = 0
                 continue
         stale += 1
-        if stale > 4 * max(1, len(by_ready) * 40 // max(window_units, 1)):
+        if stale > 8 * max(1, inst.n // max(window_units, 1)):
             break
     return LnsResult(best, best_val, windows, improvements)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +164,7 @@ class CommModel:
         Upper bound of every time variable: the period of a known plan (ticks).
     period_lb
         A proven lower bound of the period (ticks).
-    fixed_cuts, chain, fixed_early
+    fixed_cuts, fixed_early
         Restrictions used by the large-neighbourhood search (see :class:`Constraints`).
     without
         Families to leave out (see :class:`Constraints`).
@@ -173,7 +172,6 @@ class CommModel:
 
     def __init__(self, inst: Instance, *, order: str, horizon: int, period_lb: int = 0,
                  exact_updates: bool = True, fixed_cuts: dict[int, bool] | None = None,
-                 chain: Sequence[tuple[int, int]] = (),
                  fixed_early: dict[int, bool] | None = None,
                  without: frozenset[str] = frozenset()) -> None:
         self.inst = inst
@@ -185,7 +183,7 @@ class CommModel:
                 self.m, inst, horizon, min(period_lb, horizon), windows=exact_updates,
                 unimodal=order == "unimodal")
             Constraints(self.m, inst, self.v, order=order, fixed_cuts=fixed_cuts,
-                        chain=chain, fixed_early=fixed_early, without=without).add_all()
+                        fixed_early=fixed_early, without=without).add_all()
             add_objective(self.m, inst, self.v, reorder=order != "fifo")
         except (TypeError, OverflowError) as exc:  # integers beyond CP-SAT's range
             raise SchedoptError(f"CP-SAT rejected the model: {exc}", "optimize.model",
@@ -262,8 +260,9 @@ class CommModel:
             raise SchedoptError(f"CP-SAT rejected the model: {self.m.validate()}",
                                 "optimize.model", self.inst.trace.name)
         bound = int(np.floor(solver.best_objective_bound + 1e-9)) if name != "INFEASIBLE" else 0
-        # a run that ends early without proof (and without a gap limit) was interrupted
-        early = solver.wall_time < 0.9 * prm.max_time_in_seconds - 0.05
+        # a run that ends long before its limit without proof (and without a gap or
+        # deterministic limit) was interrupted
+        early = prm.max_time_in_seconds >= 1.0 and solver.wall_time < 0.5 * prm.max_time_in_seconds
         interrupted = name in ("FEASIBLE", "UNKNOWN") and early and relative_gap == 0.0 and (
             "max_deterministic_time" not in (extra or {}))
         if name not in ("OPTIMAL", "FEASIBLE"):

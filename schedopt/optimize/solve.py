@@ -6,14 +6,17 @@ Method by class (``method="auto"``):
 * one stage, wait-for-all: the exact O(n) dynamic programme (:mod:`.dp`); reordering and
   partitioning cannot help in this class.
 * one stage, per-layer, readiness order, no update step: the exact bisected programme.
-* one stage, per-layer otherwise: CP-SAT (:mod:`.model`), warm-started from the best of the
-  programme's plan and the best expressible baseline, with the windowed LNS (:mod:`.lns`) on
-  large instances; the bound is the best of CP-SAT's and the DP lower bound over bucketings.
+* one stage, per-layer otherwise: the local search (:mod:`.heuristics`), the unimodal
+  programme (:mod:`.unimodal`, exact without update step and data path, a bound otherwise),
+  CP-SAT (:mod:`.model`) warm-started from the best plan so far, and the windowed LNS
+  (:mod:`.lns`) on large instances; the bound is the best of the programmes', CP-SAT's and the
+  DP lower bound over bucketings.
 * several stages (parameter server, pipelined hierarchical): the one-stage programme on the
   summed cost as a heuristic, judged by the simulator; the bound relaxes to each stage alone.
 
 Every plan is judged by the simulator; the result is never worse than the best baseline the
-options can express.
+options can express. ``SolveResult.method`` names what produced the plan returned (``dp``,
+``local-search``, ``cp-sat``, ``cp-sat+lns``, ``hint``, ``dp-heuristic``).
 """
 
 from __future__ import annotations
@@ -167,21 +170,25 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
     """
     reorder = opts.reorder
     order = "unimodal" if reorder else "fifo"
-    cands = [dp_segs]
+    cands, labels = [dp_segs], ["dp"]
     if hint is not None and hint.segs is not None:
         hsegs, _ = inst.segments_of_plan(hint.plan)
         if hsegs:
             cands.append(hsegs)
+            labels.append("hint")
     if reorder:
-        cands += [schrage_order(inst, dp_segs)]
+        cands.append(schrage_order(inst, dp_segs))
+        labels.append("dp")
         cands += [unimodal_order(inst, c) for c in list(cands)]
+        labels += list(labels)
     vals = [int(inst.evaluate(c).period) for c in cands]
     k = int(np.argmin(vals))
     start, start_val = cands[k], vals[k]
     lb = lower_bound(inst, start_val, with_dp=inst.n <= BOUND_DP_UNITS)
     if start_val <= lb:
         return _Outcome(inst, start, start_val, lb, "dp", notes)
-    method = "cp-sat"
+    # the method that produced the plan returned (the bound's sources are in the notes)
+    method = labels[k]
     if reorder and inst.n <= LOCAL_SEARCH_UNITS:
         left = deadline - time.perf_counter()
         val, segs = local_search(inst, start, reorder=True, seed=opts.seed,
@@ -193,6 +200,7 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
         log.info("local search: %d -> %d ticks", start_val, val)
         if val < start_val:
             start, start_val = segs, val
+            method = "local-search"
     bound = lb
     programme_done = False
     if reorder and inst.per_layer:
@@ -246,7 +254,7 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
             val = int(inst.evaluate(sol.segs).period)
             if val < start_val:
                 start, start_val = sol.segs, val
-                method = "cp-sat" if method != "cp-sat+lns" else method
+                method = "cp-sat"
         if sol.interrupted:
             notes.append("interrupted: the best plan found so far")
             break
