@@ -293,6 +293,14 @@ class Search:
     emitted_time_s: float | None = None
     notes: list[str] = field(default_factory=list)
 
+    def emitted(self, target: str, config: dict[str, Any], snippet: str) -> Emitted:
+        """The result for ``target``: ``<target>.json`` holding ``config`` and a snippet."""
+        files = {f"{target}.json": json.dumps(config, indent=1) + "\n",
+                 f"{target}_snippet.py": snippet}
+        return Emitted(target=target, files=files, exact=self.exact, notes=self.notes,
+                       config=config, spec=spec_of(target, self.chosen.knobs),
+                       plan_time_s=self.plan_time_s, emitted_time_s=self.emitted_time_s)
+
 
 def _signature(p: Plan) -> Hashable:
     return (tuple(_bucket_sets(p.buckets)), p.overlap, p.next_forward)

@@ -15,7 +15,6 @@ replay gives back its buckets in its launch order.
 
 from __future__ import annotations
 
-import json
 import math
 import pprint
 from dataclasses import dataclass, field
@@ -32,7 +31,6 @@ from .common import (
     dtype_runs,
     same_buckets,
     search,
-    spec_of,
     whole_tensor_buckets,
 )
 
@@ -237,13 +235,8 @@ def emit_ddp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitte
     found = search("ddp", plan, trace, cluster, candidates, blocked=caps.notes)
     config = {**found.chosen.config, "gradient_as_bucket_view": True,
               "find_unused_parameters": False}
-    files = {
-        "ddp.json": json.dumps(config, indent=1) + "\n",
-        "ddp_snippet.py": _snippet(plan, trace, config, found.plan.buckets, found.exact),
-    }
-    return Emitted(target="ddp", files=files, exact=found.exact, notes=found.notes,
-                   config=config, spec=spec_of("ddp", found.chosen.knobs),
-                   plan_time_s=found.plan_time_s, emitted_time_s=found.emitted_time_s)
+    return found.emitted("ddp", config,
+                         _snippet(plan, trace, config, found.plan.buckets, found.exact))
 
 
 def _snippet(plan: Plan, trace: Trace, config: dict, buckets: list[list[str]],

@@ -12,7 +12,6 @@ simulates closest to the plan's iteration time.
 
 from __future__ import annotations
 
-import json
 import pprint
 import statistics
 from collections.abc import Sequence
@@ -28,7 +27,6 @@ from .common import (
     round_int_in,
     search,
     size_grid,
-    spec_of,
     whole_tensor_buckets,
 )
 
@@ -124,13 +122,7 @@ def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> 
         found.notes[0] = ("the plan's buckets do not follow one uniform reduce_bucket_size "
                           "(DeepSpeed's only grouping knob)")
     config = found.chosen.config
-    files = {
-        "deepspeed.json": json.dumps(config, indent=1) + "\n",
-        "deepspeed_snippet.py": _snippet(plan, trace, config, found.exact),
-    }
-    return Emitted(target="deepspeed", files=files, exact=found.exact, notes=found.notes,
-                   config=config, spec=spec_of("deepspeed", found.chosen.knobs),
-                   plan_time_s=found.plan_time_s, emitted_time_s=found.emitted_time_s)
+    return found.emitted("deepspeed", config, _snippet(plan, trace, config, found.exact))
 
 
 def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:

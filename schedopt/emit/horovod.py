@@ -13,7 +13,6 @@ thread wakes up.
 
 from __future__ import annotations
 
-import json
 import pprint
 
 from ..cluster import Cluster
@@ -21,7 +20,7 @@ from ..plan import Plan
 from ..policies.common import MIB
 from ..policies.horovod import FUSION_BUFFER_ATOMIC_UNIT
 from ..trace import Trace
-from .common import Candidate, Emitted, deviations, search, spec_of, whole_tensor_buckets
+from .common import Candidate, Emitted, deviations, search, whole_tensor_buckets
 
 __all__ = ["emit_horovod"]
 
@@ -97,14 +96,7 @@ def emit_horovod(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Em
                 "replay"))
         else:
             found.notes[0] = first
-    files = {
-        "horovod.json": json.dumps(config, indent=1) + "\n",
-        "horovod_snippet.py": _snippet(plan, trace, config, found.exact),
-    }
-    spec = spec_of("horovod", found.chosen.knobs)
-    return Emitted(target="horovod", files=files, exact=found.exact, notes=found.notes,
-                   config=config, spec=spec, plan_time_s=found.plan_time_s,
-                   emitted_time_s=found.emitted_time_s)
+    return found.emitted("horovod", config, _snippet(plan, trace, config, found.exact))
 
 
 def _fifo(groups: list[list[str]], trace: Trace) -> bool:

@@ -14,7 +14,6 @@ plan's iteration time.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 
@@ -29,7 +28,6 @@ from .common import (
     round_int_in,
     search,
     size_grid,
-    spec_of,
     whole_tensor_buckets,
 )
 
@@ -105,13 +103,7 @@ def emit_megatron(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> E
         found.notes[0] = ("the plan's buckets do not follow one uniform bucket_size along "
                           "Megatron's reverse parameter order (its only grouping knob)")
     config = found.chosen.config
-    files = {
-        "megatron.json": json.dumps(config, indent=1) + "\n",
-        "megatron_snippet.py": _snippet(plan, trace, config, found.exact),
-    }
-    return Emitted(target="megatron", files=files, exact=found.exact, notes=found.notes,
-                   config=config, spec=spec_of("megatron", found.chosen.knobs),
-                   plan_time_s=found.plan_time_s, emitted_time_s=found.emitted_time_s)
+    return found.emitted("megatron", config, _snippet(plan, trace, config, found.exact))
 
 
 def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:
