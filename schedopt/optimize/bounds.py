@@ -9,6 +9,9 @@
   smallest such value over all bucketings: a right-to-left programme that, for a bound ``lam``,
   finds the fewest buckets covering units ``i..n-1`` (fewer buckets only help the buckets on the
   left, which see the suffix through its number of start-up costs), bisected on ``lam``.
+  Tails hold the forward from the bucket's gating layer, the updates of the buckets gated by
+  later layers and, for a bucket that ends at the last unit of its layer (the last of its
+  gating layer), its own update share: lower tails that still grow with readiness.
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ def _fewest_buckets(inst: Instance, lam: int) -> bool:
     fwd = inst.fwd_from[inst.layer] if inst.per_layer else np.zeros(n, dtype=np.int64)
     upd_before = np.r_[0, inst.upd_prefix] if inst.per_layer else np.zeros(n + 1, np.int64)
     first = inst.layer_first_unit
+    # a bucket that ends at the last unit of its layer is the last of its gating layer: its
+    # own update share is in its tail too (the tails still grow with readiness)
+    last = np.r_[inst.layer[1:] != inst.layer[:-1], True] if inst.per_layer else np.zeros(
+        n, dtype=bool)
     big = np.iinfo(np.int64).max // 4
     count = np.full(n + 1, big, dtype=np.int64)
     count[n] = 0
@@ -77,7 +84,8 @@ def _fewest_buckets(inst: Instance, lam: int) -> bool:
         j = np.arange(i, n)
         rest = count[i + 1:]
         # update part of the tail: units before i when the bucket is the first of its layer
-        upd = np.where(first[j] >= i, upd_before[i], 0)
+        upd = np.where(first[j] >= i, upd_before[i], 0) + np.where(
+            last[j], upd_before[j + 1] - upd_before[i], 0)
         term = r[j] + p_suffix[i] + a * (1 + rest) + fwd[j] + upd
         ok = (rest < big) & (term <= lam)
         if ok.any():

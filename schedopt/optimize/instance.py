@@ -224,8 +224,15 @@ class Instance:
 
     @cached_property
     def a(self) -> int:
-        """Start-up cost ``alpha`` of one bucket (ticks)."""
-        return int(self.ticks(self.alpha))
+        """Start-up cost ``alpha`` of one bucket (ticks), at least one tick when there is
+        communication.
+
+        A bucket of zero ticks would be an empty interval, which CP-SAT's no-overlap lets sit
+        inside another bucket, while the simulator still runs it in its launch-order slot; one
+        tick keeps the two the same (the tick budget counts this rounding).
+        """
+        a = int(self.ticks(self.alpha))
+        return max(a, 1) if self.stages else a
 
     @cached_property
     def upd_prefix(self) -> np.ndarray:
@@ -555,7 +562,9 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
         base_offset=base_offset, base_bytes=base_bytes, unit_start=unit_start, layer=layer,
         nbytes=nbytes, merged=merge, tick=1.0,
     )
-    n_tasks = 2 * len(base_bytes) + 2 * len(trace.layers) + 4
+    # rounding errors of half a tick per piece, release and forward sum, one tick per bucket
+    # start-up (see ``Instance.a``) and per update share
+    n_tasks = 3 * len(base_bytes) + 2 * len(trace.layers) + 4
     inst.tick = TICK_BUDGET * 2 * inst.lower_bound_s / n_tasks
     if inst.tick <= 0 or not np.isfinite(inst.tick):
         raise SchedoptError("cannot choose a time unit (all times are zero)", "trace", trace.name)

@@ -39,6 +39,9 @@ __all__ = ["UnimodalResult", "unimodal_exact", "unimodal_feasible"]
 
 _BIG = np.int64(1) << 60
 
+#: Promises of a cut inside a layer about the next bucket (see :func:`unimodal_feasible`).
+_LEAVE, _STAY = 1, 2
+
 #: Instances larger than this are left to the other bounds (the fronts grow with n).
 MAX_UNITS = 1500
 
@@ -119,10 +122,13 @@ class _Buffer:
 
 
 def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
-                      deadline: float | None = None, levels: int = 0) -> tuple[bool, Segments]:
+                      deadline: float | None = None, levels: int = 0,
+                      grid: int = 0) -> tuple[bool, Segments]:
     """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan);
     raises an internal timeout past ``deadline``. ``levels > 0`` rounds the update parts down
-    to that many levels (fewer states, still a relaxation)."""
+    to that many levels; ``grid > 0`` rounds every state's ``e`` down and ``nu`` up to
+    multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
+    a proof, a plan found must be judged exactly)."""
     n = inst.n
     r = inst.r.astype(np.int64)
     q = inst.fwd_from[inst.layer].astype(np.int64)
@@ -132,18 +138,29 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     rest = np.r_[np.cumsum(inst.p[::-1])[::-1][1:], 0].astype(np.int64) + a
     r_last = r[n - 1]
     peak_min = r_last + a + np.int64(inst.p[-1])  # the peak ends no earlier
+    # the whole communication ends no earlier than any later unit's release plus the work from
+    # it on: fit[k] = max over j > k of r[j] + a + p[j] + ... + p[n - 1]
+    suffix_p = np.cumsum(inst.p[::-1])[::-1].astype(np.int64)
+    fit = np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a
     # update part of a tail: the updates of buckets gated by later layers (one value per
     # gating layer, fixed by the bucket that opens it: the units before its first unit)
     upd_in = np.r_[0, inst.upd_prefix].astype(np.int64)
     if levels and upd_in[-1] > 0:
         unit = max(1, int(upd_in[-1]) // levels)
         upd_in = upd_in // unit * unit
+    # the last bucket of a gating layer (in readiness order) also counts its own update share
+    # (exact, not rounded): tails still grow with readiness
+    upd_own = np.r_[0, inst.upd_prefix].astype(np.int64)
+    layer = inst.layer.astype(np.int64)
     first = inst.layer_first_unit
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
-    # every state: e, nu, update part, cut position, parent state, side (1 early)
-    buf = _Buffer(("e", "nu", "ug", "pos", "parent", "early"))
+    # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
+    # cut inside a layer promised of the next bucket: 0 nothing, _LEAVE it ends in a later
+    # layer (this bucket was its gating layer's last), _STAY it ends in the same layer
+    buf = _Buffer(("e", "nu", "ug", "pos", "parent", "early", "next"))
     buf.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
-               pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]))
+               pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
+               next=np.array([0]))
     offset = [0]  # first state of every cut position (index 0: before unit 0)
     first_live = 0  # positions before it can no longer start a bucket
     for k in range(n):
@@ -158,17 +175,19 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             first_live += 1
         base = offset[first_live]
         if buf.size - base > MAX_STATES:
-            raise _Timeout
+            raise _TooManyStates
         st = buf.view(base)
-        flat_e, flat_nu, flat_pos = st["e"], st["nu"], st["pos"]
+        flat_e, flat_nu, flat_pos, promise = st["e"], st["nu"], st["pos"], st["next"]
+        same = layer[np.maximum(flat_pos, 0)] == layer[k]
+        allowed = ((promise == 0) | ((promise == _LEAVE) & ~same)
+                   | ((promise == _STAY) & same))
         d = a + pp[k + 1] - pp[flat_pos + 1]
         ug = np.where(flat_pos + 1 <= first[k], upd_in[flat_pos + 1], st["ug"])
-        qk = q[k] + ug
-        # early bucket (pos+1 .. k)
+        q_base = q[k] + ug
+        q_own = q_base + (upd_own[k + 1] - upd_own[flat_pos + 1])
         e_new = np.maximum(flat_e, r[k]) + d
-        ok_e = e_new + qk <= lam
         if k == n - 1:  # the peak closes the early chain; the late work must fit after it
-            ok = ok_e & (e_new <= flat_nu)
+            ok = allowed & (e_new + q_own <= lam) & (e_new <= flat_nu)
             if not ok.any():
                 return False, []
             if not want_plan:
@@ -176,27 +195,42 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             src = base + int(np.flatnonzero(ok)[0])
             cols = buf.view(0)
             return True, _backtrack(src, k, cols["pos"], cols["parent"], cols["early"] > 0)
-        # every remaining unit is early (before the peak) or late (after it): the whole
-        # communication ends no earlier than e + the remaining work, and it must end by nu
-        ok_e &= np.maximum(e_new + rest[k], peak_min) <= flat_nu
-        # late bucket (pos+1 .. k): the whole communication must end by nu
-        nu_new = np.minimum(flat_nu, lam - qk) - d
-        ok_l = nu_new >= np.maximum(flat_e + rest[k], peak_min)
-        ie, il = np.flatnonzero(ok_e), np.flatnonzero(ok_l)
-        ce = np.r_[e_new[ie], flat_e[il]]
-        cn = np.r_[flat_nu[ie], nu_new[il]]
-        cs = np.r_[ie, il] + base
-        cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
-        if inside[k]:  # the next bucket may continue this gating layer: keep its update part
-            cu = np.r_[ug[ie], ug[il]]
-            keep = _pareto3(ce, cn, cu)
-            cu = cu[keep]
+        if inside[k]:  # last of its gating layer (the next bucket leaves it), or not
+            groups = [(q_own, _LEAVE, False), (q_base, _STAY, True)]
         else:
-            keep = _pareto(ce, cn)
-            cu = np.zeros(len(keep), dtype=np.int64)
+            groups = [(q_own, 0, False)]
         offset.append(buf.size)
-        buf.append(e=ce[keep], nu=cn[keep], ug=cu, pos=np.full(len(keep), k),
-                   parent=cs[keep], early=cl[keep])
+        for qk, tag, keep_ug in groups:
+            # early bucket (pos+1 .. k); every remaining unit is early (before the peak) or
+            # late (after it): the whole communication ends no earlier than e + the remaining
+            # work, and it must end by nu; without a late bucket so far, it ends with a later
+            # bucket, whose tail is at least that of unit k + 1 with the updates so far
+            ug_next = ug if tag == _STAY else upd_in[k + 1]
+            nu_eff = np.where(flat_nu >= _BIG, lam - q[k + 1] - ug_next, flat_nu)
+            ok_e = allowed & (e_new + qk <= lam) & (
+                np.maximum(e_new + rest[k], fit[k]) <= nu_eff)
+            # late bucket (pos+1 .. k): the whole communication must end by nu
+            nu_new = np.minimum(flat_nu, lam - qk) - d
+            ok_l = allowed & (nu_new >= np.maximum(flat_e + rest[k], fit[k]))
+            ie, il = np.flatnonzero(ok_e), np.flatnonzero(ok_l)
+            # the remaining units are released at r[k + 1] or later: an early chain that ends
+            # before that is as good as one that ends then (more states coincide)
+            ce = np.maximum(np.r_[e_new[ie], flat_e[il]], r[k + 1])
+            cn = np.r_[flat_nu[ie], nu_new[il]]
+            cs = np.r_[ie, il] + base
+            cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
+            if grid:
+                ce = ce // grid * grid
+                cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
+            if keep_ug:  # the next bucket continues this gating layer: keep its update part
+                cu = np.r_[ug[ie], ug[il]]
+                keep = _pareto3(ce, cn, cu)
+                cu = cu[keep]
+            else:
+                keep = _pareto(ce, cn)
+                cu = np.zeros(len(keep), dtype=np.int64)
+            buf.append(e=ce[keep], nu=cn[keep], ug=cu, pos=np.full(len(keep), k),
+                       parent=cs[keep], early=cl[keep], next=np.full(len(keep), tag))
     return False, []  # pragma: no cover - the loop returns at k = n - 1
 
 
@@ -216,16 +250,26 @@ def _backtrack(src: int, k: int, pos: np.ndarray, parent: np.ndarray,
 
 
 class _Timeout(Exception):
-    pass
+    """The deadline passed."""
+
+
+class _TooManyStates(Exception):
+    """The fronts outgrew ``MAX_STATES`` (too much slack at this ``lam``)."""
 
 
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
-                   rel_tol: float = 2e-5, levels: int = 512) -> UnimodalResult | None:
-    """Search ``lam`` upward from ``lo`` (a value known infeasible or a bound minus one) by
-    growing steps, then bisect until the bracket is within ``rel_tol`` (one tick when the tails
-    are exact); ``hi`` is the period of a known plan. The fronts stay small near the optimum and
-    grow with slack, hence the upward search. With an update step the update parts are rounded
-    down to ``levels`` levels (a relaxation: fewer distinct states).
+                   rel_tol: float = 0.0, levels: int = 512) -> UnimodalResult | None:
+    """The smallest ``lam`` some unimodal plan meets, between ``lo`` (a value known infeasible,
+    or a bound minus one) and ``hi`` (the period of a known plan).
+
+    ``lam`` is searched upward from ``lo`` by growing steps, then bisected until the bracket is
+    within ``rel_tol * hi`` (at least one tick); a plan whose exact period is well below the
+    ``lam`` it was found for is often the optimum, so just below its period is tried first
+    (twice at most). The fronts stay small near the optimum and
+    grow with slack, hence the upward search; a test whose fronts outgrow ``MAX_STATES`` is
+    retried with the update parts rounded down to ``levels`` levels (a coarser relaxation),
+    and if that also overflows the search continues below it. Every plan found tightens the
+    bracket by its exact period (the relaxed tails never exceed the exact ones).
 
     Returns None on very large instances; stops at ``deadline`` (``time.perf_counter()``) with
     the best bound proven so far (every infeasible ``lam`` proves ``bound > lam``).
@@ -236,35 +280,50 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     exact = c["U"] == 0 and c["io"] + c["h2d"] == 0 and not inst.pcie_coupled
     segs: Segments = []
     found = None
-    step = max(1, (hi - lo) // 2000)
 
     def test(lam: int) -> bool:
         nonlocal segs, found
-        ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
-                                     levels=0 if exact else levels)
+        try:
+            ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline)
+        except _TooManyStates:
+            if exact or not levels or len(np.unique(inst.upd_prefix)) <= levels:
+                raise  # rounding would not merge any states
+            ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
+                                         levels=levels)
         if ok:
             segs, found = plan, lam
         return ok
 
-    tol = 1 if exact else max(1, int(rel_tol * hi))
+    tol = max(1, int(rel_tol * hi))
+    top, ceiling = hi, hi  # a feasible lam; the lowest lam whose test overflowed
+    step = max(1, (hi - lo) // 2000)
+    descend, sharp = 2, False  # after a plan well below lam, try just below its period first
     try:
-        while found is None and lo + 1 < hi:
-            lam = min(lo + step, hi - 1)
-            if test(lam):
-                break
-            lo = lam
-            step = step * 3 // 2 + 1
-        top = found if found is not None else hi
-        if exact and found is not None and segs:  # the plan's own period may be lower still
-            top = min(top, int(inst.evaluate(segs).period))
-        while top - lo > tol:
-            mid = (lo + top) // 2
-            if test(mid):
-                top = mid
+        while min(top, ceiling) - lo > tol:
+            upper = min(top, ceiling)
+            if found is None:
+                lam = min(lo + step, upper - 1)
+            elif descend > 0 and upper == top and sharp:
+                lam = upper - 1
+                descend -= 1
             else:
-                lo = mid
+                lam = (lo + upper) // 2
+            try:
+                ok = test(lam)
+            except _TooManyStates:
+                ceiling = lam
+                step = max(1, (lam - lo) // 4)
+                continue
+            if ok:
+                value = int(inst.evaluate(segs).period)
+                # a plan well below the lam asked for is a hint that it is the optimum
+                sharp = value <= lam - (lam - lo) // 4
+                top = min(lam, value)
+            else:
+                lo = lam
+                step = step * 3 // 2 + 1
     except _Timeout:
-        return UnimodalResult(lo + 1, segs if found is not None else [], False)
-    if found is None:  # nothing below hi: hi itself is the bound (it is a period)
+        pass
+    if found is None and top == hi and ceiling == hi:  # nothing below hi: hi is the bound
         return UnimodalResult(hi, [], exact)
-    return UnimodalResult(lo + 1, segs, exact)
+    return UnimodalResult(lo + 1, segs, exact and found is not None and top - lo <= 1)
