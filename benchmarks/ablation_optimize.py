@@ -147,8 +147,46 @@ def dominance() -> None:
               f"{ms(inst, sol.objective)} bound {ms(inst, sol.bound)} after {LIMIT:g} s")
 
 
+def programme_fallback() -> None:
+    """The grid relaxation behind the unimodal programme when its fronts overflow."""
+    tr, cl = gpt2(0.5)
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    v, _, _ = solve_fifo_per_layer(inst)
+    lb = lower_bound(inst, v)
+    for rel in (0.0, 2.5e-4):
+        res, t = timed(lambda rel=rel: unimodal_exact(
+            inst, lb - 1, v, deadline=time.perf_counter() + 40, grid_rel=rel))
+        print(f"programme fallback (per-layer+reorder, {tr.name}, 40 s): grid_rel={rel:g}: "
+              f"bound {ms(inst, max(res.bound, lb))} in {t:.2f} s (bucketing DP {ms(inst, lb)})")
+
+
+def exact_judge() -> None:
+    """Stopping CP-SAT once an incumbent's exact period reaches the proven bound."""
+    tr, cl = resnet(35.0)
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    v, fifo, _ = solve_fifo_per_layer(inst)
+    _, ls = local_search(inst, fifo, reorder=True, deadline=time.perf_counter() + 2)
+    lb = lower_bound(inst, v)
+    # the solver's path: the unimodal model with relaxed update tails, then the general model
+    relaxed = cp(inst, "unimodal", unimodal_order(inst, ls), exact_updates=False,
+                 period_lb=lb)
+    start = relaxed.segs
+    for stop in (None, lb):
+        cm = CommModel(inst, order="any", horizon=int(inst.evaluate(start).period),
+                       period_lb=lb)
+        cm.add_hint(start)
+        sol, t = timed(lambda cm=cm, stop=stop: cm.solve(time_limit_s=LIMIT, workers=1, seed=0,
+                                                          stop_at=stop))
+        print(f"exact judge (per-layer+reorder, {tr.name}, general model): "
+              f"stop_at={'bound' if stop else None}: "
+              f"plan {ms(inst, inst.evaluate(sol.segs).period)} = "
+              f"{inst.evaluate(sol.segs).period} ticks (bound {lb}), CP-SAT objective "
+              f"{sol.objective} ticks, {sol.status} in {t:.2f} s")
+
+
 def main() -> int:
-    for fn in (merging, prefix_bounds, dp_bound, hints, dominance, lns):
+    for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
+               exact_judge, lns):
         fn()
     return 0
 

@@ -145,3 +145,26 @@ def test_invalid_model_raises_with_cp_sat_message(tiny_trace: Trace,
 def test_unknown_cp_sat_parameter_is_refused() -> None:
     with pytest.raises(ValidationError, match="unknown CP-SAT parameter"):
         SolveOptions(cp_sat={"no_such_parameter": 1})
+
+
+def test_zero_cost_buckets_still_occupy_the_link() -> None:
+    """A bucket whose cost rounds to zero ticks must not hide inside another one's interval (an
+    empty interval never overlaps anything): every bucket costs at least one tick, so the model's
+    objective is the exact period of the plan it returns."""
+    trace = Trace.model_validate({
+        "name": "tiny", "batch_size": 8, "update_s": 0.015625, "io_s": 0.0, "h2d_s": 0.0,
+        "layers": [{"name": "l0", "forward_s": 0.0, "backward_s": 0.0, "tensors": [
+            {"name": "w", "bytes": 4, "dtype": "float32"},
+            {"name": "b", "bytes": 468, "dtype": "float32"}]}]})
+    cluster = Cluster.model_validate({
+        "name": "tiny", "nodes": 2, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10, "latency_s": 0.0},
+        "inter_link": {"bandwidth_Bps": 1e9, "latency_s": 0.0},
+        "allreduce": {"alpha_s": 0.0, "beta_s_per_byte": 1.670784580973e-09}})
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True,
+                                                       prefetch=0))
+    assert inst.a >= 1
+    for start in ([(0, inst.n - 1)], [(0, 0), (1, inst.n - 1)]):
+        status, obj, bound = solve_model(inst, reorder=True, start=start)
+        assert status == "OPTIMAL"
+        assert obj == bound

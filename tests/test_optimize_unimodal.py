@@ -8,12 +8,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import schedopt.optimize.unimodal as unimodal_mod
 from schedopt.cluster import Cluster
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.bounds import constant_bound
 from schedopt.optimize.instance import build_instance
 from schedopt.optimize.model import unimodal_order
-from schedopt.optimize.unimodal import unimodal_exact
+from schedopt.optimize.unimodal import unimodal_exact, unimodal_feasible
 from schedopt.trace import Trace
 
 from .strategies import clusters, traces
@@ -59,3 +60,34 @@ def test_unimodal_programme_is_exact_or_a_bound(trace: Trace, cluster: Cluster,
         assert bound == best
         if res.segs:
             assert inst.evaluate(res.segs).period == best
+
+
+@settings(max_examples=30, deadline=None)
+@given(trace=traces(max_layers=4), cluster=clusters(fitted=True),
+       grid=st.sampled_from([1, 7, 1000, 100_000]), levels=st.sampled_from([0, 1, 3]),
+       max_states=st.sampled_from([2, 5, 10**9]))
+def test_relaxations_stay_bounds(trace: Trace, cluster: Cluster, grid: int, levels: int,
+                                 max_states: int) -> None:
+    """The coarser relaxations (update levels, state grid) never declare infeasible a period
+    that some plan meets, and with tiny fronts (every test overflowing into them) the search
+    still returns a bound."""
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    if inst.n > 6 or not inst.stages:
+        return
+    best, _ = brute(inst)
+    ok, segs = unimodal_feasible(inst, int(best), want_plan=True, grid=grid, levels=levels)
+    assert ok and segs
+    assert sorted(segs) == inst.segments_from_cuts(
+        np.array([any(hi == k for _, hi in segs) for k in range(inst.n - 1)], dtype=bool))
+    saved = unimodal_mod.MAX_STATES
+    unimodal_mod.MAX_STATES = max_states
+    try:
+        res = unimodal_exact(inst, constant_bound(inst) - 1, int(best), grid_rel=0.01)
+    finally:
+        unimodal_mod.MAX_STATES = saved
+    assert res is not None
+    assert res.bound <= best
+    if res.segs:  # a plan: its segments tile the units
+        assert sum(hi - lo + 1 for lo, hi in res.segs) == inst.n
+        assert sorted(res.segs) == inst.segments_from_cuts(
+            np.array([any(hi == k for _, hi in res.segs) for k in range(inst.n - 1)]))

@@ -236,13 +236,19 @@ class CommModel:
     # ---------------------------------------------------------------------------- solve
     def solve(self, *, time_limit_s: float, workers: int = 1, seed: int = 0,
               relative_gap: float = 0.0, extra: dict[str, Any] | None = None,
-              log_search: bool = False) -> ModelSolution:
+              log_search: bool = False, stop_at: int | None = None) -> ModelSolution:
         """Run CP-SAT; return the best plan, the objective and the bound (ticks).
+
+        Every incumbent is judged by the exact period (:meth:`Instance.evaluate`), whose
+        rounding can be a tick finer than the model's; the plan returned is the best so judged,
+        and the search stops as soon as one reaches ``stop_at`` (a proven bound: the plan is
+        then optimal although CP-SAT's own objective is not yet down to it).
 
         CP-SAT catches Ctrl-C itself (``catch_sigint_signal``) and returns its best solution, as
         on a time limit; the result is then marked ``interrupted``.
         """
         solver = cp_model.CpSolver()
+        judge = _Judge(self, stop_at)
         prm = solver.parameters
         prm.max_time_in_seconds = max(0.01, time_limit_s)
         prm.num_workers = workers
@@ -254,7 +260,7 @@ class CommModel:
         if prm.log_search_progress:
             prm.log_to_stdout = False
             solver.log_callback = lambda line: log.debug("cp-sat: %s", line)
-        status = solver.solve(self.m)
+        status = solver.solve(self.m, judge)
         name = _STATUS.get(status, "UNKNOWN")
         if name == "MODEL_INVALID":
             raise SchedoptError(f"CP-SAT rejected the model: {self.m.validate()}",
@@ -264,17 +270,42 @@ class CommModel:
         # deterministic limit) was interrupted
         early = prm.max_time_in_seconds >= 1.0 and solver.wall_time < 0.5 * prm.max_time_in_seconds
         interrupted = name in ("FEASIBLE", "UNKNOWN") and early and relative_gap == 0.0 and (
-            "max_deterministic_time" not in (extra or {}))
+            "max_deterministic_time" not in (extra or {})) and not judge.reached
         if name not in ("OPTIMAL", "FEASIBLE"):
             return ModelSolution(name, None, None, bound, solver.wall_time, interrupted)
         segs = self.read_plan(solver)
+        if judge.segs is not None and judge.best_value < self.inst.evaluate(segs).period:
+            segs = judge.segs
         return ModelSolution(name, segs, round(solver.objective_value), bound,
                              solver.wall_time, interrupted)
 
-    def read_plan(self, solver: cp_model.CpSolver) -> Segments:
+    def read_plan(self, solver: cp_model.CpSolver | cp_model.CpSolverSolutionCallback
+                  ) -> Segments:
         """The segments of the solution in launch order (by start time)."""
         cuts = np.array([solver.boolean_value(x) for x in self.v.cut], dtype=bool)
         segs = self.inst.segments_from_cuts(cuts)
         starts = [solver.value(self.v.start[lo]) for lo, _ in segs]
         order = sorted(range(len(segs)), key=lambda k: (starts[k], segs[k][0]))
         return [segs[k] for k in order]
+
+
+class _Judge(cp_model.CpSolverSolutionCallback):
+    """Judges every incumbent by the exact period; keeps the best and stops the search once
+    one reaches ``stop_at``."""
+
+    def __init__(self, model: CommModel, stop_at: int | None) -> None:
+        super().__init__()
+        self.model = model
+        self.stop_at = stop_at
+        self.best_value = np.inf
+        self.segs: Segments | None = None
+        self.reached = False
+
+    def on_solution_callback(self) -> None:
+        segs = self.model.read_plan(self)
+        value = self.model.inst.evaluate(segs).period
+        if value < self.best_value:
+            self.best_value, self.segs = value, segs
+        if self.stop_at is not None and value <= self.stop_at:
+            self.reached = True
+            self.stop_search()

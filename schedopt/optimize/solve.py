@@ -247,7 +247,7 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
                        period_lb=bound if valid else 0, exact_updates=exact_updates)
         cm.add_hint(start)
         sol = cm.solve(time_limit_s=share * left, workers=opts.workers, seed=opts.seed,
-                       relative_gap=opts.relative_gap, extra=opts.cp_sat)
+                       relative_gap=opts.relative_gap, extra=opts.cp_sat, stop_at=bound)
         if valid:
             bound = max(bound, min(sol.bound, start_val))
         if sol.segs is not None:
@@ -259,8 +259,9 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
             notes.append("interrupted: the best plan found so far")
             break
     if relaxed and start_val > bound:
-        notes.append("bound from relaxed update tails (a bucket's own update and those of "
-                     "same-layer buckets launched after it left out); plans judged exactly")
+        notes.append("bound from relaxed update tails (the updates of same-layer buckets "
+                     "launched after a bucket, and its own unless it is its layer's last, left "
+                     "out); plans judged exactly")
     return _Outcome(inst, start, start_val, bound, method, notes)
 
 

@@ -19,11 +19,20 @@ position with vectorised transitions from every earlier front, and ``lam`` is bi
 
 Tails are the forward times from each bucket's gating layer plus the updates of the buckets
 gated by later layers (one value per gating layer, set by the bucket that opens it and carried
-as a third coordinate while a layer is split): exact without an update step; with one, the
-bucket's own update and those of same-layer buckets launched after it are left out, a
-relaxation that keeps the tails growing with readiness, so the result is still a bound. The
-data-path and shared-PCIe terms are left out too (the constant bounds keep their
-plan-independent part).
+as a third coordinate while a layer is split) plus, for the last bucket of its gating layer in
+ready order, its own update share. A cut inside a layer therefore branches: either the bucket
+was its layer's last (own share counted, the next bucket must end in a later layer) or not (no
+own share, the next bucket must end in the same layer); the promise is a state column. Exact
+without an update step; with one, the shares of the same-layer buckets launched after a bucket
+(and its own, unless it is its layer's last) are left out, a relaxation that keeps the tails
+growing with readiness, so the result is a bound. The data-path
+and shared-PCIe terms are left out too (the constant bounds keep their plan-independent part).
+
+Pruning, all exact: an early chain ending before the next release is stored as ending then;
+the remaining work must fit between ``e`` and ``nu`` and after every later release; and the
+peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``.
+Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
+grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 """
 
 from __future__ import annotations
@@ -153,6 +162,11 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     upd_own = np.r_[0, inst.upd_prefix].astype(np.int64)
     layer = inst.layer.astype(np.int64)
     first = inst.layer_first_unit
+    # the peak (the bucket of the last unit, the last of its gating layer) ends no earlier than
+    # max(e, r_last) + a + p[n - 1] and its tail holds the forward from its layer, its own
+    # share and the update part of the bucket that opens that layer (not opened yet: at least
+    # that of the next unit)
+    peak_need = a + np.int64(inst.p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1]
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
     # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
     # cut inside a layer promised of the next bucket: 0 nothing, _LEAVE it ends in a later
@@ -212,6 +226,9 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             # late bucket (pos+1 .. k): the whole communication must end by nu
             nu_new = np.minimum(flat_nu, lam - qk) - d
             ok_l = allowed & (nu_new >= np.maximum(flat_e + rest[k], fit[k]))
+            ugp = upd_in[k + 1] if k + 1 <= first[n - 1] else ug
+            ok_e &= np.maximum(e_new, r_last) + peak_need + ugp <= lam
+            ok_l &= np.maximum(flat_e, r_last) + peak_need + ugp <= lam
             ie, il = np.flatnonzero(ok_e), np.flatnonzero(ok_l)
             # the remaining units are released at r[k + 1] or later: an early chain that ends
             # before that is as good as one that ends then (more states coincide)
@@ -258,18 +275,22 @@ class _TooManyStates(Exception):
 
 
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
-                   rel_tol: float = 0.0, levels: int = 512) -> UnimodalResult | None:
+                   rel_tol: float = 0.0, levels: int = 512,
+                   grid_rel: float = 2.5e-4) -> UnimodalResult | None:
     """The smallest ``lam`` some unimodal plan meets, between ``lo`` (a value known infeasible,
     or a bound minus one) and ``hi`` (the period of a known plan).
 
     ``lam`` is searched upward from ``lo`` by growing steps, then bisected until the bracket is
     within ``rel_tol * hi`` (at least one tick); a plan whose exact period is well below the
     ``lam`` it was found for is often the optimum, so just below its period is tried first
-    (twice at most). The fronts stay small near the optimum and
-    grow with slack, hence the upward search; a test whose fronts outgrow ``MAX_STATES`` is
-    retried with the update parts rounded down to ``levels`` levels (a coarser relaxation),
-    and if that also overflows the search continues below it. Every plan found tightens the
-    bracket by its exact period (the relaxed tails never exceed the exact ones).
+    (twice at most). The fronts stay small near the optimum and grow with slack, hence the
+    upward search. A test whose fronts outgrow ``MAX_STATES`` is retried with coarser
+    relaxations: the update parts rounded down to ``levels`` levels, then the states rounded to
+    a grid of ``grid_rel * lam`` ticks (``grid_rel=0``: no grid); once a relaxation has
+    overflowed, later tests go straight to the next one. An infeasible relaxation is still a proof
+    (``bound > lam``); a feasible one says nothing, and the search goes on below that ``lam``
+    (larger ones are tested on the grid only). Every plan found tightens the bracket by its
+    exact period (the relaxed tails never exceed the exact ones).
 
     Returns None on very large instances; stops at ``deadline`` (``time.perf_counter()``) with
     the best bound proven so far (every infeasible ``lam`` proves ``bound > lam``).
@@ -280,22 +301,40 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     exact = c["U"] == 0 and c["io"] + c["h2d"] == 0 and not inst.pcie_coupled
     segs: Segments = []
     found = None
+    overflowed = [False, False]  # the exact / update-level tests have overflowed
+    can_level = not exact and levels > 0 and len(np.unique(inst.upd_prefix)) > levels
 
-    def test(lam: int) -> bool:
+    def test(lam: int, upper: int) -> bool | None:
+        """True (a plan meets lam), False (none does) or None (unknown)."""
         nonlocal segs, found
+        tries = [(i, kw) for i, kw in enumerate(({}, {"levels": levels}))
+                 if not overflowed[i] and (i == 0 or can_level)]
+        for i, kw in tries:
+            try:
+                ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline, **kw)
+            except _TooManyStates:
+                overflowed[i] = True
+                continue
+            if ok:
+                segs, found = plan, lam
+            return ok
+        if grid_rel <= 0:
+            return None
+        grid = max(1, int(grid_rel * lam))
         try:
-            ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline)
-        except _TooManyStates:
-            if exact or not levels or len(np.unique(inst.upd_prefix)) <= levels:
-                raise  # rounding would not merge any states
             ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
-                                         levels=levels)
-        if ok:
-            segs, found = plan, lam
-        return ok
+                                         grid=grid)
+        except _TooManyStates:
+            return None
+        if not ok:
+            return False
+        value = int(inst.evaluate(plan).period)
+        if value < upper:  # a plan after all: it tightens the bracket
+            segs, found = plan, value
+        return None
 
     tol = max(1, int(rel_tol * hi))
-    top, ceiling = hi, hi  # a feasible lam; the lowest lam whose test overflowed
+    top, ceiling = hi, hi  # a feasible lam; the lowest lam whose test was inconclusive
     step = max(1, (hi - lo) // 2000)
     descend, sharp = 2, False  # after a plan well below lam, try just below its period first
     try:
@@ -308,20 +347,21 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
                 descend -= 1
             else:
                 lam = (lo + upper) // 2
-            try:
-                ok = test(lam)
-            except _TooManyStates:
+            ok = test(lam, upper)
+            if found is not None and segs:
+                top = min(top, int(inst.evaluate(segs).period))
+            if ok is None:
                 ceiling = lam
                 step = max(1, (lam - lo) // 4)
-                continue
-            if ok:
+            elif ok:
                 value = int(inst.evaluate(segs).period)
                 # a plan well below the lam asked for is a hint that it is the optimum
                 sharp = value <= lam - (lam - lo) // 4
-                top = min(lam, value)
+                top = min(top, lam, value)
             else:
                 lo = lam
-                step = step * 3 // 2 + 1
+                # past an overflow the tests are slow: larger steps
+                step = step * 3 // 2 + 1 if not overflowed[0] else max(step, (upper - lo) // 8)
     except _Timeout:
         pass
     if found is None and top == hi and ceiling == hi:  # nothing below hi: hi is the bound
