@@ -73,6 +73,32 @@ def test_period_formula_is_the_simulators(trace: Trace, cluster: Cluster, opts: 
     assert inst.evaluate(segs).period * inst.tick == pytest.approx(sim, rel=5e-4)
 
 
+@settings(max_examples=60, deadline=None)
+@given(trace=traces(), cluster=clusters(fitted=False), opts=options, data=st.data(),
+       servers=st.integers(1, 4), colocated=st.booleans())
+def test_push_and_pull_on_one_chain_are_one_task(trace: Trace, cluster: Cluster,
+                                                 opts: SolveOptions, data: st.DataObject,
+                                                 servers: int, colocated: bool) -> None:
+    """Parameter servers whose push and pull hold the same resources: the optimizer sees one
+    task of the summed cost per bucket, and the closed form is still the simulator's."""
+    cluster = Cluster.model_validate({
+        **cluster.model_dump(), "collective": "ps", "allreduce": None,
+        "ps": {"servers": servers, "colocated": colocated}})
+    stages = cluster.comm_stages()
+    inst = build_instance(trace, cluster, opts)
+    same = len(stages) == 2 and stages[0].resources == stages[1].resources
+    assert len(inst.stages) == (1 if same else len(stages))
+    if not same:
+        return
+    assert inst.alpha == pytest.approx(stages[0].alpha_s + stages[1].alpha_s)
+    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
+                                       max_size=inst.n - 1)), dtype=bool)
+    segs = inst.segments_from_cuts(cuts)
+    segs = [segs[k] for k in data.draw(st.permutations(range(len(segs))))]
+    sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
+    assert inst.evaluate(segs, seconds=True).period == pytest.approx(sim, rel=1e-9, abs=1e-15)
+
+
 # ------------------------------------------------------------------------------ the DPs
 @settings(max_examples=80, deadline=None)
 @given(trace=traces(max_layers=5), cluster=clusters(fitted=True),

@@ -68,6 +68,21 @@ def test_default_class_is_optimal_and_beats_ddp_on_resnet50() -> None:
                                                                   "ddp", "horovod", "mgwfbp"}
 
 
+def test_colocated_parameter_servers_are_solved_exactly() -> None:
+    """Push and pull through colocated servers hold the same resources, so a bucket is one task:
+    the whole single-link machinery applies and proves its optimum, which beats the DP on the
+    summed costs that several stages otherwise get."""
+    trace = load_trace("resnet50-v100-b64")
+    cluster = load_cluster("k80-4x4-10gbe-ps")
+    assert len(cluster.comm_stages()) == 2
+    res = solve(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True,
+                                             time_limit_s=10.0))
+    check_result(trace, cluster, res)
+    assert res.status == Status.OPTIMAL and res.method != "dp-heuristic"
+    fifo = solve(trace, cluster, SolveOptions(next_forward="per-layer", time_limit_s=10.0))
+    assert res.iteration_time_s < 0.9 * fifo.iteration_time_s
+
+
 def test_time_limit_returns_a_plan_with_a_gap() -> None:
     """A tiny time limit never returns nothing: FEASIBLE, a plan, a bound, a gap."""
     trace = load_trace("resnet50-v100-b64").scaled(compute=0.4)

@@ -508,6 +508,19 @@ def _pieces(nbytes: int, unit: int) -> list[int]:
     return [unit] * full + ([rest] if rest else [])
 
 
+def one_chain(stages: tuple[CommStage, ...]) -> tuple[CommStage, ...]:
+    """Two stages that hold the same resources (push and pull through colocated parameter
+    servers) as the one task they are: the simulator serves every bucket's second stage right
+    after its first on the same chain (:meth:`Plan.comm_sequence`), so a bucket is one task of
+    the summed cost, released when the bucket is ready."""
+    if len(stages) != 2 or stages[0].resources != stages[1].resources:
+        return stages
+    first, second = stages
+    return (CommStage(f"{first.name}+{second.name}", first.resources,
+                      first.alpha_s + second.alpha_s,
+                      first.beta_s_per_byte + second.beta_s_per_byte),)
+
+
 def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
                    merge: bool | None = None, stage: int | None = None) -> Instance:
     """Build the optimizer's :class:`Instance` for ``trace`` on ``cluster`` under ``opts``.
@@ -520,7 +533,7 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
     stage
         Keep only this communication stage (a relaxation used for lower bounds).
     """
-    stages = cluster.comm_stages()
+    stages = one_chain(cluster.comm_stages())
     if stage is not None:
         stages = (stages[stage],)
     alpha = sum(s.alpha_s for s in stages)

@@ -11,8 +11,11 @@ Method by class (``method="auto"``):
   CP-SAT (:mod:`.model`) warm-started from the best plan so far, and the windowed LNS
   (:mod:`.lns`) on large instances; the bound is the best of the programmes', CP-SAT's and the
   DP lower bound over bucketings.
-* several stages (parameter server, pipelined hierarchical): the one-stage programme on the
-  summed cost as a heuristic, judged by the simulator; the bound relaxes to each stage alone.
+* two stages on the same resources (colocated parameter servers): one task per bucket
+  (:func:`.instance.one_chain`), solved as one stage;
+* other multi-stage layouts (dedicated servers, pipelined hierarchical): the one-stage
+  programme on the summed cost as a heuristic, judged by the simulator; the bound relaxes to
+  each stage alone.
 
 Every plan is judged by the simulator; the result is never worse than the best baseline the
 options can express. ``SolveResult.method`` names what produced the plan returned (``dp``,
