@@ -79,14 +79,14 @@ def test_period_formula_is_the_simulators(trace: Trace, cluster: Cluster, opts: 
 def test_push_and_pull_on_one_chain_are_one_task(trace: Trace, cluster: Cluster,
                                                  opts: SolveOptions, data: st.DataObject,
                                                  servers: int, colocated: bool) -> None:
-    """Parameter servers whose push and pull hold the same resources: the optimizer sees one
-    task of the summed cost per bucket, and the closed form is still the simulator's."""
+    """Parameter servers whose push and pull share a resource: the optimizer sees one task of
+    the summed cost per bucket, and the closed form is still the simulator's."""
     cluster = Cluster.model_validate({
         **cluster.model_dump(), "collective": "ps", "allreduce": None,
         "ps": {"servers": servers, "colocated": colocated}})
     stages = cluster.comm_stages()
     inst = build_instance(trace, cluster, opts)
-    same = len(stages) == 2 and stages[0].resources == stages[1].resources
+    same = len(stages) == 2 and bool(set(stages[0].resources) & set(stages[1].resources))
     assert len(inst.stages) == (1 if same else len(stages))
     if not same:
         return

@@ -509,14 +509,20 @@ def _pieces(nbytes: int, unit: int) -> list[int]:
 
 
 def one_chain(stages: tuple[CommStage, ...]) -> tuple[CommStage, ...]:
-    """Two stages that hold the same resources (push and pull through colocated parameter
-    servers) as the one task they are: the simulator serves every bucket's second stage right
-    after its first on the same chain (:meth:`Plan.comm_sequence`), so a bucket is one task of
-    the summed cost, released when the bucket is ready."""
-    if len(stages) != 2 or stages[0].resources != stages[1].resources:
+    """Two stages that share a resource (push and pull through colocated parameter servers, or
+    through dedicated ones after a local reduce) as the one task they are.
+
+    The simulator serves the tasks in :meth:`Plan.comm_sequence` order, which for two stages in
+    the same launch order is push 0, pull 0, push 1, pull 1, ...: a pull starts when its push
+    ends (the shared resource is free then, and only pulls use the pull's other resources), and
+    the next push waits for that pull on the shared resource. A bucket is thus one task of the
+    summed cost, released when the bucket is ready, on the union of the resources.
+    """
+    if len(stages) != 2 or not set(stages[0].resources) & set(stages[1].resources):
         return stages
     first, second = stages
-    return (CommStage(f"{first.name}+{second.name}", first.resources,
+    both = tuple(dict.fromkeys(first.resources + second.resources))
+    return (CommStage(f"{first.name}+{second.name}", both,
                       first.alpha_s + second.alpha_s,
                       first.beta_s_per_byte + second.beta_s_per_byte),)
 

@@ -11,9 +11,10 @@ Method by class (``method="auto"``):
   CP-SAT (:mod:`.model`) warm-started from the best plan so far, and the windowed LNS
   (:mod:`.lns`) on large instances; the bound is the best of the programmes', CP-SAT's and the
   DP lower bound over bucketings.
-* two stages on the same resources (colocated parameter servers): one task per bucket
-  (:func:`.instance.one_chain`), solved as one stage;
-* other multi-stage layouts (dedicated servers, pipelined hierarchical): the one-stage
+* two stages that share a resource (parameter servers, colocated or after a local reduce):
+  one task per bucket (:func:`.instance.one_chain`), solved as one stage;
+* other multi-stage layouts (dedicated servers without a local reduce, pipelined
+  hierarchical): the one-stage
   programme on the summed cost as a heuristic, judged by the simulator; the bound relaxes to
   each stage alone.
 
