@@ -12,9 +12,22 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .errors import SchedoptError
 from .trace import SCHEMA_VERSION, Trace
 
-__all__ = ["Breakdown", "Members", "Plan", "Schedule", "piece_name", "split_member"]
+__all__ = ["Breakdown", "Members", "Plan", "Schedule", "interleave", "piece_name",
+           "split_member"]
 
 NextForward = Literal["wait-for-all", "per-layer"]
+
+
+def interleave(orders: list[list[int]]) -> list[tuple[int, int]]:
+    """The ``(stage, bucket)`` tasks of stage orders ``orders`` in the order shared resources
+    serve them (the rule of :meth:`Plan.comm_sequence`)."""
+    key: dict[tuple[int, int], float] = {}
+    for s, order in enumerate(orders):
+        prev = -np.inf
+        for j, k in enumerate(order):
+            kk = float(j) if s == 0 else max(prev + 1, key[(s - 1, k)] + 0.5)
+            key[(s, k)] = prev = kk
+    return sorted(key, key=lambda sk: (key[sk], sk[0]))
 
 
 def piece_name(tensor: str, index: int) -> str:
@@ -190,13 +203,7 @@ class Plan(BaseModel):
         stage ``s``'s order), ties broken by stage: one bucket of lookahead, and every stage
         after its predecessor (docs/model.md, "Plan").
         """
-        key: dict[tuple[int, int], float] = {}
-        for s in range(num_stages):
-            prev = -np.inf
-            for j, k in enumerate(self.stage_order(s)):
-                kk = float(j) if s == 0 else max(prev + 1, key[(s - 1, k)] + 0.5)
-                key[(s, k)] = prev = kk
-        return sorted(key, key=lambda sk: (key[sk], sk[0]))
+        return interleave([self.stage_order(s) for s in range(num_stages)])
 
     def bind(self, trace: Trace, cluster: Any) -> Plan:
         """Return a copy carrying the fingerprints of ``trace`` and ``cluster``."""

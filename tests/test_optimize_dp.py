@@ -44,6 +44,14 @@ def all_plans(inst):
             yield [segs[k] for k in perm]
 
 
+def random_plan(inst, data: st.DataObject):
+    """Any bucketing of ``inst``'s units, in any launch order."""
+    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
+                                       max_size=inst.n - 1)), dtype=bool)
+    segs = inst.segments_from_cuts(cuts)
+    return [segs[k] for k in data.draw(st.permutations(range(len(segs))))]
+
+
 options = st.builds(
     SolveOptions,
     next_forward=st.sampled_from(["wait-for-all", "per-layer"]),
@@ -61,10 +69,7 @@ def test_period_formula_is_the_simulators(trace: Trace, cluster: Cluster, opts: 
     """Any bucketing in any order: the closed form equals the simulated period, in seconds
     exactly and in ticks within the tick budget."""
     inst = build_instance(trace, cluster, opts)
-    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
-                                       max_size=inst.n - 1)), dtype=bool)
-    segs = inst.segments_from_cuts(cuts)
-    segs = [segs[k] for k in data.draw(st.permutations(range(len(segs))))]
+    segs = random_plan(inst, data)
     plan = inst.to_plan(segs)
     sim = simulate(trace, cluster, plan).iteration_time_s
     assert inst.segments_of_plan(plan) == (segs, "")
@@ -91,12 +96,31 @@ def test_push_and_pull_on_one_chain_are_one_task(trace: Trace, cluster: Cluster,
     if not same:
         return
     assert inst.alpha == pytest.approx(stages[0].alpha_s + stages[1].alpha_s)
-    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
-                                       max_size=inst.n - 1)), dtype=bool)
-    segs = inst.segments_from_cuts(cuts)
-    segs = [segs[k] for k in data.draw(st.permutations(range(len(segs))))]
+    segs = random_plan(inst, data)
     sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
     assert inst.evaluate(segs, seconds=True).period == pytest.approx(sim, rel=1e-9, abs=1e-15)
+
+
+@settings(max_examples=80, deadline=None)
+@given(trace=traces(), cluster=clusters(fitted=False), opts=options, data=st.data(),
+       layout=st.sampled_from(["hierarchical", "ps"]), servers=st.integers(1, 4))
+def test_several_stages_are_evaluated_as_the_simulator_serves_them(
+        trace: Trace, cluster: Cluster, opts: SolveOptions, data: st.DataObject, layout: str,
+        servers: int) -> None:
+    """The pipelined hierarchical all-reduce and dedicated servers: every bucket's stages go
+    through the shared resources in the simulator's order, and the closed form on the last
+    stage's ends is the simulated period (without a PCIe link shared with the batch copy)."""
+    cluster = Cluster.model_validate({
+        **cluster.model_dump(), "collective": layout, "allreduce": None, "shared_pcie": False,
+        "pipelined_hierarchical": True, "ps": {"servers": servers, "colocated": False}})
+    inst = build_instance(trace, cluster, opts)
+    if len(inst.stages) < 2:
+        return
+    assert not inst.pcie_coupled
+    segs = random_plan(inst, data)
+    sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
+    assert inst.evaluate(segs, seconds=True).period == pytest.approx(sim, rel=1e-9, abs=1e-15)
+    assert inst.evaluate(segs).period * inst.tick == pytest.approx(sim, rel=5e-4)
 
 
 # ------------------------------------------------------------------------------ the DPs

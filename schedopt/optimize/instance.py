@@ -37,7 +37,7 @@ import numpy as np
 
 from ..cluster import Cluster, CommStage
 from ..errors import SchedoptError
-from ..plan import Plan, piece_name, split_member
+from ..plan import Plan, interleave, piece_name, split_member
 from ..simulate import chain_ends
 from ..trace import DTYPE_BYTES, Trace
 from .options import SolveOptions
@@ -235,6 +235,54 @@ class Instance:
         return max(a, 1) if self.stages else a
 
     @cached_property
+    def stage_p(self) -> np.ndarray:
+        """Bandwidth part of every unit on every stage (ticks, shape ``(stages, n)``), summed
+        over base pieces like :attr:`p`."""
+        rows = [np.add.reduceat(self.ticks(st.beta_s_per_byte * self.base_bytes),
+                                self.unit_start[:-1]) for st in self.stages]
+        return np.array(rows, dtype=np.int64).reshape(len(self.stages), self.n)
+
+    @cached_property
+    def stage_a(self) -> np.ndarray:
+        """Start-up cost of one bucket on every stage (ticks)."""
+        return self.ticks(np.array([st.alpha_s for st in self.stages], dtype=float))
+
+    def stage_ends(self, segs: Segments, *, seconds: bool = False) -> np.ndarray:
+        """End of every bucket's last stage, exactly as the simulator serves several stages.
+
+        Every stage keeps the launch order; the tasks go through the shared resources in the
+        order of :func:`~schedopt.plan.interleave`, each starting once its resources are free
+        and the bucket's previous stage (or, for the first, the bucket) is ready. The
+        resources start free: each iteration's communication ends before the next backward.
+        """
+        m = len(segs)
+        lo = np.fromiter((s[0] for s in segs), dtype=np.int64, count=m)
+        hi = np.fromiter((s[1] for s in segs), dtype=np.int64, count=m)
+        if seconds:
+            prefix = np.r_[0, np.cumsum(self.nbytes)].astype(float)
+            dur = [st.alpha_s + st.beta_s_per_byte * (prefix[hi + 1] - prefix[lo])
+                   for st in self.stages]
+            rel = self.release_s[hi].astype(float)
+        else:
+            prefix_p = np.c_[np.zeros((len(self.stages), 1), np.int64),
+                             np.cumsum(self.stage_p, axis=1)]
+            dur = [self.stage_a[s] + prefix_p[s, hi + 1] - prefix_p[s, lo]
+                   for s in range(len(self.stages))]
+            rel = self.r[hi]
+        durs = [d.tolist() for d in dur]
+        rels = rel.tolist()
+        free: dict[str, float] = {}
+        end = [[0.0] * m for _ in self.stages]
+        for s, k in interleave([list(range(m))] * len(self.stages)):
+            res = self.stages[s].resources
+            start = max(rels[k] if s == 0 else end[s - 1][k],
+                        *(free.get(r, -np.inf) for r in res))
+            end[s][k] = start + durs[s][k]
+            for r in res:
+                free[r] = end[s][k]
+        return np.array(end[-1], dtype=float if seconds else np.int64)
+
+    @cached_property
     def upd_prefix(self) -> np.ndarray:
         """Update share of units ``0 .. i`` (ticks), a non-decreasing array."""
         total = self.total_bytes
@@ -312,9 +360,12 @@ class Instance:
             fwd_from = self.fwd_from
         if not self.stages:
             dur = dur * 0
-        ends = chain_ends(-np.inf, dur.astype(float), rel.astype(float))
-        if not seconds:
-            ends = np.rint(ends).astype(np.int64)
+        if len(self.stages) > 1:
+            ends = self.stage_ends(segs, seconds=seconds)
+        else:
+            ends = chain_ends(-np.inf, dur.astype(float), rel.astype(float))
+            if not seconds:
+                ends = np.rint(ends).astype(np.int64)
         makespan = max(c["B"], ends.max())
         half: Callable[[float], float] = (lambda x: x / 2) if seconds else (
             lambda x: -((-x) // 2))
@@ -583,7 +634,7 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
     )
     # rounding errors of half a tick per piece, release and forward sum, one tick per bucket
     # start-up (see ``Instance.a``) and per update share
-    n_tasks = 3 * len(base_bytes) + 2 * len(trace.layers) + 4
+    n_tasks = (2 + max(1, len(stages))) * len(base_bytes) + 2 * len(trace.layers) + 4
     inst.tick = TICK_BUDGET * 2 * inst.lower_bound_s / n_tasks
     if inst.tick <= 0 or not np.isfinite(inst.tick):
         raise SchedoptError("cannot choose a time unit (all times are zero)", "trace", trace.name)
