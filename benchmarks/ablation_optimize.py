@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from schedopt.cluster import Cluster
 from schedopt.instances import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import constant_bound, jackson_bound, lower_bound
@@ -184,9 +185,36 @@ def exact_judge() -> None:
               f"{sol.objective} ticks, {sol.status} in {t:.2f} s")
 
 
+def several_stages() -> None:
+    """The pipelined hierarchical all-reduce with a slow intra-node link (reduce-scatter and
+    all-gather share it): CP-SAT with every stage, with and without the per-resource prefix
+    bounds, from the local search's plan."""
+    base = load_cluster("dgx-a100-4n-hierarchical")
+    data = base.model_dump()
+    slow = data["intra_link"]["bandwidth_Bps"] * 0.02
+    cl = Cluster.model_validate({**data, "intra_link": {**data["intra_link"],
+                                                        "bandwidth_Bps": slow}})
+    tr = load_trace("vgg16-v100-b64").scaled(compute=0.3).model_copy(
+        update={"io_s": 0.0, "h2d_s": 0.0})
+    for mode in ("wait-for-all", "per-layer"):
+        inst = build_instance(tr, cl, SolveOptions(next_forward=mode), merge=False)
+        if inst.per_layer:
+            _, dp, _ = solve_fifo_per_layer(inst)
+        else:
+            _, dp = solve_wait_for_all(inst)
+        _, start = local_search(inst, dp, reorder=False, deadline=time.perf_counter() + 2)
+        for without in (frozenset(), frozenset({"prefix_bounds"})):
+            sol, t = timed(lambda w=without, inst=inst, start=start: cp(inst, "fifo", start,
+                                                                        without=w))
+            print(f"several stages ({tr.name} on slow-intra {base.name}, {mode}): "
+                  f"without={set(without)}: summed-cost DP {ms(inst, inst.evaluate(dp).period)}"
+                  f", {sol.status} {ms(inst, sol.objective)} bound {ms(inst, sol.bound)} in "
+                  f"{t:.2f} s")
+
+
 def main() -> int:
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
-               exact_judge, lns):
+               exact_judge, several_stages, lns):
         fn()
     return 0
 

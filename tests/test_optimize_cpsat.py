@@ -168,3 +168,33 @@ def test_zero_cost_buckets_still_occupy_the_link() -> None:
         status, obj, bound = solve_model(inst, reorder=True, start=start)
         assert status == "OPTIMAL"
         assert obj == bound
+
+
+@settings(max_examples=30, deadline=None)
+@given(trace=traces(max_layers=3), cluster=clusters(fitted=False),
+       layout=st.sampled_from(["hierarchical", "ps"]), servers=st.integers(1, 3),
+       per_layer=st.booleans(), prefetch=st.sampled_from([0, 1]))
+def test_several_stages_cp_sat_equals_brute_force(trace: Trace, cluster: Cluster, layout: str,
+                                                  servers: int, per_layer: bool,
+                                                  prefetch: int) -> None:
+    """Stages on several resources (the pipelined hierarchical all-reduce, dedicated servers):
+    in readiness order CP-SAT's proven optimum is the best bucketing by brute force, judged by
+    the exact multi-stage period (itself checked against the simulator), from one bucket."""
+    data = cluster.model_dump()
+    cluster = Cluster.model_validate({
+        **data, "collective": layout, "allreduce": None, "shared_pcie": False,
+        "pipelined_hierarchical": True, "ps": {"servers": servers, "colocated": False},
+        "nodes": max(2, data["nodes"]),
+        # hierarchical: three stages need several GPUs a node; servers: two disjoint stages
+        # need no local reduce, so one GPU a node
+        "gpus_per_node": max(2, data["gpus_per_node"]) if layout == "hierarchical" else 1})
+    opts = SolveOptions(next_forward="per-layer" if per_layer else "wait-for-all",
+                        prefetch=prefetch, merge_layers=False)
+    inst = build_instance(trace, cluster, opts)
+    if len(inst.stages) < 2 or inst.n > 6:
+        return
+    best = min(inst.evaluate(inst.segments_from_cuts(np.array(bits, dtype=bool))).period
+               for bits in itertools.product([False, True], repeat=inst.n - 1))
+    status, obj, bound = solve_model(inst, reorder=False, start=[(0, inst.n - 1)])
+    assert status == "OPTIMAL"
+    assert obj == bound == best

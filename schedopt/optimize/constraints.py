@@ -6,7 +6,7 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from .instance import Instance
-from .variables import ModelVariables
+from .variables import ModelVariables, shared_stage_pairs
 
 __all__ = ["Constraints"]
 
@@ -46,9 +46,15 @@ class Constraints:
 
     def add_all(self) -> None:
         """Add every family that applies to the instance."""
+        several = len(self.inst.stages) > 1
+        if several and self.order != "fifo":
+            raise ValueError("several communication stages: the model has readiness order only")
         self._fixed_cuts()
         self._bucket_release()
         self._bucket_contiguity()
+        if several:
+            self._stage_chains()
+            self._shared_resources()
         if self.order == "any":
             self._link_no_overlap()
         elif self.order == "unimodal":
@@ -56,7 +62,7 @@ class Constraints:
         else:
             self._link_fifo()
         if self._one_end_per_layer_is_dominant() and "one_bucket_end_per_layer" not in (
-                self.without):
+                self.without) and not several:
             self._one_bucket_end_per_layer()
         if self.v.upd_before:
             self._update_prefix()
@@ -96,6 +102,54 @@ class Constraints:
         v = self.v
         for i in range(self.inst.n - 1):
             self.m.add(v.start[i + 1] >= v.end[i])
+
+    def _stage_chains(self) -> None:
+        """Stages ``1..S-1``: every bucket is one task per stage (its units back to back, the
+        first paying the stage's start-up cost), the stages of one bucket in order, and each
+        stage in readiness order; ``stage_bucket_end`` carries every bucket's end per stage."""
+        inst, v, m, n = self.inst, self.v, self.m, self.inst.n
+        p, a = inst.stage_p.tolist(), inst.stage_a.tolist()
+        starts = [v.start, *v.stage_start]
+        ends = [v.end, *v.stage_end]
+        for s in range(len(inst.stages)):
+            be = v.stage_bucket_end[s]
+            m.add(be[n - 1] == ends[s][n - 1])
+            for i in range(n - 1):
+                m.add(be[i] == ends[s][i]).only_enforce_if(v.cut[i])
+                m.add(be[i] == be[i + 1]).only_enforce_if(~v.cut[i])
+            if s == 0:
+                continue
+            for i in range(n):
+                first = 1 if i == 0 else v.cut[i - 1]
+                m.add(ends[s][i] == starts[s][i] + p[s][i] + a[s] * first)
+                m.add(starts[s][i] >= v.stage_bucket_end[s - 1][i])
+                if i < n - 1:
+                    m.add(starts[s][i + 1] == ends[s][i]).only_enforce_if(~v.cut[i])
+                    m.add(starts[s][i + 1] >= ends[s][i])
+
+    def _shared_resources(self) -> None:
+        """Stages ``s < s2`` that share a resource take it in the simulator's order: stage
+        ``s2`` of a bucket after stage ``s`` of the bucket ``d`` later, and stage ``s`` of the
+        bucket ``d + 1`` later after it."""
+        inst, v, m, n = self.inst, self.v, self.m, self.inst.n
+        starts = [v.start, *v.stage_start]
+        ends = [v.end, *v.stage_end]
+        for s, s2, d in shared_stage_pairs(inst):
+            ahead = [v.stage_bucket_end[s]] + [v.ahead[(s, k)] for k in range(1, d + 1)]
+            for k in range(1, d + 1):
+                m.add(ahead[k][n - 1] == ends[s][n - 1])
+                for i in range(n - 1):
+                    m.add(ahead[k][i] == ahead[k][i + 1]).only_enforce_if(~v.cut[i])
+                    m.add(ahead[k][i] == ahead[k - 1][i + 1]).only_enforce_if(v.cut[i])
+            behind = [v.stage_bucket_end[s2]] + [v.behind[(s2, k)] for k in range(1, d + 2)]
+            for k in range(1, d + 2):
+                m.add(behind[k][0] == 0)
+                for i in range(n - 1):
+                    m.add(behind[k][i + 1] == behind[k][i]).only_enforce_if(~v.cut[i])
+                    m.add(behind[k][i + 1] == behind[k - 1][i]).only_enforce_if(v.cut[i])
+            for i in range(n):
+                m.add(starts[s2][i] >= ahead[d][i])
+                m.add(starts[s][i] >= behind[d + 1][i])
 
     def _unimodal_launch_order(self) -> None:
         """Early buckets run in readiness order and end with the last-ready bucket; late ones
@@ -172,7 +226,7 @@ class Constraints:
             for i in range(lo, hi + 1):
                 lit = v.is_cut(i, inst.n)
                 cons = [
-                    m.add(v.update_start[i] >= v.end[i]),
+                    m.add(v.update_start[i] >= v.done[i]),
                     m.add(v.update_start[i] >= window),
                     m.add(v.update_end[i] <= fs),
                 ]
@@ -188,12 +242,29 @@ class Constraints:
     def _prefix_bounds(self) -> None:
         """Jackson-type redundant bounds: the buckets that hold units of layers ``<= l`` start
         after ``l`` is ready and each costs ``a`` plus its bytes; the last of them ends no
-        earlier than their sum, and its tail is at least ``l``'s."""
+        earlier than their sum, and its tail is at least ``l``'s. With several stages the
+        sum is over the stages that hold a resource of the last stage: they take it one at a
+        time, and every bucket's last stage ends after its others."""
+        for p, a in self._resource_work():
+            self._prefix_bounds_of(p, a)
+
+    def _resource_work(self) -> list[tuple[np.ndarray, int]]:
+        """Per resource of the last stage: the bandwidth part of every unit and the start-up
+        cost of one bucket, summed over the stages that hold it."""
+        inst = self.inst
+        if len(inst.stages) <= 1:
+            return [(inst.p, inst.a)]
+        out = []
+        for res in inst.stages[-1].resources:
+            on = [s for s, st in enumerate(inst.stages) if res in st.resources]
+            out.append((inst.stage_p[on].sum(axis=0), int(inst.stage_a[on].sum())))
+        return out
+
+    def _prefix_bounds_of(self, p: np.ndarray, a: int) -> None:
         inst, v, m = self.inst, self.v, self.m
         n = inst.n
-        p_suffix = np.cumsum(inst.p[::-1])[::-1].tolist()
+        p_suffix = np.cumsum(p[::-1])[::-1].tolist()
         r = inst.r.tolist()
-        a = inst.a
         for lo, _hi in inst.layer_runs:
             cuts = [v.cut[i] for i in range(lo, n - 1)]
             work = p_suffix[lo] + a * (1 + sum(cuts)) if cuts else p_suffix[lo] + a

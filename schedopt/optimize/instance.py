@@ -247,15 +247,17 @@ class Instance:
         """Start-up cost of one bucket on every stage (ticks)."""
         return self.ticks(np.array([st.alpha_s for st in self.stages], dtype=float))
 
-    def stage_ends(self, segs: Segments, *, seconds: bool = False) -> np.ndarray:
-        """End of every bucket's last stage, exactly as the simulator serves several stages.
+    def stage_schedule(self, segs: Segments, *, seconds: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """Start and end of every bucket on every stage (shape ``(stages, buckets)``), exactly
+        as the simulator serves several stages.
 
         Every stage keeps the launch order; the tasks go through the shared resources in the
         order of :func:`~schedopt.plan.interleave`, each starting once its resources are free
         and the bucket's previous stage (or, for the first, the bucket) is ready. The
         resources start free: each iteration's communication ends before the next backward.
         """
-        m = len(segs)
+        m, n_s = len(segs), len(self.stages)
         lo = np.fromiter((s[0] for s in segs), dtype=np.int64, count=m)
         hi = np.fromiter((s[1] for s in segs), dtype=np.int64, count=m)
         if seconds:
@@ -264,23 +266,26 @@ class Instance:
                    for st in self.stages]
             rel = self.release_s[hi].astype(float)
         else:
-            prefix_p = np.c_[np.zeros((len(self.stages), 1), np.int64),
-                             np.cumsum(self.stage_p, axis=1)]
-            dur = [self.stage_a[s] + prefix_p[s, hi + 1] - prefix_p[s, lo]
-                   for s in range(len(self.stages))]
+            prefix_p = np.c_[np.zeros((n_s, 1), np.int64), np.cumsum(self.stage_p, axis=1)]
+            dur = [self.stage_a[s] + prefix_p[s, hi + 1] - prefix_p[s, lo] for s in range(n_s)]
             rel = self.r[hi]
         durs = [d.tolist() for d in dur]
         rels = rel.tolist()
         free: dict[str, float] = {}
-        end = [[0.0] * m for _ in self.stages]
-        for s, k in interleave([list(range(m))] * len(self.stages)):
+        start = [[0.0] * m for _ in range(n_s)]
+        end = [[0.0] * m for _ in range(n_s)]
+        for s, k in interleave([list(range(m))] * n_s):
             res = self.stages[s].resources
-            start = max(rels[k] if s == 0 else end[s - 1][k],
-                        *(free.get(r, -np.inf) for r in res))
-            end[s][k] = start + durs[s][k]
+            t = max(rels[k] if s == 0 else end[s - 1][k], *(free.get(r, -np.inf) for r in res))
+            start[s][k], end[s][k] = t, t + durs[s][k]
             for r in res:
                 free[r] = end[s][k]
-        return np.array(end[-1], dtype=float if seconds else np.int64)
+        kind = float if seconds else np.int64
+        return np.array(start, dtype=kind), np.array(end, dtype=kind)
+
+    def stage_ends(self, segs: Segments, *, seconds: bool = False) -> np.ndarray:
+        """End of every bucket's last stage (:meth:`stage_schedule`)."""
+        return self.stage_schedule(segs, seconds=seconds)[1][-1]
 
     @cached_property
     def upd_prefix(self) -> np.ndarray:

@@ -14,7 +14,7 @@ from ..simulate import chain_ends
 from .constraints import Constraints
 from .instance import Instance, Segments
 from .objective import add_objective
-from .variables import ModelVariables, make_variables
+from .variables import ModelVariables, make_variables, shared_stage_pairs
 
 __all__ = ["CommModel", "ModelSolution", "schedule_values"]
 
@@ -72,10 +72,17 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     n = inst.n
     lo = np.array([s[0] for s in segs])
     hi = np.array([s[1] for s in segs])
-    pp = np.r_[0, np.cumsum(inst.p)]
-    dur = inst.a + pp[hi + 1] - pp[lo]
+    several = len(inst.stages) > 1
+    p0 = inst.stage_p[0] if several else inst.p
+    a0 = int(inst.stage_a[0]) if several else inst.a
+    pp = np.r_[0, np.cumsum(p0)]
+    dur = a0 + pp[hi + 1] - pp[lo]
     rel = inst.r[hi].astype(float)
-    ends = np.rint(chain_ends(-np.inf, dur.astype(float), rel)).astype(np.int64)
+    if several:
+        stage_times = inst.stage_schedule(segs)
+        ends = stage_times[1][0]
+    else:
+        ends = np.rint(chain_ends(-np.inf, dur.astype(float), rel)).astype(np.int64)
     period = int(inst.evaluate(segs).period)
     c = inst.consts
     link_free = None
@@ -94,13 +101,17 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
         t = ends[k] - dur[k]
         for i in range(lo[k], hi[k] + 1):
             start[i] = t
-            t += inst.p[i] + (inst.a if i == lo[k] else 0)
+            t += p0[i] + (a0 if i == lo[k] else 0)
             end[i] = t
             ready[i] = inst.r[hi[k]]
         cut[hi[k]] = True
     out: dict[str, Any] = {"start": start, "end": end, "ready": ready, "cut": cut[:-1],
                            "period": period, "link_free": link_free}
-    out["makespan"] = int(max(c["B"], ends.max()))
+    done, last_ends = end, ends
+    if several:
+        out.update(_stage_values(inst, segs, *stage_times))
+        done, last_ends = out["stage_end"][-1], stage_times[1][-1]
+    out["makespan"] = int(max(c["B"], last_ends.max()))
     if inst.per_layer and c["U"] > 0:
         upd = inst.upd_prefix
         before = np.zeros(n + 1, dtype=np.int64)
@@ -114,7 +125,7 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
             window = c["B"] + fwd[lay] if prev_layer is None else prev_fs + fwd[lay] - fwd[
                 prev_layer]
             t = window
-            ends_here = sorted((int(end[i]), i) for i in range(a_l, z_l + 1) if cut[i])
+            ends_here = sorted((int(done[i]), i) for i in range(a_l, z_l + 1) if cut[i])
             for e_i, i in ends_here:
                 s_i = max(t, e_i)
                 us[i] = s_i
@@ -145,6 +156,41 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     for i in range(n - 1, -1, -1):
         need[i] = lf[i + 1] if (i == n - 1 or cut[i]) else need[i + 1]
     out.update({"early": early, "early_front": ef, "late_front": lf, "late_need": need})
+    return out
+
+
+def _stage_values(inst: Instance, segs: Segments, st_start: np.ndarray,
+                  st_end: np.ndarray) -> dict[str, Any]:
+    """Values of the stage variables for the readiness-order plan ``segs`` (its schedule
+    ``st_start``, ``st_end`` per stage and bucket)."""
+    n, n_s = inst.n, len(inst.stages)
+    bucket = np.empty(n, dtype=np.int64)
+    for k, (lo_k, hi_k) in enumerate(segs):
+        bucket[lo_k:hi_k + 1] = k
+    s_start, s_end = [], []
+    for s in range(1, n_s):
+        begin, finish = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        for k, (lo_k, hi_k) in enumerate(segs):
+            t = int(st_start[s][k]) + int(inst.stage_a[s])
+            begin[lo_k] = st_start[s][k]
+            for i in range(lo_k, hi_k + 1):
+                if i > lo_k:
+                    begin[i] = t
+                t += int(inst.stage_p[s][i])
+                finish[i] = t
+        s_start.append(begin)
+        s_end.append(finish)
+    m = len(segs)
+    out: dict[str, Any] = {"stage_start": s_start, "stage_end": s_end,
+                           "stage_bucket_end": [st_end[s][bucket] for s in range(n_s)]}
+    ahead, behind = {}, {}
+    for s, s2, d in shared_stage_pairs(inst):
+        for k in range(1, d + 1):
+            ahead[(s, k)] = st_end[s][np.minimum(bucket + k, m - 1)]
+        for k in range(1, d + 2):
+            before = bucket - k
+            behind[(s2, k)] = np.where(before >= 0, st_end[s2][np.maximum(before, 0)], 0)
+    out["ahead"], out["behind"] = ahead, behind
     return out
 
 
@@ -222,6 +268,14 @@ class CommModel:
         for name in ("early", "early_front", "late_front", "late_need"):
             for x, y in zip(getattr(v, name), val.get(name, []), strict=False):
                 m.add_hint(x, int(y))
+        for name in ("stage_start", "stage_end", "stage_bucket_end"):
+            for xs, ys in zip(getattr(v, name), val.get(name, []), strict=True):
+                for x, y in zip(xs, ys, strict=True):
+                    m.add_hint(x, int(y))
+        for name in ("ahead", "behind"):
+            for key, xs in getattr(v, name).items():
+                for x, y in zip(xs, val[name][key], strict=True):
+                    m.add_hint(x, int(y))
 
     def check_hint(self, time_limit_s: float = 5.0) -> bool:
         """True when the hint alone is a feasible solution (solved with every variable fixed to

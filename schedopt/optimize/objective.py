@@ -34,13 +34,13 @@ def add_objective(m: cp_model.CpModel, inst: Instance, v: ModelVariables, *,
     if lf is not None:
         for i in range(n):
             m.add(v.start[i] >= lf)
-            m.add(lf >= v.end[i] - v.period + c["h2d"])
+            m.add(lf >= v.done[i] - v.period + c["h2d"])
         m.add(v.period >= max(c["io"], c["h2d"]))
     if not inst.per_layer:
         assert v.makespan is not None
         m.add(v.makespan >= c["B"])
         for i in range(n) if reorder else [n - 1]:
-            m.add(v.makespan >= v.end[i])
+            m.add(v.makespan >= v.done[i])
         cyc = c["F"] + v.makespan + c["U"]
         if inst.prefetch == 0:
             m.add(v.period >= cyc + data)
@@ -64,16 +64,16 @@ def add_objective(m: cp_model.CpModel, inst: Instance, v: ModelVariables, *,
             tail = fwd_from[i] + v.upd_before[first[i]]
             if own:
                 tail += upd[i] - v.upd_before[i]
-            m.add(v.period >= v.end[i] + tail)
+            m.add(v.period >= v.done[i] + tail)
     else:
         for i in range(n):
-            m.add(v.period >= v.end[i] + fwd_from[i])
+            m.add(v.period >= v.done[i] + fwd_from[i])
     first0 = inst.first_layer_units
     u0 = c["U"] - v.upd_before[first0] if first0 is not None and v.upd_before else 0
     first_fwd = c["F"] + c["U"] - u0  # from the first forward to the next backward
     if inst.pcie_coupled and inst.prefetch == 0:  # the copy waits for the last bucket
         for i in range(n):
-            m.add(v.period >= v.end[i] + c["h2d"] + first_fwd)
+            m.add(v.period >= v.done[i] + c["h2d"] + first_fwd)
     if data > 0:
         dterm = c["B"] + data + first_fwd
         if inst.prefetch == 0:

@@ -271,13 +271,20 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
 
 def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
                        hint: Baseline | None, deadline: float) -> _Outcome:
-    """Several stages: the one-stage DP on the summed cost, then (where the period formula is
-    exact: no PCIe link shared with the batch copy) the local search over bucketings judged by
-    the exact multi-stage period; the bound keeps one stage at a time (dropping the others
-    only makes buckets finish earlier)."""
-    notes = ["several communication stages: heuristic plans (the DP on the summed stage costs, "
-             "then a local search); the bound keeps one stage at a time"]
-    inst = build_instance(trace, cluster, opts)
+    """Several stages: the one-stage DP on the summed cost; where the period formula is exact
+    (no PCIe link shared with the batch copy) the local search over bucketings judged by the
+    exact multi-stage period, then, in readiness order, CP-SAT with every stage (a proof);
+    the bound keeps one stage at a time otherwise (dropping the others only makes buckets
+    finish earlier)."""
+    # cuts inside a layer can help a pipeline of stages: whole layers only when asked
+    inst = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers))
+    exact = not inst.pcie_coupled and not opts.reorder and inst.n <= FULL_MODEL_UNITS
+    if exact:
+        notes = ["several communication stages: CP-SAT with every stage in readiness order, "
+                 "the stages through shared resources in the simulator's order"]
+    else:
+        notes = ["several communication stages: heuristic plans (the DP on the summed stage "
+                 "costs, then a local search); the bound keeps one stage at a time"]
     if inst.per_layer:
         _, segs, _ = solve_fifo_per_layer(inst)
     else:
@@ -293,10 +300,29 @@ def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
             if hsegs and int(inst.evaluate(hsegs).period) < val:
                 segs, val, method = hsegs, int(inst.evaluate(hsegs).period), "hint"
         left = deadline - time.perf_counter()
+        share = min(2.0, 0.2 * left) if exact else 0.5 * left
         ls_val, ls_segs = local_search(inst, segs, reorder=opts.reorder, seed=opts.seed,
-                                       deadline=time.perf_counter() + 0.5 * left)
+                                       deadline=time.perf_counter() + share)
         if ls_val < val:
             segs, val, method = ls_segs, ls_val, "local-search"
+    bound = _stage_bound(trace, cluster, opts, inst)
+    if exact and val > bound and deadline - time.perf_counter() > 0.05:
+        cm = CommModel(inst, order="fifo", horizon=val, period_lb=bound)
+        cm.add_hint(segs)
+        sol = cm.solve(time_limit_s=deadline - time.perf_counter(), workers=opts.workers,
+                       seed=opts.seed, relative_gap=opts.relative_gap, extra=opts.cp_sat,
+                       stop_at=bound)
+        bound = max(bound, min(sol.bound, val))
+        if sol.segs is not None and int(inst.evaluate(sol.segs).period) < val:
+            segs, val, method = sol.segs, int(inst.evaluate(sol.segs).period), "cp-sat"
+        if sol.interrupted:
+            notes.append("interrupted: the best plan found so far")
+    return _Outcome(inst, segs, val, min(bound, val), method, notes)
+
+
+def _stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance) -> int:
+    """Lower bound with one stage at a time (dropping the others only makes buckets finish
+    earlier), in ``inst``'s ticks."""
     bound = 0
     for s in range(len(inst.stages)):
         one = build_instance(trace, cluster, opts, stage=s)
@@ -306,7 +332,7 @@ def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
         else:
             b1, _ = solve_wait_for_all(one)
         bound = max(bound, int(np.floor(b1 * one.tick / inst.tick)))
-    return _Outcome(inst, segs, val, min(bound, val), method, notes)
+    return bound
 
 
 # ------------------------------------------------------------------------------------ result

@@ -8,7 +8,7 @@ from ortools.sat.python import cp_model
 
 from .instance import Instance
 
-__all__ = ["ModelVariables", "make_variables"]
+__all__ = ["ModelVariables", "make_variables", "shared_stage_pairs"]
 
 
 @dataclass
@@ -39,6 +39,15 @@ class ModelVariables:
         ``early_front[i]``: end of the early units among ``0..i``; ``late_front[i]``: end of the
         late units among ``i..n-1`` (``late_front[n]`` the end of the last-ready bucket);
         ``late_need[i]``: earliest start of unit ``i``'s bucket when it is late.
+    stage_start, stage_end
+        Several stages (readiness order): ``stage_start[s - 1][i]``, ``stage_end[s - 1][i]``
+        are unit ``i``'s times on stage ``s >= 1`` (stage 0 is ``start``, ``end``).
+    stage_bucket_end
+        ``stage_bucket_end[s][i]``: end of stage ``s`` of unit ``i``'s bucket.
+    ahead, behind
+        Shared resources: ``ahead[(s, k)][i]``, the end of stage ``s`` of the bucket ``k``
+        after unit ``i``'s (the last bucket's when there is none); ``behind[(s, k)][i]``, of
+        the bucket ``k`` before it (0 when there is none).
     makespan
         ``max(sum b, end of the last communication)`` (wait-for-all mode).
     link_free
@@ -65,6 +74,16 @@ class ModelVariables:
     update: dict[int, cp_model.IntervalVar] = field(default_factory=dict)
     update_start: dict[int, cp_model.IntVar] = field(default_factory=dict)
     update_end: dict[int, cp_model.IntVar] = field(default_factory=dict)
+    stage_start: list[list[cp_model.IntVar]] = field(default_factory=list)
+    stage_end: list[list[cp_model.IntVar]] = field(default_factory=list)
+    stage_bucket_end: list[list[cp_model.IntVar]] = field(default_factory=list)
+    ahead: dict[tuple[int, int], list[cp_model.IntVar]] = field(default_factory=dict)
+    behind: dict[tuple[int, int], list[cp_model.IntVar]] = field(default_factory=dict)
+
+    @property
+    def done(self) -> list[cp_model.IntVar]:
+        """End of every unit's last communication stage (what its bucket's tail follows)."""
+        return self.stage_end[-1] if self.stage_end else self.end
 
     def is_cut(self, i: int, n: int) -> cp_model.IntVar | bool:
         """``cut[i]``, or True for the last unit (which always ends a bucket)."""
@@ -93,8 +112,9 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
     """
     n = inst.n
     r = inst.r.tolist()
-    p = inst.p.tolist()
-    a = inst.a
+    several = len(inst.stages) > 1
+    p = inst.stage_p[0].tolist() if several else inst.p.tolist()
+    a = int(inst.stage_a[0]) if several else inst.a
     r_max = max(r)
     cut = [m.new_bool_var(f"cut[{i}]") for i in range(n - 1)]
     start, end, comm, ready = [], [], [], []
@@ -108,6 +128,8 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
         end.append(e)
     period = m.new_int_var(period_lb, max(horizon, period_lb), "period")
     v = ModelVariables(cut=cut, start=start, end=end, comm=comm, ready=ready, period=period)
+    if several:
+        _stage_variables(m, inst, v, horizon)
     if inst.pcie_coupled and inst.prefetch == 1:
         v.link_free = m.new_int_var(-horizon, horizon, "link_free")
     if unimodal:
@@ -116,7 +138,7 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
         v.late_front = [m.new_int_var(0, horizon + a, f"late_front[{i}]") for i in range(n + 1)]
         v.late_need = [m.new_int_var(0, horizon + a, f"late_need[{i}]") for i in range(n)]
     if not inst.per_layer:
-        v.makespan = m.new_int_var(0, horizon + a + sum(p), "makespan")
+        v.makespan = m.new_int_var(0, horizon + _total_work(inst), "makespan")
         return v
     u_tot = int(inst.consts["U"])
     if u_tot > 0:
@@ -137,3 +159,41 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
                 v.update[i], v.update_start[i], v.update_end[i] = iv, us, ue
     return v
 
+
+
+def _total_work(inst: Instance) -> int:
+    """Every stage of every unit as its own bucket: an upper bound of any communication."""
+    if len(inst.stages) > 1:
+        return int(inst.stage_p.sum() + inst.n * inst.stage_a.sum())
+    return int(inst.p.sum() + inst.n * inst.a)
+
+
+def _stage_variables(m: cp_model.CpModel, inst: Instance, v: ModelVariables,
+                     horizon: int) -> None:
+    """Times of stages ``1..S-1`` and the bucket-level ends that order the shared resources."""
+    n, n_s = inst.n, len(inst.stages)
+    top = horizon + _total_work(inst)
+    r = inst.r.tolist()
+    for s in range(1, n_s):
+        v.stage_start.append([m.new_int_var(r[i], top, f"stage_start[{s}][{i}]")
+                              for i in range(n)])
+        v.stage_end.append([m.new_int_var(r[i], top, f"stage_end[{s}][{i}]")
+                            for i in range(n)])
+    v.stage_bucket_end = [[m.new_int_var(0, top, f"stage_bucket_end[{s}][{i}]")
+                           for i in range(n)] for s in range(n_s)]
+    for s, s2, d in shared_stage_pairs(inst):
+        for k in range(1, d + 1):
+            v.ahead[(s, k)] = [m.new_int_var(0, top, f"ahead[{s},{k}][{i}]") for i in range(n)]
+        for k in range(1, d + 2):
+            v.behind[(s2, k)] = [m.new_int_var(0, top, f"behind[{s2},{k}][{i}]")
+                                 for i in range(n)]
+
+
+def shared_stage_pairs(inst: Instance) -> list[tuple[int, int, int]]:
+    """Pairs of stages ``s < s2`` that share a resource, with the lookahead ``d``: the
+    simulator serves stage ``s2`` of bucket ``j`` after stage ``s`` of buckets ``<= j + d`` and
+    before stage ``s`` of bucket ``j + d + 1`` (:func:`~schedopt.plan.interleave`, keys
+    ``j + s / 2``)."""
+    st = inst.stages
+    return [(s, s2, (s2 - s) // 2) for s in range(len(st)) for s2 in range(s + 1, len(st))
+            if set(st[s].resources) & set(st[s2].resources)]
