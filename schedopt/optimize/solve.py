@@ -264,8 +264,8 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
             break
     if relaxed and start_val > bound:
         notes.append("bound from relaxed update tails (the updates of same-layer buckets "
-                     "launched after a bucket, and its own unless it is its layer's last, left "
-                     "out); plans judged exactly")
+                     "launched after a bucket left out, and a late bucket's own when a "
+                     "later-ready bucket of its layer is late too); plans judged exactly")
     return _Outcome(inst, start, start_val, bound, method, notes)
 
 

@@ -19,14 +19,17 @@ position with vectorised transitions from every earlier front, and ``lam`` is bi
 
 Tails are the forward times from each bucket's gating layer plus the updates of the buckets
 gated by later layers (one value per gating layer, set by the bucket that opens it and carried
-as a third coordinate while a layer is split) plus, for the last bucket of its gating layer in
-ready order, its own update share. A cut inside a layer therefore branches: either the bucket
-was its layer's last (own share counted, the next bucket must end in a later layer) or not (no
-own share, the next bucket must end in the same layer); the promise is a state column. Exact
-without an update step; with one, the shares of the same-layer buckets launched after a bucket
-(and its own, unless it is its layer's last) are left out, a relaxation that keeps the tails
-growing with readiness, so the result is a bound. The data-path
-and shared-PCIe terms are left out too (the constant bounds keep their plan-independent part).
+as a third coordinate while a layer is split) plus the bucket's own update share where the
+exchange argument allows it: for every early bucket outside the peak's layer (its tail stays
+below the peak's), for the last bucket of its layer, and for the last late bucket of its layer
+in ready order (late tails must grow with readiness). A cut inside a layer therefore branches
+into promises kept as a state column: the bucket is its layer's last (the next one ends in a
+later layer), or the next one ends in the same layer, and for a late bucket either every
+bucket still to end in the layer is early (own share counted) or one of them is late (not
+counted). Exact without an update step; with one, the shares of the same-layer buckets launched
+after a bucket (and the own share of a late bucket when a later-ready bucket of its layer is
+late too) are left out, so the result is a bound. The data-path and shared-PCIe terms are left
+out too (the constant bounds keep their plan-independent part).
 
 Pruning, all exact: an early chain ending before the next release is stored as ending then;
 the remaining work must fit between ``e`` and ``nu`` and after every later release; and the
@@ -48,8 +51,11 @@ __all__ = ["UnimodalResult", "unimodal_exact", "unimodal_feasible"]
 
 _BIG = np.int64(1) << 60
 
-#: Promises of a cut inside a layer about the next bucket (see :func:`unimodal_feasible`).
-_LEAVE, _STAY = 1, 2
+#: Promises of a cut inside a layer about the buckets after it (see
+#: :func:`unimodal_feasible`): the next one ends in a later layer; it ends in the same layer;
+#: it does, and every bucket still to end in this layer is early; it does, and one of the
+#: buckets still to end in this layer is late.
+_LEAVE, _STAY, _STAY_EARLY, _STAY_LATE = 1, 2, 3, 4
 
 #: Instances larger than this are left to the other bounds (the fronts grow with n).
 MAX_UNITS = 1500
@@ -169,8 +175,8 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     peak_need = a + np.int64(inst.p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1]
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
     # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
-    # cut inside a layer promised of the next bucket: 0 nothing, _LEAVE it ends in a later
-    # layer (this bucket was its gating layer's last), _STAY it ends in the same layer
+    # cut inside a layer promised of the buckets after it (0 nothing, or one of _LEAVE,
+    # _STAY, _STAY_EARLY, _STAY_LATE)
     buf = _Buffer(("e", "nu", "ug", "pos", "parent", "early", "next"))
     buf.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
                pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
@@ -193,15 +199,19 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
         st = buf.view(base)
         flat_e, flat_nu, flat_pos, promise = st["e"], st["nu"], st["pos"], st["next"]
         same = layer[np.maximum(flat_pos, 0)] == layer[k]
-        allowed = ((promise == 0) | ((promise == _LEAVE) & ~same)
-                   | ((promise == _STAY) & same))
+        stay_src = (promise == _STAY) | (promise == _STAY_EARLY) | (promise == _STAY_LATE)
+        allowed = (promise == 0) | ((promise == _LEAVE) & ~same) | (stay_src & same)
+        # a promise of early buckets forbids late ones; an open debt of a late one forbids
+        # closing the layer with an early one
+        may_late = allowed & (promise != _STAY_EARLY)
+        may_close_early = allowed & (promise != _STAY_LATE)
         d = a + pp[k + 1] - pp[flat_pos + 1]
         ug = np.where(flat_pos + 1 <= first[k], upd_in[flat_pos + 1], st["ug"])
         q_base = q[k] + ug
         q_own = q_base + (upd_own[k + 1] - upd_own[flat_pos + 1])
         e_new = np.maximum(flat_e, r[k]) + d
         if k == n - 1:  # the peak closes the early chain; the late work must fit after it
-            ok = allowed & (e_new + q_own <= lam) & (e_new <= flat_nu)
+            ok = may_close_early & (e_new + q_own <= lam) & (e_new <= flat_nu)
             if not ok.any():
                 return False, []
             if not want_plan:
@@ -209,45 +219,65 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             src = base + int(np.flatnonzero(ok)[0])
             cols = buf.view(0)
             return True, _backtrack(src, k, cols["pos"], cols["parent"], cols["early"] > 0)
-        if inside[k]:  # last of its gating layer (the next bucket leaves it), or not
-            groups = [(q_own, _LEAVE, False), (q_base, _STAY, True)]
+        # (new promise, tail and mask if early, tail and mask if late; None: not this side).
+        # An early bucket counts its own share unless it shares the peak's layer; a late one
+        # counts it only as the last late bucket of its layer: the layer's last bucket, or
+        # one after which the layer's buckets are all early (_STAY_EARLY); otherwise a later
+        # bucket of the layer must be late (_STAY_LATE)
+        q_early_stay = q_own if layer[k] != layer[n - 1] else q_base
+        if inside[k]:
+            groups = [(_LEAVE, (q_own, may_close_early), (q_own, may_late)),
+                      (_STAY, (q_early_stay, allowed), None),
+                      (_STAY_EARLY, None, (q_own, may_late)),
+                      (_STAY_LATE, None, (q_base, may_late))]
         else:
-            groups = [(q_own, 0, False)]
+            groups = [(0, (q_own, may_close_early), (q_own, may_late))]
         offset.append(buf.size)
-        for qk, tag, keep_ug in groups:
+        ugp = upd_in[k + 1] if k + 1 <= first[n - 1] else ug
+        peak_ok_l = np.maximum(flat_e, r_last) + peak_need + ugp <= lam
+        for tag, early_side, late_side in groups:
+            stay = tag != _LEAVE and tag != 0
             # early bucket (pos+1 .. k); every remaining unit is early (before the peak) or
             # late (after it): the whole communication ends no earlier than e + the remaining
             # work, and it must end by nu; without a late bucket so far, it ends with a later
             # bucket, whose tail is at least that of unit k + 1 with the updates so far
-            ug_next = ug if tag == _STAY else upd_in[k + 1]
-            nu_eff = np.where(flat_nu >= _BIG, lam - q[k + 1] - ug_next, flat_nu)
-            ok_e = allowed & (e_new + qk <= lam) & (
-                np.maximum(e_new + rest[k], fit[k]) <= nu_eff)
-            # late bucket (pos+1 .. k): the whole communication must end by nu
-            nu_new = np.minimum(flat_nu, lam - qk) - d
-            ok_l = allowed & (nu_new >= np.maximum(flat_e + rest[k], fit[k]))
-            ugp = upd_in[k + 1] if k + 1 <= first[n - 1] else ug
-            ok_e &= np.maximum(e_new, r_last) + peak_need + ugp <= lam
-            ok_l &= np.maximum(flat_e, r_last) + peak_need + ugp <= lam
-            ie, il = np.flatnonzero(ok_e), np.flatnonzero(ok_l)
+            ie = il = np.zeros(0, dtype=np.int64)
+            if early_side is not None:
+                q_e, mask = early_side
+                ug_next = ug if stay else upd_in[k + 1]
+                nu_eff = np.where(flat_nu >= _BIG, lam - q[k + 1] - ug_next, flat_nu)
+                ok_e = mask & (e_new + q_e <= lam) & (
+                    np.maximum(e_new + rest[k], fit[k]) <= nu_eff)
+                ok_e &= np.maximum(e_new, r_last) + peak_need + ugp <= lam
+                ie = np.flatnonzero(ok_e)
+            if late_side is not None:  # late bucket (pos+1 .. k): everything ends by nu
+                q_l, mask = late_side
+                nu_new = np.minimum(flat_nu, lam - q_l) - d
+                il = np.flatnonzero(mask & peak_ok_l & (
+                    nu_new >= np.maximum(flat_e + rest[k], fit[k])))
+                nu_l = nu_new[il]
+            else:
+                nu_l = np.zeros(0, dtype=np.int64)
             # the remaining units are released at r[k + 1] or later: an early chain that ends
             # before that is as good as one that ends then (more states coincide)
             ce = np.maximum(np.r_[e_new[ie], flat_e[il]], r[k + 1])
-            cn = np.r_[flat_nu[ie], nu_new[il]]
+            cn = np.r_[flat_nu[ie], nu_l]
             cs = np.r_[ie, il] + base
             cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
+            cu = np.r_[ug[ie], ug[il]] if stay else np.zeros(len(cs), dtype=np.int64)
+            ct = np.full(len(cs), tag)
+            if tag == _STAY:  # an early bucket inside a layer keeps the promise it found
+                ct[:len(ie)] = np.where(promise[ie] == _STAY_EARLY, _STAY_EARLY, np.where(
+                    promise[ie] == _STAY_LATE, _STAY_LATE, _STAY))
             if grid:
                 ce = ce // grid * grid
                 cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
-            if keep_ug:  # the next bucket continues this gating layer: keep its update part
-                cu = np.r_[ug[ie], ug[il]]
-                keep = _pareto3(ce, cn, cu)
-                cu = cu[keep]
-            else:
-                keep = _pareto(ce, cn)
-                cu = np.zeros(len(keep), dtype=np.int64)
-            buf.append(e=ce[keep], nu=cn[keep], ug=cu, pos=np.full(len(keep), k),
-                       parent=cs[keep], early=cl[keep], next=np.full(len(keep), tag))
+            for t in np.unique(ct):
+                sel = np.flatnonzero(ct == t)
+                keep = sel[_pareto3(ce[sel], cn[sel], cu[sel]) if stay else _pareto(
+                    ce[sel], cn[sel])]
+                buf.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
+                           parent=cs[keep], early=cl[keep], next=np.full(len(keep), t))
     return False, []  # pragma: no cover - the loop returns at k = n - 1
 
 
