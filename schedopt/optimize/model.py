@@ -202,7 +202,9 @@ class CommModel:
     inst
         The instance (integer data).
     order
-        ``fifo``, ``any`` or ``unimodal`` (see :class:`~.constraints.Constraints`).
+        ``fifo``, ``any`` or ``unimodal`` (see :class:`~.constraints.Constraints`); with several
+        communication stages only ``fifo`` (every stage modelled, shared resources in the
+        simulator's order).
     exact_updates
         Model the update windows of per-layer mode exactly; False keeps only the updates of
         earlier-gated buckets in every tail (a relaxation, valid for every launch order).
