@@ -18,9 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .instance import Instance
+from ..cluster import Cluster
+from ..trace import Trace
+from .dp import solve_fifo_per_layer, solve_wait_for_all
+from .instance import TICK_BUDGET, Instance, build_instance
+from .options import SolveOptions
 
-__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound"]
+__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound"]
 
 
 def constant_bound(inst: Instance) -> int:
@@ -118,3 +122,29 @@ def lower_bound(inst: Instance, hi: int, *, with_dp: bool = True) -> int:
     if with_dp and inst.per_layer:
         lb = max(lb, bucketing_bound(inst, hi))
     return min(lb, hi)
+
+
+def stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance) -> int:
+    """Lower bound (``inst``'s ticks) for several communication stages, from one-stage
+    relaxations: each stage alone (dropping the others only makes buckets finish earlier), and,
+    per resource of the last stage, the stages that hold it as one task (the resource serves
+    them one at a time after the bucket is ready, and the last stage ends after them). Valid
+    for every launch order with ``opts.reorder``, for readiness order otherwise."""
+    n_s = len(inst.stages)
+    groups: list[int | tuple[int, ...]] = list(range(n_s))
+    for res in inst.stages[-1].resources:
+        on = tuple(s for s in range(n_s) if res in inst.stages[s].resources)
+        if len(on) > 1 and on not in groups:
+            groups.append(on)
+    bound = 0
+    for s in groups:
+        one = build_instance(trace, cluster, opts, stage=s)
+        if one.per_layer:
+            v1, _, exact = solve_fifo_per_layer(one)
+            b1 = v1 if exact and not opts.reorder else lower_bound(one, v1)
+        else:
+            b1, _ = solve_wait_for_all(one)
+        # the two integer models round differently: keep both tick budgets in hand
+        slack = TICK_BUDGET * (one.lower_bound_s + inst.lower_bound_s)
+        bound = max(bound, int(np.floor((b1 * one.tick - slack) / inst.tick)))
+    return bound

@@ -576,15 +576,19 @@ def one_chain(stages: tuple[CommStage, ...]) -> tuple[CommStage, ...]:
     """
     if len(stages) != 2 or not set(stages[0].resources) & set(stages[1].resources):
         return stages
-    first, second = stages
-    both = tuple(dict.fromkeys(first.resources + second.resources))
-    return (CommStage(f"{first.name}+{second.name}", both,
-                      first.alpha_s + second.alpha_s,
-                      first.beta_s_per_byte + second.beta_s_per_byte),)
+    return (merged_stage(stages),)
+
+
+def merged_stage(stages: tuple[CommStage, ...]) -> CommStage:
+    """One task doing the work of ``stages`` (summed costs, every resource they hold)."""
+    return CommStage("+".join(st.name for st in stages),
+                     tuple(dict.fromkeys(r for st in stages for r in st.resources)),
+                     sum(st.alpha_s for st in stages), sum(st.beta_s_per_byte for st in stages))
 
 
 def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
-                   merge: bool | None = None, stage: int | None = None) -> Instance:
+                   merge: bool | None = None, stage: int | tuple[int, ...] | None = None
+                   ) -> Instance:
     """Build the optimizer's :class:`Instance` for ``trace`` on ``cluster`` under ``opts``.
 
     Parameters
@@ -593,11 +597,14 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
         One unit per layer; None: ``opts.merge_layers``, else merge in wait-for-all mode only
         (where it is exact).
     stage
-        Keep only this communication stage (a relaxation used for lower bounds).
+        Keep only this communication stage, or these stages as one task (relaxations used for
+        lower bounds).
     """
     stages = one_chain(cluster.comm_stages())
-    if stage is not None:
+    if isinstance(stage, int):
         stages = (stages[stage],)
+    elif stage is not None:
+        stages = (merged_stage(tuple(stages[s] for s in stage)),)
     alpha = sum(s.alpha_s for s in stages)
     beta = sum(s.beta_s_per_byte for s in stages)
     if merge is None:

@@ -14,9 +14,10 @@ Method by class (``method="auto"``):
 * two stages that share a resource (parameter servers, colocated or after a local reduce):
   one task per bucket (:func:`.instance.one_chain`), solved as one stage;
 * other multi-stage layouts (dedicated servers without a local reduce, pipelined
-  hierarchical): the one-stage programme on the summed cost, then the local search judged by
-  the exact multi-stage period (:meth:`.Instance.stage_ends`); heuristic plans, the bound
-  relaxes to each stage alone.
+  hierarchical): the one-stage programme on the summed cost, the local search judged by the
+  exact multi-stage period (:meth:`.Instance.stage_schedule`), and CP-SAT with every stage in
+  readiness order (a proof without reordering); the bound also takes one-stage relaxations
+  (:func:`.bounds.stage_bound`).
 
 Every plan is judged by the simulator; the result is never worse than the best baseline the
 options can express. ``SolveResult.method`` names what produced the plan returned (``dp``,
@@ -36,7 +37,7 @@ from ..cluster import Cluster
 from ..simulate import simulate
 from ..trace import Trace
 from .baselines import Baseline, evaluate_baselines
-from .bounds import constant_bound, lower_bound
+from .bounds import constant_bound, lower_bound, stage_bound
 from .dp import solve_fifo_per_layer, solve_wait_for_all
 from .heuristics import local_search, schrage_order
 from .instance import Instance, Segments, build_instance
@@ -273,18 +274,23 @@ def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
                        hint: Baseline | None, deadline: float) -> _Outcome:
     """Several stages: the one-stage DP on the summed cost; where the period formula is exact
     (no PCIe link shared with the batch copy) the local search over bucketings judged by the
-    exact multi-stage period, then, in readiness order, CP-SAT with every stage (a proof);
-    the bound keeps one stage at a time otherwise (dropping the others only makes buckets
-    finish earlier)."""
+    exact multi-stage period, then CP-SAT with every stage in readiness order (a proof without
+    reordering, a plan with it); the bound also takes one-stage relaxations
+    (:func:`.bounds.stage_bound`)."""
     # cuts inside a layer can help a pipeline of stages: whole layers only when asked
     inst = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers))
-    exact = not inst.pcie_coupled and not opts.reorder and inst.n <= FULL_MODEL_UNITS
+    # CP-SAT models every stage in readiness order: a proof without --reorder, plans with it
+    model = not inst.pcie_coupled and inst.n <= FULL_MODEL_UNITS
+    exact = model and not opts.reorder
     if exact:
         notes = ["several communication stages: CP-SAT with every stage in readiness order, "
                  "the stages through shared resources in the simulator's order"]
+    elif model:
+        notes = ["several communication stages: plans from the local search and from CP-SAT "
+                 "in readiness order; the bound from one-stage relaxations"]
     else:
         notes = ["several communication stages: heuristic plans (the DP on the summed stage "
-                 "costs, then a local search); the bound keeps one stage at a time"]
+                 "costs, then a local search); the bound from one-stage relaxations"]
     if inst.per_layer:
         _, segs, _ = solve_fifo_per_layer(inst)
     else:
@@ -300,39 +306,28 @@ def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
             if hsegs and int(inst.evaluate(hsegs).period) < val:
                 segs, val, method = hsegs, int(inst.evaluate(hsegs).period), "hint"
         left = deadline - time.perf_counter()
-        share = min(2.0, 0.2 * left) if exact else 0.5 * left
+        share = min(2.0, 0.2 * left) if model else 0.5 * left
         ls_val, ls_segs = local_search(inst, segs, reorder=opts.reorder, seed=opts.seed,
                                        deadline=time.perf_counter() + share)
         if ls_val < val:
             segs, val, method = ls_segs, ls_val, "local-search"
-    bound = _stage_bound(trace, cluster, opts, inst)
-    if exact and val > bound and deadline - time.perf_counter() > 0.05:
-        cm = CommModel(inst, order="fifo", horizon=val, period_lb=bound)
-        cm.add_hint(segs)
+    bound = stage_bound(trace, cluster, opts, inst)
+    if model and val > bound and deadline - time.perf_counter() > 0.05:
+        start = sorted(segs)  # the same buckets in readiness order
+        start_val = int(inst.evaluate(start).period)
+        cm = CommModel(inst, order="fifo", horizon=max(val, start_val), period_lb=bound)
+        cm.add_hint(start)
         sol = cm.solve(time_limit_s=deadline - time.perf_counter(), workers=opts.workers,
                        seed=opts.seed, relative_gap=opts.relative_gap, extra=opts.cp_sat,
                        stop_at=bound)
-        bound = max(bound, min(sol.bound, val))
+        if exact:
+            bound = max(bound, min(sol.bound, val))
         if sol.segs is not None and int(inst.evaluate(sol.segs).period) < val:
             segs, val, method = sol.segs, int(inst.evaluate(sol.segs).period), "cp-sat"
         if sol.interrupted:
             notes.append("interrupted: the best plan found so far")
     return _Outcome(inst, segs, val, min(bound, val), method, notes)
 
-
-def _stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance) -> int:
-    """Lower bound with one stage at a time (dropping the others only makes buckets finish
-    earlier), in ``inst``'s ticks."""
-    bound = 0
-    for s in range(len(inst.stages)):
-        one = build_instance(trace, cluster, opts, stage=s)
-        if one.per_layer:
-            v1, _, exact = solve_fifo_per_layer(one)
-            b1 = v1 if exact and not opts.reorder else lower_bound(one, v1)
-        else:
-            b1, _ = solve_wait_for_all(one)
-        bound = max(bound, int(np.floor(b1 * one.tick / inst.tick)))
-    return bound
 
 
 # ------------------------------------------------------------------------------------ result
