@@ -17,7 +17,7 @@ from .cluster import Cluster, CommStage
 from .plan import Breakdown, Plan, Schedule
 from .trace import Trace
 
-__all__ = ["Model", "chain_ends", "simulate"]
+__all__ = ["Model", "chain_ends", "serve_in_sequence", "simulate"]
 
 _NEG = -np.inf
 
@@ -45,6 +45,45 @@ def chain_ends(start: float, durations: np.ndarray, releases: np.ndarray) -> np.
     rel = rel.copy()
     rel[0] = max(rel[0], start)
     return s + np.maximum.accumulate(rel - s_prev)
+
+
+def serve_in_sequence(sequence: list[tuple[int, int]], resources: list[tuple[str, ...]],
+                      durations: np.ndarray, ready: np.ndarray, free: dict[str, float]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Serve every ``(stage, bucket)`` task in ``sequence`` order on the resources of its stage.
+
+    Each task starts once all of its resources are free and the bucket's previous stage (for
+    stage 0, the bucket) is ready; ``free`` (resource -> time, missing: always free) is updated.
+
+    Parameters
+    ----------
+    sequence
+        The tasks in the order the resources serve them (:meth:`Plan.comm_sequence`).
+    resources
+        Resources held by each stage.
+    durations
+        ``(buckets, stages)`` task durations.
+    ready
+        Readiness of every bucket.
+    free
+        Time each resource becomes free.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        Start and end of every task, shape ``(buckets, stages)``.
+    """
+    dur, rdy = durations.tolist(), ready.tolist()  # plain floats: a scalar loop
+    start = [[0.0] * durations.shape[1] for _ in dur]
+    end = [[0.0] * durations.shape[1] for _ in dur]
+    for s, k in sequence:
+        rel = rdy[k] if s == 0 else end[k][s - 1]
+        start[k][s] = t = max(rel, *(free.get(r, _NEG) for r in resources[s]))
+        end[k][s] = t + dur[k][s]
+        for r in resources[s]:
+            free[r] = end[k][s]
+    return np.array(start, dtype=float).reshape(durations.shape), np.array(
+        end, dtype=float).reshape(durations.shape)
 
 
 @dataclass
@@ -316,17 +355,12 @@ class _Simulator:
     def _comm_general(self, t: int, ready: np.ndarray) -> np.ndarray:
         """Stages that share a resource: one task list in :meth:`Plan.comm_sequence` order."""
         m = self.m
-        n_b, n_s = m.comm_dur.shape
-        end = np.empty((n_b, n_s))
-        for s, k in m.comm_sequence.tolist():
-            st = m.stages[s]
-            rel = ready[k] if s == 0 else end[k, s - 1]
-            start = max(rel, *(self.free[r] for r in st.resources))
-            end[k, s] = start + m.comm_dur[k, s]
-            for r in st.resources:
-                self.free[r] = end[k, s]
-            if self.record:
-                self._rec(("comm", t, k, s), start, end[k, s], st.resources)
+        seq = [tuple(x) for x in m.comm_sequence.tolist()]
+        start, end = serve_in_sequence(seq, [st.resources for st in m.stages], m.comm_dur,
+                                       ready, self.free)
+        if self.record:
+            for s, k in seq:
+                self._rec(("comm", t, k, s), start[k, s], end[k, s], m.stages[s].resources)
         return end[:, -1]
 
     # ---------------------------------------------------------------------------- driver

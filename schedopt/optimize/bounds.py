@@ -130,12 +130,8 @@ def stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instan
     per resource of the last stage, the stages that hold it as one task (the resource serves
     them one at a time after the bucket is ready, and the last stage ends after them). Valid
     for every launch order with ``opts.reorder``, for readiness order otherwise."""
-    n_s = len(inst.stages)
-    groups: list[int | tuple[int, ...]] = list(range(n_s))
-    for res in inst.stages[-1].resources:
-        on = tuple(s for s in range(n_s) if res in inst.stages[s].resources)
-        if len(on) > 1 and on not in groups:
-            groups.append(on)
+    groups: list[int | tuple[int, ...]] = list(range(len(inst.stages)))
+    groups += list(dict.fromkeys(on for on in inst.last_stage_groups() if len(on) > 1))
     bound = 0
     for s in groups:
         one = build_instance(trace, cluster, opts, stage=s)

@@ -254,11 +254,8 @@ class Constraints:
         inst = self.inst
         if len(inst.stages) <= 1:
             return [(inst.p, inst.a)]
-        out = []
-        for res in inst.stages[-1].resources:
-            on = [s for s, st in enumerate(inst.stages) if res in st.resources]
-            out.append((inst.stage_p[on].sum(axis=0), int(inst.stage_a[on].sum())))
-        return out
+        return [(inst.stage_p[list(on)].sum(axis=0), int(inst.stage_a[list(on)].sum()))
+                for on in inst.last_stage_groups()]
 
     def _prefix_bounds_of(self, p: np.ndarray, a: int) -> None:
         inst, v, m = self.inst, self.v, self.m

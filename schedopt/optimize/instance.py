@@ -38,7 +38,7 @@ import numpy as np
 from ..cluster import Cluster, CommStage
 from ..errors import SchedoptError
 from ..plan import Plan, interleave, piece_name, split_member
-from ..simulate import chain_ends
+from ..simulate import chain_ends, serve_in_sequence
 from ..trace import DTYPE_BYTES, Trace
 from .options import SolveOptions
 
@@ -247,6 +247,13 @@ class Instance:
         """Start-up cost of one bucket on every stage (ticks)."""
         return self.ticks(np.array([st.alpha_s for st in self.stages], dtype=float))
 
+    def last_stage_groups(self) -> list[tuple[int, ...]]:
+        """Per resource of the last stage, the stages that hold it (they take it one at a time,
+        and a bucket's last stage ends after its others): the groups of the per-resource
+        relaxations."""
+        return [tuple(s for s, st in enumerate(self.stages) if res in st.resources)
+                for res in self.stages[-1].resources]
+
     def stage_schedule(self, segs: Segments, *, seconds: bool = False
                        ) -> tuple[np.ndarray, np.ndarray]:
         """Start and end of every bucket on every stage (shape ``(stages, buckets)``), exactly
@@ -269,23 +276,11 @@ class Instance:
             prefix_p = np.c_[np.zeros((n_s, 1), np.int64), np.cumsum(self.stage_p, axis=1)]
             dur = [self.stage_a[s] + prefix_p[s, hi + 1] - prefix_p[s, lo] for s in range(n_s)]
             rel = self.r[hi]
-        durs = [d.tolist() for d in dur]
-        rels = rel.tolist()
-        free: dict[str, float] = {}
-        start = [[0.0] * m for _ in range(n_s)]
-        end = [[0.0] * m for _ in range(n_s)]
-        for s, k in interleave([list(range(m))] * n_s):
-            res = self.stages[s].resources
-            t = max(rels[k] if s == 0 else end[s - 1][k], *(free.get(r, -np.inf) for r in res))
-            start[s][k], end[s][k] = t, t + durs[s][k]
-            for r in res:
-                free[r] = end[s][k]
+        start, end = serve_in_sequence(interleave([list(range(m))] * n_s),
+                                       [st.resources for st in self.stages],
+                                       np.array(dur, dtype=float).T, rel.astype(float), {})
         kind = float if seconds else np.int64
-        return np.array(start, dtype=kind), np.array(end, dtype=kind)
-
-    def stage_ends(self, segs: Segments, *, seconds: bool = False) -> np.ndarray:
-        """End of every bucket's last stage (:meth:`stage_schedule`)."""
-        return self.stage_schedule(segs, seconds=seconds)[1][-1]
+        return start.T.astype(kind), end.T.astype(kind)
 
     @cached_property
     def upd_prefix(self) -> np.ndarray:
@@ -365,8 +360,8 @@ class Instance:
             fwd_from = self.fwd_from
         if not self.stages:
             dur = dur * 0
-        if len(self.stages) > 1:
-            ends = self.stage_ends(segs, seconds=seconds)
+        if len(self.stages) > 1:  # the end of every bucket's last stage
+            ends = self.stage_schedule(segs, seconds=seconds)[1][-1]
         else:
             ends = chain_ends(-np.inf, dur.astype(float), rel.astype(float))
             if not seconds:

@@ -303,8 +303,9 @@ def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
         val = int(inst.evaluate(segs).period)
         if hint is not None and hint.segs is not None:
             hsegs, _ = inst.segments_of_plan(hint.plan)
-            if hsegs and int(inst.evaluate(hsegs).period) < val:
-                segs, val, method = hsegs, int(inst.evaluate(hsegs).period), "hint"
+            hval = int(inst.evaluate(hsegs).period) if hsegs else val
+            if hval < val:
+                segs, val, method = hsegs, hval, "hint"
         left = deadline - time.perf_counter()
         share = min(2.0, 0.2 * left) if model else 0.5 * left
         ls_val, ls_segs = local_search(inst, segs, reorder=opts.reorder, seed=opts.seed,
@@ -322,12 +323,12 @@ def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
                        stop_at=bound)
         if exact:
             bound = max(bound, min(sol.bound, val))
-        if sol.segs is not None and int(inst.evaluate(sol.segs).period) < val:
-            segs, val, method = sol.segs, int(inst.evaluate(sol.segs).period), "cp-sat"
+        sval = int(inst.evaluate(sol.segs).period) if sol.segs is not None else val
+        if sval < val:
+            segs, val, method = sol.segs, sval, "cp-sat"
         if sol.interrupted:
             notes.append("interrupted: the best plan found so far")
     return _Outcome(inst, segs, val, min(bound, val), method, notes)
-
 
 
 # ------------------------------------------------------------------------------------ result

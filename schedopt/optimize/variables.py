@@ -160,7 +160,6 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
     return v
 
 
-
 def _total_work(inst: Instance) -> int:
     """Every stage of every unit as its own bucket: an upper bound of any communication."""
     if len(inst.stages) > 1:
