@@ -210,6 +210,11 @@ def several_stages() -> None:
                   f"without={set(without)}: summed-cost DP {ms(inst, inst.evaluate(dp).period)}"
                   f", {sol.status} {ms(inst, sol.objective)} bound {ms(inst, sol.bound)} in "
                   f"{t:.2f} s")
+    res = solve(tr, cl, SolveOptions(next_forward="per-layer", reorder=True,
+                                     time_limit_s=LIMIT))
+    print(f"several stages ({tr.name} on slow-intra {base.name}, per-layer+reorder, solve, "
+          f"{LIMIT:g} s): {res.iteration_time_s * 1e3:.3f} ms, bound {res.bound_s * 1e3:.3f} ms,"
+          f" gap {res.gap * 100:.1f}%, method {res.method}")
 
 
 def main() -> int:
