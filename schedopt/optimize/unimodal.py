@@ -26,9 +26,12 @@ in ready order (late tails must grow with readiness). A cut inside a layer there
 into promises kept as a state column: the bucket is its layer's last (the next one ends in a
 later layer), or the next one ends in the same layer, and for a late bucket either every
 bucket still to end in the layer is early (own share counted) or one of them is late (not
-counted). Exact without an update step; with one, the shares of the same-layer buckets launched
-after a bucket (and the own share of a late bucket when a later-ready bucket of its layer is
-late too) are left out, so the result is a bound. The data-path and shared-PCIe terms are left
+counted). Two late buckets of a layer, the second its last unit alone, are a two-machine
+flow shop (link, then update): the first's tail holds the pair's best makespan
+(:func:`pair_makespan`) beyond their communication. Exact without an update step; with one,
+the shares of the same-layer buckets launched after a bucket (and, outside such pairs, the own
+share of a late bucket when a later-ready bucket of its layer is late too) are left out, so
+the result is a bound. The data-path and shared-PCIe terms are left
 out too (the constant bounds keep their plan-independent part).
 
 Pruning, all exact: an early chain ending before the next release is stored as ending then;
@@ -47,7 +50,7 @@ import numpy as np
 
 from .instance import Instance, Segments
 
-__all__ = ["UnimodalResult", "unimodal_exact", "unimodal_feasible"]
+__all__ = ["UnimodalResult", "pair_makespan", "unimodal_exact", "unimodal_feasible"]
 
 _BIG = np.int64(1) << 60
 
@@ -174,6 +177,8 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     # that of the next unit)
     peak_need = a + np.int64(inst.p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1]
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
+    # ... and leaves one unit of it: a bucket after the cut that ends in the layer is that unit
+    one_left = inside & np.r_[~inside[1:], False]
     # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
     # cut inside a layer promised of the buckets after it (0 nothing, or one of _LEAVE,
     # _STAY, _STAY_EARLY, _STAY_LATE)
@@ -225,11 +230,21 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
         # one after which the layer's buckets are all early (_STAY_EARLY); otherwise a later
         # bucket of the layer must be late (_STAY_LATE)
         q_early_stay = q_own if layer[k] != layer[n - 1] else q_base
+        # two late buckets A (ending at k) and B (unit k + 1) of one layer: whatever their
+        # order, the layer's forward waits for both updates, which run one at a time after
+        # their buckets (a two-machine flow shop): A's tail holds the best pair makespan
+        # beyond the pair's communication
+        q_late_stay = q_base
+        if one_left[k]:
+            d_b = a + np.int64(inst.p[k + 1])
+            s_a = upd_own[k + 1] - upd_own[flat_pos + 1]
+            s_b = upd_own[k + 2] - upd_own[k + 1]
+            q_late_stay = q_base + pair_makespan(d, s_a, d_b, s_b) - d - d_b
         if inside[k]:
             groups = [(_LEAVE, (q_own, may_close_early), (q_own, may_late)),
                       (_STAY, (q_early_stay, allowed), None),
                       (_STAY_EARLY, None, (q_own, may_late)),
-                      (_STAY_LATE, None, (q_base, may_late))]
+                      (_STAY_LATE, None, (q_late_stay, may_late))]
         else:
             groups = [(0, (q_own, may_close_early), (q_own, may_late))]
         offset.append(buf.size)
@@ -279,6 +294,13 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
                 buf.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
                            parent=cs[keep], early=cl[keep], next=np.full(len(keep), t))
     return False, []  # pragma: no cover - the loop returns at k = n - 1
+
+
+def pair_makespan(d_a: np.ndarray, s_a: np.ndarray, d_b: np.ndarray | np.int64,
+                  s_b: np.ndarray | np.int64) -> np.ndarray:
+    """Shortest makespan of two jobs on a two-machine flow shop (communication, then update)
+    in either order: ``min(d_b + s_a + max(d_a, s_b), d_a + s_b + max(d_b, s_a))``."""
+    return np.minimum(d_b + s_a + np.maximum(d_a, s_b), d_a + s_b + np.maximum(d_b, s_a))
 
 
 def _backtrack(src: int, k: int, pos: np.ndarray, parent: np.ndarray,
