@@ -161,6 +161,22 @@ def programme_fallback() -> None:
               f"bound {ms(inst, max(res.bound, lb))} in {t:.2f} s (bucketing DP {ms(inst, lb)})")
 
 
+def late_pairs() -> None:
+    """The flow-shop term of two late buckets of one layer in the unimodal programme."""
+    tr, cl = gpt2(0.5)
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    v, fifo, _ = solve_fifo_per_layer(inst)
+    v, _ = local_search(inst, fifo, reorder=True, deadline=time.perf_counter() + 2)
+    lb = lower_bound(inst, v)
+    for pairs in (True, False):
+        res, t = timed(lambda pairs=pairs: unimodal_exact(
+            inst, lb - 1, v, deadline=time.perf_counter() + 40, pairs=pairs))
+        plan = ms(inst, inst.evaluate(res.segs).period) if res.segs else "none"
+        print(f"late pairs (per-layer+reorder, {tr.name}, programme alone from the local "
+              f"search's plan {ms(inst, v)}, 40 s): pairs={pairs}: bound "
+              f"{ms(inst, max(res.bound, lb))}, plan {plan} in {t:.2f} s")
+
+
 def exact_judge() -> None:
     """Stopping CP-SAT once an incumbent's exact period reaches the proven bound."""
     tr, cl = resnet(35.0)
@@ -219,7 +235,7 @@ def several_stages() -> None:
 
 def main() -> int:
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
-               exact_judge, several_stages, lns):
+               late_pairs, exact_judge, several_stages, lns):
         fn()
     return 0
 

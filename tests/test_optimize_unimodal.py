@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import numpy as np
 from hypothesis import given, settings
@@ -156,3 +157,16 @@ def test_pair_term_stays_a_bound(update_s: float, forward_s: float,
     res = unimodal_exact(inst, constant_bound(inst) - 1, int(best))
     assert res is not None
     assert max(res.bound, constant_bound(inst)) <= best
+
+
+def test_a_timeout_returns_only_what_was_proven() -> None:
+    """Stopped by its deadline before any test ends, the search proves nothing: its bound is
+    the ``lo`` it was given plus one, never the plan value ``hi`` it was to improve on."""
+    inst = build_instance(_pair_trace(0.02, [[2_000_000, 100]] * 3), _PAIR_CLUSTER,
+                          SolveOptions(next_forward="per-layer", reorder=True))
+    best, _ = brute(inst)
+    lo = constant_bound(inst) - 1
+    res = unimodal_exact(inst, lo, int(best) + 5_000, deadline=time.perf_counter() - 1.0)
+    assert res is not None
+    assert res.bound == lo + 1 <= best
+    assert not res.exact and res.segs == []

@@ -141,12 +141,13 @@ class _Buffer:
 
 def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
                       deadline: float | None = None, levels: int = 0,
-                      grid: int = 0) -> tuple[bool, Segments]:
+                      grid: int = 0, pairs: bool = True) -> tuple[bool, Segments]:
     """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan);
     raises an internal timeout past ``deadline``. ``levels > 0`` rounds the update parts down
     to that many levels; ``grid > 0`` rounds every state's ``e`` down and ``nu`` up to
     multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
-    a proof, a plan found must be judged exactly)."""
+    a proof, a plan found must be judged exactly). ``pairs=False`` leaves out the flow-shop
+    term of late pairs (a weaker bound, for the ablation)."""
     n = inst.n
     r = inst.r.astype(np.int64)
     q = inst.fwd_from[inst.layer].astype(np.int64)
@@ -178,7 +179,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     peak_need = a + np.int64(inst.p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1]
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
     # ... and leaves one unit of it: a bucket after the cut that ends in the layer is that unit
-    one_left = inside & np.r_[~inside[1:], False]
+    one_left = inside & np.r_[~inside[1:], False] & pairs
     # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
     # cut inside a layer promised of the buckets after it (0 nothing, or one of _LEAVE,
     # _STAY, _STAY_EARLY, _STAY_LATE)
@@ -328,7 +329,7 @@ class _TooManyStates(Exception):
 
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
                    rel_tol: float = 0.0, levels: int = 512,
-                   grid_rel: float = 2.5e-4) -> UnimodalResult | None:
+                   grid_rel: float = 2.5e-4, pairs: bool = True) -> UnimodalResult | None:
     """The smallest ``lam`` some unimodal plan meets, between ``lo`` (a value known infeasible,
     or a bound minus one) and ``hi`` (the period of a known plan).
 
@@ -344,8 +345,9 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     (larger ones are tested on the grid only). Every plan found tightens the bracket by its
     exact period (the relaxed tails never exceed the exact ones).
 
-    Returns None on very large instances; stops at ``deadline`` (``time.perf_counter()``) with
-    the best bound proven so far (every infeasible ``lam`` proves ``bound > lam``).
+    ``pairs`` is passed to :func:`unimodal_feasible`. Returns None on very large instances;
+    stops at ``deadline`` (``time.perf_counter()``) with the best bound proven so far (every
+    infeasible ``lam`` proves ``bound > lam``).
     """
     if inst.n > MAX_UNITS or not inst.per_layer or not inst.stages:
         return None
@@ -363,7 +365,8 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
                  if not overflowed[i] and (i == 0 or can_level)]
         for i, kw in tries:
             try:
-                ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline, **kw)
+                ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
+                                             pairs=pairs, **kw)
             except _TooManyStates:
                 overflowed[i] = True
                 continue
@@ -375,7 +378,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
         grid = max(1, int(grid_rel * lam))
         try:
             ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
-                                         grid=grid)
+                                         grid=grid, pairs=pairs)
         except _TooManyStates:
             return None
         if not ok:
@@ -416,6 +419,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
                 step = step * 3 // 2 + 1 if not overflowed[0] else max(step, (upper - lo) // 8)
     except _Timeout:
         pass
-    if found is None and top == hi and ceiling == hi:  # nothing below hi: hi is the bound
-        return UnimodalResult(hi, [], exact)
-    return UnimodalResult(lo + 1, segs, exact and found is not None and top - lo <= 1)
+    # every lam up to lo is proven infeasible (a timeout leaves the bracket open: the bound is
+    # what was proven, never hi); with nothing feasible below hi, lo + 1 == hi
+    done = top - lo <= 1 if found is not None else lo + 1 >= hi
+    return UnimodalResult(lo + 1, segs, exact and done)
