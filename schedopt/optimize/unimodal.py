@@ -88,35 +88,49 @@ class UnimodalResult:
     exact: bool
 
 
+_NONE = np.array([-_BIG - 1])
+
+
 def _pareto(e: np.ndarray, nu: np.ndarray) -> np.ndarray:
     """Indices of the states not dominated (smaller ``e``, larger ``nu``)."""
     if len(e) == 0:
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((-nu, e))
     nu_s = nu[order]
-    best_before = np.r_[-_BIG - 1, np.maximum.accumulate(nu_s)[:-1]]
+    best_before = np.concatenate((_NONE, np.maximum.accumulate(nu_s)[:-1]))
     return order[nu_s > best_before]
 
 
 def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
-    """Indices of the states not dominated (smaller ``e``, larger ``nu``, smaller ``ug``)."""
-    out: list[np.ndarray] = []
-    front_e = np.zeros(0, dtype=np.int64)
+    """Indices of the states not dominated (smaller ``e``, larger ``nu``, smaller ``ug``).
+
+    One sort by ``(ug, e, -nu)``; the groups of equal ``ug`` in increasing order, each filtered
+    on its own and against the staircase (``e`` up, ``nu`` up) of the groups before it.
+    """
+    if len(e) == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((-nu, e, ug))
+    e_s, nu_s, ug_s = e[order], nu[order], ug[order]
+    edges = np.concatenate(([0], np.flatnonzero(ug_s[1:] != ug_s[:-1]) + 1, [len(e)]))
+    keep = np.zeros(len(e), dtype=bool)
+    front_e = np.zeros(0, dtype=np.int64)  # staircase of the groups so far
     front_nu = np.zeros(0, dtype=np.int64)
-    for u in np.unique(ug).tolist():
-        idx = np.flatnonzero(ug == u)
-        idx = idx[_pareto(e[idx], nu[idx])]
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
+        ge, gn = e_s[lo:hi], nu_s[lo:hi]
+        ok = gn > np.concatenate((_NONE, np.maximum.accumulate(gn)[:-1]))
         if len(front_e):
-            pos = np.searchsorted(front_e, e[idx], side="right") - 1
-            best = np.where(pos >= 0, np.maximum.accumulate(front_nu)[np.maximum(pos, 0)],
-                            -_BIG - 1)
-            idx = idx[nu[idx] > best]
-        out.append(idx)
-        both_e = np.r_[front_e, e[idx]]
-        both_nu = np.r_[front_nu, nu[idx]]
-        order = np.argsort(both_e, kind="stable")
-        front_e, front_nu = both_e[order], both_nu[order]
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+            at = np.searchsorted(front_e, ge, side="right") - 1
+            ok &= (at < 0) | (gn > front_nu[np.maximum(at, 0)])
+        if not ok.any():
+            continue
+        keep[lo:hi] = ok
+        both_e = np.concatenate((front_e, ge[ok]))
+        both_nu = np.concatenate((front_nu, gn[ok]))
+        srt = np.lexsort((-both_nu, both_e))
+        both_e, both_nu = both_e[srt], both_nu[srt]
+        step = both_nu > np.concatenate((_NONE, np.maximum.accumulate(both_nu)[:-1]))
+        front_e, front_nu = both_e[step], both_nu[step]
+    return order[keep]
 
 
 class _Buffer:
@@ -187,8 +201,13 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     buf.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
                pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
                next=np.array([0]))
-    offset = [0]  # first state of every cut position (index 0: before unit 0)
     first_live = 0  # positions before it can no longer start a bucket
+    # the states that may still start a bucket (indices into buf), and a lower envelope of the
+    # forward tails from k on (q grows along the ready order; the envelope keeps the tests
+    # below valid for every later k without relying on it)
+    live = np.zeros(0, dtype=np.int64)
+    seen = 0
+    q_env = np.minimum.accumulate(q[::-1])[::-1]
     for k in range(n):
         if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
             raise _Timeout
@@ -199,10 +218,26 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             if r[k] + d_min + q[k] <= lam or lam - q[k] - d_min >= peak_min:
                 break
             first_live += 1
-        base = offset[first_live]
-        if buf.size - base > MAX_STATES:
+        live = np.r_[live, np.arange(seen, buf.size)]
+        seen = buf.size
+        st = {c: buf.cols[c][live] for c in ("e", "nu", "ug", "pos", "next")}
+        pos_l, e_l, prom_l = st["pos"], st["e"], st["next"]
+        # drop the states that can start no bucket ending at k or later: a bucket too long
+        # (first_live); a promise about a layer already passed; an early chain too late for
+        # an early bucket (its end and tail only grow with k) and for a late one (the late
+        # work from the state on plus its tail must fit after e); or a peak too late
+        stay_l = prom_l >= _STAY
+        rest_from = pp[n] - pp[pos_l + 1] + 2 * a
+        kill = (pos_l + 1 < first_live) | (
+            stay_l & (layer[np.maximum(pos_l, 0)] != layer[k])) | (
+            (np.maximum(e_l, r[k]) + a + pp[k + 1] - pp[pos_l + 1] + q_env[k] > lam)
+            & (e_l + rest_from + q_env[k] > lam)) | (
+            ~stay_l & (np.maximum(e_l, r_last) + peak_need + upd_in[pos_l + 1] > lam))
+        if kill.any():
+            live = live[~kill]
+            st = {c: v[~kill] for c, v in st.items()}
+        if len(live) > MAX_STATES:
             raise _TooManyStates
-        st = buf.view(base)
         flat_e, flat_nu, flat_pos, promise = st["e"], st["nu"], st["pos"], st["next"]
         same = layer[np.maximum(flat_pos, 0)] == layer[k]
         stay_src = (promise == _STAY) | (promise == _STAY_EARLY) | (promise == _STAY_LATE)
@@ -222,7 +257,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
                 return False, []
             if not want_plan:
                 return True, []
-            src = base + int(np.flatnonzero(ok)[0])
+            src = int(live[np.flatnonzero(ok)[0]])
             cols = buf.view(0)
             return True, _backtrack(src, k, cols["pos"], cols["parent"], cols["early"] > 0)
         # (new promise, tail and mask if early, tail and mask if late; None: not this side).
@@ -248,7 +283,6 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
                       (_STAY_LATE, None, (q_late_stay, may_late))]
         else:
             groups = [(0, (q_own, may_close_early), (q_own, may_late))]
-        offset.append(buf.size)
         ugp = upd_in[k + 1] if k + 1 <= first[n - 1] else ug
         peak_ok_l = np.maximum(flat_e, r_last) + peak_need + ugp <= lam
         for tag, early_side, late_side in groups:
@@ -278,7 +312,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             # before that is as good as one that ends then (more states coincide)
             ce = np.maximum(np.r_[e_new[ie], flat_e[il]], r[k + 1])
             cn = np.r_[flat_nu[ie], nu_l]
-            cs = np.r_[ie, il] + base
+            cs = live[np.r_[ie, il]]
             cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
             cu = np.r_[ug[ie], ug[il]] if stay else np.zeros(len(cs), dtype=np.int64)
             ct = np.full(len(cs), tag)
