@@ -36,7 +36,8 @@ out too (the constant bounds keep their plan-independent part).
 
 Pruning, all exact: an early chain ending before the next release is stored as ending then;
 the remaining work must fit between ``e`` and ``nu`` and after every later release; and the
-peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``.
+peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``. Only
+live states are sources: a state is dropped once no bucket from it can end at ``k`` or later.
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
 grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 """
@@ -155,13 +156,16 @@ class _Buffer:
 
 def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
                       deadline: float | None = None, levels: int = 0,
-                      grid: int = 0, pairs: bool = True) -> tuple[bool, Segments]:
+                      grid: int = 0, pairs: bool = True,
+                      max_states: int | None = None) -> tuple[bool, Segments]:
     """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan);
     raises an internal timeout past ``deadline``. ``levels > 0`` rounds the update parts down
     to that many levels; ``grid > 0`` rounds every state's ``e`` down and ``nu`` up to
     multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
     a proof, a plan found must be judged exactly). ``pairs=False`` leaves out the flow-shop
-    term of late pairs (a weaker bound, for the ablation)."""
+    term of late pairs (a weaker bound, for the ablation). The test gives up (an internal
+    exception) once more than ``max_states`` (default :data:`MAX_STATES`) states are live."""
+    limit = MAX_STATES if max_states is None else max_states
     n = inst.n
     r = inst.r.astype(np.int64)
     q = inst.fwd_from[inst.layer].astype(np.int64)
@@ -236,7 +240,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
         if kill.any():
             live = live[~kill]
             st = {c: v[~kill] for c, v in st.items()}
-        if len(live) > MAX_STATES:
+        if len(live) > limit:
             raise _TooManyStates
         flat_e, flat_nu, flat_pos, promise = st["e"], st["nu"], st["pos"], st["next"]
         same = layer[np.maximum(flat_pos, 0)] == layer[k]
@@ -371,13 +375,16 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     within ``rel_tol * hi`` (at least one tick); a plan whose exact period is well below the
     ``lam`` it was found for is often the optimum, so just below its period is tried first
     (twice at most). The fronts stay small near the optimum and grow with slack, hence the
-    upward search. A test whose fronts outgrow ``MAX_STATES`` is retried with coarser
-    relaxations: the update parts rounded down to ``levels`` levels, then the states rounded to
-    a grid of ``grid_rel * lam`` ticks (``grid_rel=0``: no grid); once a relaxation has
-    overflowed, later tests go straight to the next one. An infeasible relaxation is still a proof
-    (``bound > lam``); a feasible one says nothing, and the search goes on below that ``lam``
-    (larger ones are tested on the grid only). Every plan found tightens the bracket by its
-    exact period (the relaxed tails never exceed the exact ones).
+    upward search. A test whose live states outgrow a third of ``MAX_STATES`` (all of it when
+    ``grid_rel=0``: no grid) is retried with coarser relaxations: the update parts rounded down
+    to ``levels`` levels, then the states rounded to a grid of ``grid_rel * lam`` ticks, which
+    may use all of ``MAX_STATES``; once a relaxation has
+    overflowed, later tests go straight to the next one, and the search bisects (grid tests
+    cost about the same at every ``lam`` near the bound, and the one nearest it proves the
+    most). An infeasible relaxation is still a proof (``bound > lam``); a feasible one says
+    nothing, and the search goes on below that ``lam`` (larger ones are tested on the grid
+    only). Every plan found tightens the bracket by its exact period (the relaxed tails never
+    exceed the exact ones).
 
     ``pairs`` is passed to :func:`unimodal_feasible`. Returns None on very large instances;
     stops at ``deadline`` (``time.perf_counter()``) with the best bound proven so far (every
@@ -391,6 +398,8 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     found = None
     overflowed = [False, False]  # the exact / update-level tests have overflowed
     can_level = not exact and levels > 0 and len(np.unique(inst.upd_prefix)) > levels
+    # with a grid to fall back on, a finer test gives up early
+    fine_states = max(1, MAX_STATES // 3) if grid_rel > 0 else MAX_STATES
 
     def test(lam: int, upper: int) -> bool | None:
         """True (a plan meets lam), False (none does) or None (unknown)."""
@@ -400,7 +409,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
         for i, kw in tries:
             try:
                 ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
-                                             pairs=pairs, **kw)
+                                             pairs=pairs, max_states=fine_states, **kw)
             except _TooManyStates:
                 overflowed[i] = True
                 continue
@@ -429,7 +438,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     try:
         while min(top, ceiling) - lo > tol:
             upper = min(top, ceiling)
-            if found is None:
+            if found is None and not overflowed[0]:
                 lam = min(lo + step, upper - 1)
             elif descend > 0 and upper == top and sharp:
                 lam = upper - 1
@@ -449,8 +458,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
                 top = min(top, lam, value)
             else:
                 lo = lam
-                # past an overflow the tests are slow: larger steps
-                step = step * 3 // 2 + 1 if not overflowed[0] else max(step, (upper - lo) // 8)
+                step = step * 3 // 2 + 1
     except _Timeout:
         pass
     # every lam up to lo is proven infeasible (a timeout leaves the bracket open: the bound is
