@@ -15,7 +15,12 @@ from schedopt.optimize import SolveOptions
 from schedopt.optimize.bounds import constant_bound
 from schedopt.optimize.instance import build_instance
 from schedopt.optimize.model import unimodal_order
-from schedopt.optimize.unimodal import pair_makespan, unimodal_exact, unimodal_feasible
+from schedopt.optimize.unimodal import (
+    pair_makespan,
+    unhidden_share,
+    unimodal_exact,
+    unimodal_feasible,
+)
 from schedopt.trace import Trace
 
 from .strategies import clusters, traces
@@ -126,6 +131,41 @@ def test_pair_makespan_is_the_better_of_both_orders() -> None:
         assert int(got[0]) == want
 
 
+def _flow_shop(jobs: list[tuple[int, int]]) -> int:
+    """Best makespan of ``(communication, update)`` jobs on a two-machine flow shop, over every
+    order (brute force)."""
+    best = None
+    for perm in itertools.permutations(jobs):
+        link = upd = 0
+        for d, s in perm:
+            link += d
+            upd = max(upd, link) + s
+        best = upd if best is None else min(best, upd)
+    assert best is not None
+    return best
+
+
+def test_unhidden_share_bounds_every_flow_shop() -> None:
+    """The term a late bucket gets when later late buckets of its layer follow (one or more,
+    at most ``work_after`` of communication, each update at least ``least_update``) never
+    exceeds the best flow-shop makespan beyond all their communication; with a single later
+    bucket the pair makespan is that makespan exactly."""
+    rng = np.random.default_rng(1)
+    for _ in range(400):
+        jobs = [(int(d), int(s)) for d, s in rng.integers(1, 60, size=(int(rng.integers(2, 5)), 2))]
+        (d_a, s_a), after = jobs[0], jobs[1:]
+        work = sum(d for d, _ in after)
+        least = min(s for _, s in after)
+        best = _flow_shop(jobs)
+        got = int(unhidden_share(np.array([s_a]), work + int(rng.integers(0, 5)),
+                                 max(0, least - int(rng.integers(0, 5))))[0])
+        assert d_a + work + got <= best
+        if len(after) == 1:
+            (d_b, s_b), = after
+            pair = pair_makespan(np.array([d_a]), np.array([s_a]), np.int64(d_b), np.int64(s_b))
+            assert int(pair[0]) == best
+
+
 def test_late_pair_of_one_layer_waits_for_both_updates() -> None:
     """A layer split into a large bucket and its last unit, both launched after the peak: the
     forward waits for both updates whatever their order. With updates comparable to the
@@ -170,3 +210,20 @@ def test_a_timeout_returns_only_what_was_proven() -> None:
     assert res is not None
     assert res.bound == lo + 1 <= best
     assert not res.exact and res.segs == []
+
+
+@settings(max_examples=12, deadline=None)
+@given(update_s=st.floats(0.0, 0.04), forward_s=st.floats(0.0, 0.004),
+       layers=st.lists(st.lists(st.integers(1, 2_000_000), min_size=3, max_size=3),
+                       min_size=2, max_size=2))
+def test_flow_shop_term_stays_a_bound_with_more_units_left(update_s: float, forward_s: float,
+                                                           layers: list[list[int]]) -> None:
+    """Layers of three tensors: a late bucket with two units of its layer after it is followed
+    by late buckets that hide at most their work behind its update; the bound stays below the
+    optimum over every bucketing and launch order."""
+    inst = build_instance(_pair_trace(update_s, layers, forward_s), _PAIR_CLUSTER,
+                          SolveOptions(next_forward="per-layer", reorder=True))
+    best, _ = brute(inst)
+    res = unimodal_exact(inst, constant_bound(inst) - 1, int(best))
+    assert res is not None
+    assert max(res.bound, constant_bound(inst)) <= best

@@ -28,10 +28,11 @@ later layer), or the next one ends in the same layer, and for a late bucket eith
 bucket still to end in the layer is early (own share counted) or one of them is late (not
 counted). Two late buckets of a layer, the second its last unit alone, are a two-machine
 flow shop (link, then update): the first's tail holds the pair's best makespan
-(:func:`pair_makespan`) beyond their communication. Exact without an update step; with one,
-the shares of the same-layer buckets launched after a bucket (and, outside such pairs, the own
-share of a late bucket when a later-ready bucket of its layer is late too) are left out, so
-the result is a bound. The data-path and shared-PCIe terms are left
+(:func:`pair_makespan`) beyond their communication; with more units of the layer left, the
+part of its share their communication cannot hide (:func:`unhidden_share`). Exact without
+an update step; with one, the shares of the same-layer buckets launched after a bucket (and
+part of the own share of a late bucket when a later-ready bucket of its layer is late too)
+are left out, so the result is a bound. The data-path and shared-PCIe terms are left
 out too (the constant bounds keep their plan-independent part).
 
 Pruning, all exact: an early chain ending before the next release is stored as ending then;
@@ -51,7 +52,8 @@ import numpy as np
 
 from .instance import Instance, Segments
 
-__all__ = ["UnimodalResult", "pair_makespan", "unimodal_exact", "unimodal_feasible"]
+__all__ = ["UnimodalResult", "pair_makespan", "unhidden_share", "unimodal_exact",
+           "unimodal_feasible"]
 
 _BIG = np.int64(1) << 60
 
@@ -198,6 +200,16 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
     # ... and leaves one unit of it: a bucket after the cut that ends in the layer is that unit
     one_left = inside & np.r_[~inside[1:], False] & pairs
+    # ... and more of it: the later late buckets of the layer (at least one) hold at most
+    # its remaining work, each at least one unit's update (see the general pair term below)
+    upd_unit = np.diff(upd_own)
+    rest_max = np.zeros(n, dtype=np.int64)  # most work of buckets in the units after k
+    rest_min_upd = np.zeros(n, dtype=np.int64)  # least update of one unit after k
+    for k in range(n - 2, -1, -1):
+        if inside[k]:
+            rest_max[k] = a + np.int64(inst.p[k + 1]) + (rest_max[k + 1] if inside[k + 1] else 0)
+            rest_min_upd[k] = min(upd_unit[k + 1],
+                                  rest_min_upd[k + 1] if inside[k + 1] else upd_unit[k + 1])
     # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
     # cut inside a layer promised of the buckets after it (0 nothing, or one of _LEAVE,
     # _STAY, _STAY_EARLY, _STAY_LATE)
@@ -270,16 +282,21 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
         # one after which the layer's buckets are all early (_STAY_EARLY); otherwise a later
         # bucket of the layer must be late (_STAY_LATE)
         q_early_stay = q_own if layer[k] != layer[n - 1] else q_base
-        # two late buckets A (ending at k) and B (unit k + 1) of one layer: whatever their
-        # order, the layer's forward waits for both updates, which run one at a time after
-        # their buckets (a two-machine flow shop): A's tail holds the best pair makespan
-        # beyond the pair's communication
+        # a late bucket A (ending at k) followed by later late buckets of its layer: whatever
+        # their order, the layer's forward waits for all their updates, which run one at a
+        # time after their buckets (a two-machine flow shop). With one unit left (bucket B),
+        # A's tail holds the best pair makespan beyond the pair's communication; with more,
+        # A's own share less what the later buckets' communication can hide, at most their
+        # work less one unit's update
         q_late_stay = q_base
-        if one_left[k]:
-            d_b = a + np.int64(inst.p[k + 1])
+        if pairs and inside[k]:
             s_a = upd_own[k + 1] - upd_own[flat_pos + 1]
-            s_b = upd_own[k + 2] - upd_own[k + 1]
-            q_late_stay = q_base + pair_makespan(d, s_a, d_b, s_b) - d - d_b
+            if one_left[k]:
+                d_b = a + np.int64(inst.p[k + 1])
+                s_b = upd_own[k + 2] - upd_own[k + 1]
+                q_late_stay = q_base + pair_makespan(d, s_a, d_b, s_b) - d - d_b
+            else:
+                q_late_stay = q_base + unhidden_share(s_a, rest_max[k], rest_min_upd[k])
         if inside[k]:
             groups = [(_LEAVE, (q_own, may_close_early), (q_own, may_late)),
                       (_STAY, (q_early_stay, allowed), None),
@@ -340,6 +357,19 @@ def pair_makespan(d_a: np.ndarray, s_a: np.ndarray, d_b: np.ndarray | np.int64,
     """Shortest makespan of two jobs on a two-machine flow shop (communication, then update)
     in either order: ``min(d_b + s_a + max(d_a, s_b), d_a + s_b + max(d_b, s_a))``."""
     return np.minimum(d_b + s_a + np.maximum(d_a, s_b), d_a + s_b + np.maximum(d_b, s_a))
+
+
+def unhidden_share(s_a: np.ndarray, work_after: np.int64 | int,
+                   least_update: np.int64 | int) -> np.ndarray:
+    """What a late bucket's update ``s_a`` adds to its layer's flow shop beyond the
+    communication of the bucket and of the later late buckets of its layer (at least one, at
+    most ``work_after`` of communication in all, each with an update of at least
+    ``least_update``): ``max(0, s_a - max(0, work_after - least_update))``.
+
+    Whatever the order, either the bucket is the last of the flow shop (its update follows all
+    the communication) or another one follows it (after its update comes at least that one's).
+    """
+    return np.maximum(0, s_a - max(0, int(work_after) - int(least_update)))
 
 
 def _backtrack(src: int, k: int, pos: np.ndarray, parent: np.ndarray,
