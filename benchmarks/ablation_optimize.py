@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/ablation_optimize.py          # about 13 minutes, one worker, seed 0
+    python benchmarks/ablation_optimize.py          # about 11 minutes, one worker, seed 0
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
