@@ -148,52 +148,54 @@ def dominance() -> None:
               f"{ms(inst, sol.objective)} bound {ms(inst, sol.bound)} after {LIMIT:g} s")
 
 
-def programme_fallback() -> None:
-    """The grid relaxation behind the unimodal programme when its fronts overflow."""
+def _programme_alone(opts: SolveOptions) -> tuple[Instance, int, int]:
+    """GPT-2 1.5B at ratio 0.5 with ``opts``: the instance, the local search's plan (from the
+    FIFO DP plan) and the bound the programme starts from, as in ``solve()``."""
     tr, cl = gpt2(0.5)
-    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    inst = build_instance(tr, cl, opts)
     v, fifo, _ = solve_fifo_per_layer(inst)
     v, _ = local_search(inst, fifo, reorder=True, deadline=time.perf_counter() + 2)
-    lb = lower_bound(inst, v)
+    return inst, v, lower_bound(inst, v)
+
+
+def _programme_run(inst: Instance, v: int, lb: int, **kw: Any) -> tuple[str, str, float]:
+    """The programme alone for 40 s from the plan ``v``: bound, plan found and seconds."""
+    res, t = timed(lambda: unimodal_exact(inst, lb - 1, v, deadline=time.perf_counter() + 40,
+                                          **kw))
+    plan = ms(inst, inst.evaluate(res.segs).period) if res.segs else "none"
+    return ms(inst, max(res.bound, lb)), plan, t
+
+
+def programme_fallback() -> None:
+    """The grid relaxation behind the unimodal programme when its fronts overflow."""
+    inst, v, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
     for rel in (0.0, 2.5e-4):
-        res, t = timed(lambda rel=rel: unimodal_exact(
-            inst, lb - 1, v, deadline=time.perf_counter() + 40, grid_rel=rel))
-        print(f"programme fallback (per-layer+reorder, {tr.name}, from the local search's plan "
-              f"{ms(inst, v)}, 40 s): grid_rel={rel:g}: bound {ms(inst, max(res.bound, lb))} in "
-              f"{t:.2f} s (bucketing DP {ms(inst, lb)})")
+        bound, _, t = _programme_run(inst, v, lb, grid_rel=rel)
+        print(f"programme fallback (per-layer+reorder, {inst.trace.name}, from the local search's"
+              f" plan {ms(inst, v)}, 40 s): grid_rel={rel:g}: bound {bound} in {t:.2f} s "
+              f"(bucketing DP {ms(inst, lb)})")
 
 
 def late_pairs() -> None:
     """The flow-shop term of two late buckets of one layer in the unimodal programme."""
-    tr, cl = gpt2(0.5)
-    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
-    v, fifo, _ = solve_fifo_per_layer(inst)
-    v, _ = local_search(inst, fifo, reorder=True, deadline=time.perf_counter() + 2)
-    lb = lower_bound(inst, v)
+    inst, v, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
     for pairs in (True, False):
-        res, t = timed(lambda pairs=pairs: unimodal_exact(
-            inst, lb - 1, v, deadline=time.perf_counter() + 40, pairs=pairs))
-        plan = ms(inst, inst.evaluate(res.segs).period) if res.segs else "none"
-        print(f"late pairs (per-layer+reorder, {tr.name}, programme alone from the local "
-              f"search's plan {ms(inst, v)}, 40 s): pairs={pairs}: bound "
-              f"{ms(inst, max(res.bound, lb))}, plan {plan} in {t:.2f} s")
+        bound, plan, t = _programme_run(inst, v, lb, pairs=pairs)
+        print(f"late pairs (per-layer+reorder, {inst.trace.name}, programme alone from the local "
+              f"search's plan {ms(inst, v)}, 40 s): pairs={pairs}: bound {bound}, plan {plan} "
+              f"in {t:.2f} s")
 
 
 def partitioned_pairs() -> None:
     """The flow-shop terms when tensors are cut into pieces (layers of three or more units)."""
-    tr, cl = gpt2(0.5)
     opts = SolveOptions(next_forward="per-layer", reorder=True, partition_bytes=16_000_000)
-    inst = build_instance(tr, cl, opts)
-    v, fifo, _ = solve_fifo_per_layer(inst)
-    v, _ = local_search(inst, fifo, reorder=True, deadline=time.perf_counter() + 2)
-    lb = lower_bound(inst, v)
+    inst, v, lb = _programme_alone(opts)
     for pairs in (True, False):
-        res, t = timed(lambda pairs=pairs: unimodal_exact(
-            inst, lb - 1, v, deadline=time.perf_counter() + 40, pairs=pairs))
-        plan = ms(inst, inst.evaluate(res.segs).period) if res.segs else "none"
-        print(f"late pairs, 16 MB pieces ({inst.n} units, {tr.name}, programme alone from the "
-              f"local search's plan {ms(inst, v)}, 40 s): pairs={pairs}: bound "
-              f"{ms(inst, max(res.bound, lb))}, plan {plan} in {t:.2f} s")
+        bound, plan, t = _programme_run(inst, v, lb, pairs=pairs)
+        print(f"late pairs, 16 MB pieces ({inst.n} units, {inst.trace.name}, programme alone "
+              f"from the local search's plan {ms(inst, v)}, 40 s): pairs={pairs}: bound "
+              f"{bound}, plan {plan} in {t:.2f} s")
+    tr, cl = gpt2(0.5)
     res = solve(tr, cl, opts.model_copy(update={"time_limit_s": 60.0}))
     print(f"late pairs, 16 MB pieces ({tr.name}, solve, 60 s): {res.iteration_time_s * 1e3:.3f} "
           f"ms, bound {res.bound_s * 1e3:.3f} ms, gap {res.gap * 100:.2f}%, method {res.method}")

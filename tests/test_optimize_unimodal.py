@@ -117,6 +117,17 @@ _PAIR_CLUSTER = Cluster.model_validate({
     "allreduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9}})
 
 
+def _assert_bound_at_most_optimum(trace: Trace) -> None:
+    """The programme's bound (per-layer, reordered, on ``_PAIR_CLUSTER``) never exceeds the
+    optimum over every bucketing and launch order."""
+    inst = build_instance(trace, _PAIR_CLUSTER,
+                          SolveOptions(next_forward="per-layer", reorder=True))
+    best, _ = brute(inst)
+    res = unimodal_exact(inst, constant_bound(inst) - 1, int(best))
+    assert res is not None
+    assert max(res.bound, constant_bound(inst)) <= best
+
+
 def test_pair_makespan_is_the_better_of_both_orders() -> None:
     """Two jobs (communication ``d``, then update ``s``) on a two-machine flow shop."""
     rng = np.random.default_rng(0)
@@ -190,13 +201,8 @@ def test_pair_term_stays_a_bound(update_s: float, forward_s: float,
     """Layers of a bias and a weight with updates as long as their communication (where the
     flow-shop term of a late pair binds): the programme's bound never exceeds the optimum over
     every bucketing and launch order."""
-    layers = [list(ts[::-1]) if swap else list(ts) for ts in sizes]
-    inst = build_instance(_pair_trace(update_s, layers, forward_s), _PAIR_CLUSTER,
-                          SolveOptions(next_forward="per-layer", reorder=True))
-    best, _ = brute(inst)
-    res = unimodal_exact(inst, constant_bound(inst) - 1, int(best))
-    assert res is not None
-    assert max(res.bound, constant_bound(inst)) <= best
+    _assert_bound_at_most_optimum(
+        _pair_trace(update_s, [list(ts[::-1]) if swap else list(ts) for ts in sizes], forward_s))
 
 
 def test_a_timeout_returns_only_what_was_proven() -> None:
@@ -221,9 +227,4 @@ def test_flow_shop_term_stays_a_bound_with_more_units_left(update_s: float, forw
     """Layers of three tensors: a late bucket with two units of its layer after it is followed
     by late buckets that hide at most their work behind its update; the bound stays below the
     optimum over every bucketing and launch order."""
-    inst = build_instance(_pair_trace(update_s, layers, forward_s), _PAIR_CLUSTER,
-                          SolveOptions(next_forward="per-layer", reorder=True))
-    best, _ = brute(inst)
-    res = unimodal_exact(inst, constant_bound(inst) - 1, int(best))
-    assert res is not None
-    assert max(res.bound, constant_bound(inst)) <= best
+    _assert_bound_at_most_optimum(_pair_trace(update_s, layers, forward_s))

@@ -199,7 +199,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     peak_need = a + np.int64(inst.p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1]
     inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
     # ... and leaves one unit of it: a bucket after the cut that ends in the layer is that unit
-    one_left = inside & np.r_[~inside[1:], False] & pairs
+    one_left = inside & np.r_[~inside[1:], False]
     # ... and more of it: the later late buckets of the layer (at least one) hold at most
     # its remaining work, each at least one unit's update (see the general pair term below)
     upd_unit = np.diff(upd_own)
@@ -208,8 +208,8 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
     for k in range(n - 2, -1, -1):
         if inside[k]:
             rest_max[k] = a + np.int64(inst.p[k + 1]) + (rest_max[k + 1] if inside[k + 1] else 0)
-            rest_min_upd[k] = min(upd_unit[k + 1],
-                                  rest_min_upd[k + 1] if inside[k + 1] else upd_unit[k + 1])
+            rest_min_upd[k] = (min(upd_unit[k + 1], rest_min_upd[k + 1]) if inside[k + 1]
+                               else upd_unit[k + 1])
     # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
     # cut inside a layer promised of the buckets after it (0 nothing, or one of _LEAVE,
     # _STAY, _STAY_EARLY, _STAY_LATE)
@@ -242,7 +242,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
         # (first_live); a promise about a layer already passed; an early chain too late for
         # an early bucket (its end and tail only grow with k) and for a late one (the late
         # work from the state on plus its tail must fit after e); or a peak too late
-        stay_l = prom_l >= _STAY
+        stay_l = prom_l >= _STAY  # the promises of a cut inside a layer, about that layer
         rest_from = pp[n] - pp[pos_l + 1] + 2 * a
         kill = (pos_l + 1 < first_live) | (
             stay_l & (layer[np.maximum(pos_l, 0)] != layer[k])) | (
@@ -256,7 +256,7 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
             raise _TooManyStates
         flat_e, flat_nu, flat_pos, promise = st["e"], st["nu"], st["pos"], st["next"]
         same = layer[np.maximum(flat_pos, 0)] == layer[k]
-        stay_src = (promise == _STAY) | (promise == _STAY_EARLY) | (promise == _STAY_LATE)
+        stay_src = promise >= _STAY
         allowed = (promise == 0) | ((promise == _LEAVE) & ~same) | (stay_src & same)
         # a promise of early buckets forbids late ones; an open debt of a late one forbids
         # closing the layer with an early one
@@ -408,13 +408,12 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     upward search. A test whose live states outgrow a third of ``MAX_STATES`` (all of it when
     ``grid_rel=0``: no grid) is retried with coarser relaxations: the update parts rounded down
     to ``levels`` levels, then the states rounded to a grid of ``grid_rel * lam`` ticks, which
-    may use all of ``MAX_STATES``; once a relaxation has
-    overflowed, later tests go straight to the next one, and the search bisects (grid tests
-    cost about the same at every ``lam`` near the bound, and the one nearest it proves the
-    most). An infeasible relaxation is still a proof (``bound > lam``); a feasible one says
-    nothing, and the search goes on below that ``lam`` (larger ones are tested on the grid
-    only). Every plan found tightens the bracket by its exact period (the relaxed tails never
-    exceed the exact ones).
+    may use all of ``MAX_STATES``; once a relaxation has overflowed, later tests go straight to
+    the next one, and the search bisects (grid tests cost about the same at every ``lam`` near
+    the bound, and the one nearest it proves the most). An infeasible relaxation is still a
+    proof (``bound > lam``); a feasible one says nothing, and the search goes on below that
+    ``lam`` (larger ones are tested on the grid only). Every plan found tightens the bracket by
+    its exact period (the relaxed tails never exceed the exact ones).
 
     ``pairs`` is passed to :func:`unimodal_feasible`. Returns None on very large instances;
     stops at ``deadline`` (``time.perf_counter()``) with the best bound proven so far (every
