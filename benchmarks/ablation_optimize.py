@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from schedopt.cluster import Cluster
-from schedopt.instances import load_cluster, load_trace
+from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import constant_bound, jackson_bound, lower_bound
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedopt.cluster import Cluster
-from schedopt.instances import load_cluster, load_trace
+from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.trace import Trace
 

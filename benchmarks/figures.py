@@ -54,7 +54,7 @@ import matplotlib.pyplot as plt
 import typer
 
 from schedopt.cli import app
-from schedopt.instances import load_cluster, load_trace, write_json_atomic
+from schedopt.files import load_cluster, load_trace, write_json_atomic
 from schedopt.plotting import scaling_chart
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from schedopt.validate import validate_bcaffe
+from bcaffe_study import validate_bcaffe
 
 DEFAULT_LOGDIR = (
     Path(__file__).resolve().parents[1].parent

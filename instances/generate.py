@@ -53,10 +53,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schedopt.bcaffe import load_bcaffe_log  # noqa: E402
 from schedopt.cluster import Cluster, ClusterFamily  # noqa: E402
-from schedopt.commfit import cluster_from_fit, fit_alpha_beta, parse_comm_file  # noqa: E402
-from schedopt.instances import write_json_atomic  # noqa: E402
+from schedopt.commfit import cluster_from_fit, fit_alpha_beta  # noqa: E402
+from schedopt.files import write_json_atomic  # noqa: E402
+from schedopt.loaders.bcaffe import load_bcaffe_log  # noqa: E402
+from schedopt.loaders.comm import parse_comm_file  # noqa: E402
 from schedopt.trace import Trace  # noqa: E402
 
 TRACES = REPO / "instances" / "traces"

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from .cluster import Cluster
 from .errors import SchedoptError
-from .instances import list_instances, load_cluster, load_plan, load_trace, write_json_atomic
+from .files import list_instances, load_cluster, load_plan, load_trace, write_json_atomic
 from .plan import Plan, Schedule
 from .policies import POLICIES, make_plan
 from .simulate import simulate
@@ -394,7 +394,8 @@ def fit_comm(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit t = alpha + beta * n to measured all-reduce times; optionally write a cluster."""
-    from .commfit import cluster_from_fit, fit_alpha_beta, parse_comm_file
+    from .commfit import cluster_from_fit, fit_alpha_beta
+    from .loaders.comm import parse_comm_file
 
     with user_errors():
         samples = parse_comm_file(file)

@@ -1,258 +1,27 @@
 """Fit the all-reduce cost ``t(n) = alpha + beta * n`` to measured latencies.
 
-Two input formats are read, and told apart automatically:
-
-``osu``
-    Output of the OSU micro-benchmark ``osu_allreduce``: ``#`` header lines, then rows
-    ``size  avg_latency_us [...]``. The variant written by the B-Caffe scripts prefixes every row
-    with the number of processes (``8,1048576  4678.91``).
-``nccl-tests``
-    Output of ``all_reduce_perf`` from NVIDIA's nccl-tests: rows ``size count type redop [root]
-    time algbw busbw #wrong time algbw busbw #wrong``; the out-of-place time (µs) is used. The
-    number of ranks is the number of ``Rank  i ... device`` lines.
-
-The fit is ordinary least squares over the message sizes at or above ``min_bytes``; when the
-unconstrained solution has a negative coefficient, that coefficient is fixed at zero and the other
-is refitted (an all-reduce cost model cannot have a negative start-up time).
+The samples come from :mod:`schedopt.loaders.comm` (OSU or nccl-tests output). The fit is ordinary
+least squares over the message sizes at or above ``min_bytes``; when the unconstrained solution has
+a negative coefficient, that coefficient is fixed at zero and the other is refitted (an all-reduce
+cost model cannot have a negative start-up time).
 """
 
 from __future__ import annotations
-
-import math
-import re
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from .cluster import AllReduceFit, Cluster, Link
 from .errors import SchedoptError
+from .loaders.comm import OSU_MIN_BYTES, CommSamples
 
 __all__ = [
-    "OSU_MIN_BYTES",
-    "CommSamples",
     "cluster_from_fit",
     "default_min_bytes",
     "fit_alpha_beta",
-    "parse_comm_file",
-    "parse_comm_text",
-    "ranks_from_filename",
     "residual_rms",
 ]
 
-#: Default smallest message size of a fit to OSU data: below it, latency is dominated by
-#: per-message overheads that the linear model does not describe (the B-Caffe README fits from
-#: 64 KB as well).
-OSU_MIN_BYTES = 65536
 
-_NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
-_RANK_LINE = re.compile(r"^#?\s*Rank\s+\d+\b.*\bdevice\b")
-_NCCL_MARKERS = ("out-of-place", "algbw", "busbw", "nThread", "nccl-tests")
-
-
-@dataclass(frozen=True)
-class CommSamples:
-    """Measured all-reduce times of one file.
-
-    Attributes
-    ----------
-    sizes
-        Message sizes in bytes (int array), in file order.
-    times
-        Measured times in seconds (float array), aligned with ``sizes``.
-    format
-        ``osu``, ``nccl-tests`` or another producer's name (``bcaffe-layerwise``).
-    ranks
-        Number of ranks stated in the file or its name, or None.
-    source
-        The file the samples were read from (or a description).
-    """
-
-    sizes: np.ndarray
-    times: np.ndarray
-    format: str
-    ranks: int | None = None
-    source: str = ""
-
-    def __len__(self) -> int:
-        return int(self.sizes.size)
-
-
-# ---------------------------------------------------------------------------------------- parsing
-def ranks_from_filename(path: str | Path) -> int | None:
-    """Rank count written at the end of a file name (``allreduce8.log`` -> 8), or None.
-
-    Accepted endings: digits, optionally followed by ``n``, ``p``, ``np``, ``gpus``, ``ranks``,
-    ``nodes`` or ``procs`` (``osu_16ranks.txt`` -> 16).
-    """
-    stem = Path(path).name.split(".")[0]
-    m = re.search(r"(\d+)[-_]?(n|p|np|gpus?|ranks?|nodes?|procs?)?$", stem, re.IGNORECASE)
-    return int(m.group(1)) if m else None
-
-
-def _is_num(token: str) -> bool:
-    return bool(_NUM.match(token))
-
-
-def _detect(lines: list[str]) -> str:
-    """``nccl-tests`` or ``osu`` (headers first, then the shape of the data rows)."""
-    for line in lines:
-        if any(marker in line for marker in _NCCL_MARKERS):
-            return "nccl-tests"
-    for line in lines:
-        tok = line.split()
-        if len(tok) >= 8 and _is_num(tok[0]) and _is_num(tok[1]) and tok[2].isalpha():
-            return "nccl-tests"
-    return "osu"
-
-
-def _parse_osu(lines: list[str], where: str) -> tuple[list[int], list[float], int | None]:
-    sizes: list[int] = []
-    times: list[float] = []
-    ranks: set[int] = set()
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        tok = line.replace(",", " , ").split()
-        if not (_is_num(tok[0])):
-            continue  # free text (banners, warnings)
-        try:
-            if len(tok) >= 4 and tok[1] == ",":  # N,size latency
-                n_ranks, size, latency = int(tok[0]), int(tok[2]), float(tok[3])
-                ranks.add(n_ranks)
-            else:
-                size, latency = int(tok[0]), float(tok[1])
-        except (ValueError, IndexError):
-            raise SchedoptError(
-                "expected `size latency_us` or `ranks,size latency_us`", f"{where}:{lineno}", line
-            ) from None
-        if size < 0 or not math.isfinite(latency) or latency < 0:
-            raise SchedoptError("negative or non-finite value", f"{where}:{lineno}", line)
-        sizes.append(size)
-        times.append(latency * 1e-6)
-    if len(ranks) > 1:
-        raise SchedoptError("rows disagree on the number of ranks", where, sorted(ranks))
-    return sizes, times, (ranks.pop() if ranks else None)
-
-
-def _nccl_time_column(lines: list[str]) -> int | None:
-    """Index of the out-of-place ``time`` column from the header line, if there is one."""
-    for line in lines:
-        tok = line.lstrip("#").split()
-        if len(tok) > 4 and tok[0] == "size" and "time" in tok:
-            return tok.index("time")
-    return None
-
-
-def _parse_nccl(lines: list[str], where: str) -> tuple[list[int], list[float], int | None]:
-    col = _nccl_time_column(lines)
-    sizes: list[int] = []
-    times: list[float] = []
-    n_rank_lines = 0
-    for lineno, raw in enumerate(lines, 1):
-        line = raw.strip()
-        if _RANK_LINE.match(line):
-            n_rank_lines += 1
-            continue
-        if not line or line.startswith("#"):
-            continue
-        tok = line.split()
-        if not _is_num(tok[0]):
-            continue  # NCCL INFO lines, banners
-        if col is not None:
-            t_col = col
-        elif len(tok) in (12, 13):  # without / with the root column
-            t_col = len(tok) - 8
-        else:
-            t_col = -1
-        try:
-            if t_col < 0 or len(tok) <= t_col:
-                raise ValueError
-            size, t_us = int(tok[0]), float(tok[t_col])
-        except ValueError:
-            raise SchedoptError(
-                "expected an all_reduce_perf row (size count type redop [root] time algbw busbw"
-                " #wrong ...)",
-                f"{where}:{lineno}",
-                line,
-            ) from None
-        if size < 0 or not math.isfinite(t_us) or t_us < 0:
-            raise SchedoptError("negative or non-finite value", f"{where}:{lineno}", line)
-        if size == 0:
-            continue  # zero-byte rows time only the launch
-        sizes.append(size)
-        times.append(t_us * 1e-6)
-    return sizes, times, (n_rank_lines or None)
-
-
-def parse_comm_text(text: str, *, where: str = "<text>", fmt: str | None = None) -> CommSamples:
-    """Parse benchmark output held in a string (see :func:`parse_comm_file`).
-
-    Parameters
-    ----------
-    text
-        The file's content.
-    where
-        Name used in error messages and stored as the samples' ``source``.
-    fmt
-        ``osu`` or ``nccl-tests``; None detects it.
-    """
-    lines = text.splitlines()
-    kind = fmt or _detect(lines)
-    if kind == "osu":
-        sizes, times, ranks = _parse_osu(lines, where)
-    elif kind == "nccl-tests":
-        sizes, times, ranks = _parse_nccl(lines, where)
-    else:
-        raise SchedoptError("unknown format (known: osu, nccl-tests)", "format", fmt)
-    if not sizes:
-        raise SchedoptError(f"no {kind} data rows found", where, f"{len(lines)} lines")
-    return CommSamples(
-        sizes=np.asarray(sizes, dtype=np.int64),
-        times=np.asarray(times, dtype=float),
-        format=kind,
-        ranks=ranks,
-        source=where,
-    )
-
-
-def parse_comm_file(path: str | Path, *, fmt: str | None = None) -> CommSamples:
-    """Read all-reduce latencies from an OSU ``osu_allreduce`` or nccl-tests ``all_reduce_perf``
-    output file.
-
-    Parameters
-    ----------
-    path
-        The file.
-    fmt
-        ``osu`` or ``nccl-tests``; None detects it.
-
-    Returns
-    -------
-    CommSamples
-        Sizes in bytes and times in seconds. ``ranks`` comes from the file (``N,size`` rows, the
-        nccl-tests ``Rank`` lines) or else from a number ending the file name.
-
-    Raises
-    ------
-    SchedoptError
-        Unreadable file, or a data row that does not parse (the message names file and line).
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(errors="replace")
-    except OSError as exc:
-        raise SchedoptError(f"cannot read file: {exc.strerror or exc}", "file", str(p)) from None
-    samples = parse_comm_text(text, where=str(p), fmt=fmt)
-    if samples.ranks is None:
-        ranks = ranks_from_filename(p)
-        if ranks is not None and ranks > 0:
-            samples = CommSamples(samples.sizes, samples.times, samples.format, ranks, str(p))
-    return samples
-
-
-# ---------------------------------------------------------------------------------------- fitting
 def default_min_bytes(samples: CommSamples) -> int:
     """The default lower size bound of a fit.
 

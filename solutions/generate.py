@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from schedopt import __version__
-from schedopt.instances import write_json_atomic
+from schedopt.files import write_json_atomic
 from schedopt.optimize import SolveOptions, solve
 
 HERE = Path(__file__).resolve().parent
@@ -43,12 +43,12 @@ def recipe(case: Any) -> dict[str, Any]:
     name = case.name
     if name.startswith("resnet50-f"):
         base, fwd_ms = "resnet50-v100-b64", float(name.removeprefix("resnet50-f")[:-2])
-        from schedopt.instances import load_trace
+        from schedopt.files import load_trace
 
         scale = fwd_ms * 1e-3 / float(load_trace(base).forward.sum())
     elif name.startswith("gpt2-1.5b-r"):
         base = "gpt2-1.5b-v100-fp16"
-        from schedopt.instances import load_cluster, load_trace
+        from schedopt.files import load_cluster, load_trace
 
         tr = load_trace(base)
         _, beta = load_cluster("dgx1-v100-4n-ib-edr").alpha_beta()

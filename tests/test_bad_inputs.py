@@ -132,7 +132,7 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 def test_plan_for_another_trace(tmp_path: Path) -> None:
     """A plan bound to one trace is refused for another, and no output file is written."""
-    from schedopt.instances import load_cluster, load_trace, write_json_atomic
+    from schedopt.files import load_cluster, load_trace, write_json_atomic
     from schedopt.policies import make_plan
 
     tr = load_trace(DATA / "tiny_trace.json")

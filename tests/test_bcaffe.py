@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedopt.bcaffe import (
+from schedopt.commfit import fit_alpha_beta
+from schedopt.errors import SchedoptError
+from schedopt.files import load_trace
+from schedopt.loaders.bcaffe import (
     GOOGLENET_LAYERS,
     bcaffe_comm_times,
     load_bcaffe_log,
     read_bcaffe_log,
 )
-from schedopt.commfit import fit_alpha_beta
-from schedopt.errors import SchedoptError
-from schedopt.instances import load_trace
 
 LOGDATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mgwfbp-traces" / (
     "B-Caffe/logdata"

@@ -12,18 +12,20 @@ import pytest
 
 from schedopt.cluster import AllReduceFit, Cluster
 from schedopt.commfit import (
-    OSU_MIN_BYTES,
-    CommSamples,
     cluster_from_fit,
     default_min_bytes,
     fit_alpha_beta,
-    parse_comm_file,
-    parse_comm_text,
-    ranks_from_filename,
     residual_rms,
 )
 from schedopt.errors import SchedoptError
-from schedopt.instances import load_cluster
+from schedopt.files import load_cluster
+from schedopt.loaders.comm import (
+    OSU_MIN_BYTES,
+    CommSamples,
+    parse_comm_file,
+    parse_comm_text,
+    ranks_from_filename,
+)
 
 LOGDATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mgwfbp-traces" / (
     "B-Caffe/logdata"

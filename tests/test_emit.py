@@ -19,7 +19,7 @@ from schedopt.emit import EMITTERS, emit, emit_ddp, emit_deepspeed, emit_horovod
 from schedopt.emit.common import round_int_in, same_buckets, whole_tensor_buckets
 from schedopt.emit.ddp import cap_mb_in, ddp_caps
 from schedopt.errors import SchedoptError
-from schedopt.instances import load_plan
+from schedopt.files import load_plan
 from schedopt.plan import Plan
 from schedopt.policies import make_plan
 from schedopt.trace import Trace

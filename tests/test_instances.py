@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from schedopt.cluster import Cluster, ClusterFamily
-from schedopt.instances import instances_dir, list_instances, load_cluster, load_json, load_trace
+from schedopt.files import instances_dir, list_instances, load_cluster, load_json, load_trace
 from schedopt.policies import POLICIES, make_plan
 from schedopt.simulate import simulate
 from schedopt.trace import Trace

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedopt.cluster import Cluster
-from schedopt.instances import load_trace
+from schedopt.files import load_trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.dp import min_makespan, solve_fifo_per_layer, solve_wait_for_all
 from schedopt.optimize.instance import build_instance

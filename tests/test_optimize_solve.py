@@ -9,7 +9,7 @@ import pytest
 
 from schedopt.cluster import Cluster
 from schedopt.dag import check_schedule
-from schedopt.instances import load_cluster, load_trace
+from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.dp import solve_wait_for_all
 from schedopt.optimize.instance import build_instance

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
-from schedopt.instances import instances_dir, load_cluster, load_trace
+from schedopt.files import instances_dir, load_cluster, load_trace
 from schedopt.plan import split_member
 from schedopt.policies import POLICIES, make_plan
 from schedopt.policies.common import pack_in_order, tensor_ready_times

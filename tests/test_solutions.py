@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from schedopt.instances import load_cluster, load_trace
+from schedopt.files import load_cluster, load_trace
 from schedopt.plan import Plan
 from schedopt.simulate import simulate
 

@@ -7,16 +7,15 @@ deterministic.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from schedopt.bcaffe import load_bcaffe_log, read_bcaffe_log
-from schedopt.errors import SchedoptError
-from schedopt.plan import Plan
-from schedopt.simulate import simulate
-from schedopt.validate import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from bcaffe_study import (
     BCAFFE_LOGS,
     ValidationReport,
     comm_groups,
@@ -29,6 +28,11 @@ from schedopt.validate import (
     validate_bcaffe,
     wfbp_replay,
 )
+
+from schedopt.errors import SchedoptError
+from schedopt.loaders.bcaffe import load_bcaffe_log, read_bcaffe_log
+from schedopt.plan import Plan
+from schedopt.simulate import simulate
 
 LOGDATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mgwfbp-traces" / (
     "B-Caffe/logdata"

@@ -28,14 +28,14 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from .bcaffe import BCaffeLog, load_bcaffe_log, read_bcaffe_log
-from .cluster import Cluster
-from .commfit import CommSamples, parse_comm_file
-from .errors import SchedoptError
-from .instances import load_cluster
-from .policies.common import new_plan
-from .simulate import chain_ends, simulate
-from .trace import Trace
+from schedopt.cluster import Cluster
+from schedopt.errors import SchedoptError
+from schedopt.files import load_cluster
+from schedopt.loaders.bcaffe import BCaffeLog, load_bcaffe_log, read_bcaffe_log
+from schedopt.loaders.comm import CommSamples, parse_comm_file
+from schedopt.policies.common import new_plan
+from schedopt.simulate import chain_ends, simulate
+from schedopt.trace import Trace
 
 __all__ = [
     "BCAFFE_LOGS",
@@ -211,7 +211,7 @@ def group_samples(
     Parameters
     ----------
     log
-        A parsed log (:func:`schedopt.bcaffe.read_bcaffe_log`).
+        A parsed log (:func:`schedopt.loaders.bcaffe.read_bcaffe_log`).
     merged
         Use column 5 (after merging) instead of column 4 (layer-wise).
     carrier

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .commfit import CommSamples
-from .errors import SchedoptError
-from .trace import Layer, Tensor, Trace
+from ..errors import SchedoptError
+from ..trace import Layer, Tensor, Trace
+from .comm import CommSamples
 
 __all__ = [
     "BCAFFE_DEFAULTS",

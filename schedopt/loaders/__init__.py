@@ -1,0 +1,1 @@
+"""Readers of measured data: B-Caffe logs and all-reduce latency files (readers, not models)."""
