@@ -14,11 +14,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from . import report
 from .cluster import Cluster
 from .errors import SchedoptError
 from .files import list_instances, load_cluster, load_plan, load_trace, write_json_atomic
 from .plan import Plan, Schedule
 from .policies import POLICIES, make_plan
+from .report import split_policy_specs
 from .simulate import simulate
 from .trace import Trace
 
@@ -29,6 +31,8 @@ app = typer.Typer(
 )
 console = Console()
 _state = {"debug": False}
+log = logging.getLogger("schedopt")
+report.quiet_flag_metavars()
 
 TraceArg = Annotated[str, typer.Argument(help="Trace: a JSON file or a shipped name.")]
 ClusterArg = Annotated[str, typer.Argument(help="Cluster: a JSON file or a shipped name.")]
@@ -62,7 +66,10 @@ def user_errors() -> Iterator[None]:
 
 def load_pair(trace: str, cluster: str, nodes: int | None) -> tuple[Trace, Cluster]:
     """Load a trace and a cluster from names or paths."""
-    return load_trace(trace), load_cluster(cluster, nodes)
+    tr, cl = load_trace(trace), load_cluster(cluster, nodes)
+    log.info("trace %s: %d layers, %d tensors; cluster %s: %d GPUs, %s", tr.name,
+             len(tr.layers), tr.num_tensors, cl.name, cl.world_size, cl.collective)
+    return tr, cl
 
 
 def load_with_plan(trace: str, cluster: str, nodes: int | None, policy: str | None,
@@ -95,13 +102,24 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data) + "\n")
 
 
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"schedopt {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Log progress.")] = False,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.",
+                                          is_eager=True, callback=_version)] = False,
 ) -> None:
     _state["debug"] = debug
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(message)s")
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(relativeCreated)7.0f ms  %(name)s: %(message)s", force=True)
 
 
 @app.command("simulate")
@@ -125,11 +143,20 @@ def simulate_cmd(
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         record = gantt is not None or chrome_trace is not None
         sched = simulate(tr, cl, plan, record=record)
+        log.info("simulated %s: %d iterations to the steady state", plan.policy, sched.iterations)
         _write_visuals(tr, cl, plan, sched, gantt, chrome_trace)
     if as_json:
         print_json(result_dict(plan, sched))
         return
     _print_breakdown(tr, cl, plan, sched)
+    _wrote(gantt, chrome_trace)
+
+
+def _wrote(*paths: Path | None) -> None:
+    """Say which files a command wrote (after its table; nothing under --json)."""
+    for path in paths:
+        if path is not None:
+            typer.echo(f"wrote {path}")
 
 
 _FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
@@ -186,6 +213,7 @@ def compare_rows(tr: Trace, cl: Cluster, specs: list[str]) -> list[dict[str, Any
         sched = simulate(tr, cl, plan)
         base = simulate(tr, one, make_plan(spec, tr, one))
         eff = sched.throughput_samples_s / (cl.world_size * base.throughput_samples_s)
+        log.info("%s: %.3f ms per iteration", spec, sched.iteration_time_s * 1e3)
         row = result_dict(plan, sched, scaling_efficiency=eff)
         row["label"] = spec  # distinguishes two settings of one policy
         rows.append(row)
@@ -198,7 +226,9 @@ def compare(
     cluster: ClusterArg,
     nodes: NodesOpt = None,
     policies: Annotated[
-        list[str] | None, typer.Option("--policy", "-p", help="Policies to compare (default: all).")
+        list[str] | None,
+        typer.Option("--policy", "-p", help="Policies to compare (default: all); repeat -p, or"
+                      " separate specs with commas."),
     ] = None,
     as_json: JsonOpt = False,
     plot: Annotated[
@@ -209,7 +239,7 @@ def compare(
     with user_errors():
         _check_figure_path(plot, "--plot")
         tr, cl = load_pair(trace, cluster, nodes)
-        rows = compare_rows(tr, cl, policies or list(POLICIES))
+        rows = compare_rows(tr, cl, split_policy_specs(policies) or list(POLICIES))
         if plot is not None:
             from .plotting import breakdown_chart
 
@@ -220,22 +250,9 @@ def compare(
     if as_json:
         print_json(rows)
         return
-    best = min(r["iteration_time_s"] for r in rows)
-    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
-    for col in ("policy", "ms/iter", "vs best", "samples/s", "eff.", "exposed", "buckets"):
-        table.add_column(col, justify="left" if col == "policy" else "right",
-                         no_wrap=col == "policy")
-    for r in sorted(rows, key=lambda r: r["iteration_time_s"]):
-        table.add_row(
-            r["label"],
-            f"{r['iteration_time_s'] * 1e3:.3f}",
-            f"{r['iteration_time_s'] / best:.3f}x",
-            f"{r['throughput_samples_s']:,.1f}",
-            f"{r['scaling_efficiency'] * 100:.1f}%",
-            f"{r['breakdown']['exposed_comm_s'] * 1e3:.3f}",
-            str(len(r["plan"]["buckets"])),
-        )
-    console.print(table)
+    console.print(report.compare_table(rows, f"{tr.name} on {cl.name} ({cl.world_size} GPUs)"))
+    _wrote(plot)
+    typer.echo(report.compare_hint(rows, trace, cluster, nodes))
 
 
 @app.command()
@@ -246,7 +263,9 @@ def scale(
         str, typer.Option("--nodes", help="Node counts, comma-separated (e.g. 1,2,4,8,16).")
     ] = "1,2,4,8,16",
     policies: Annotated[
-        list[str] | None, typer.Option("--policy", "-p", help="Policies (default: all).")
+        list[str] | None,
+        typer.Option("--policy", "-p", help="Policies (default: all); repeat -p, or separate"
+                     " specs with commas."),
     ] = None,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write the scaling curves (PNG/SVG/PDF).")
@@ -263,7 +282,7 @@ def scale(
         if not counts or min(counts) < 1:
             raise SchedoptError("must be positive integers", "nodes", nodes)
         tr = load_trace(trace)
-        specs = policies or list(POLICIES)
+        specs = split_policy_specs(policies) or list(POLICIES)
         out: list[dict[str, Any]] = []
         for n in counts:
             cl = load_cluster(cluster, n)
@@ -294,6 +313,7 @@ def scale(
                  for r in out if r["label"] == spec]
         table.add_row(spec, *cells)
     console.print(table)
+    _wrote(plot)
 
 
 @app.command()
@@ -331,27 +351,27 @@ def info(
     if as_json:
         print_json(data)
         return
-    table = Table(title=f"{data['kind']} {data['name']}", show_header=False)
-    for key, value in data.items():
-        table.add_row(key, str(value))
-    console.print(table)
+    console.print(report.info_table(data))
 
 
 @app.command("list")
-def list_cmd(as_json: JsonOpt = False) -> None:
-    """List the shipped instances (name, kind, size, source) and the policies."""
+def list_cmd(
+    as_json: JsonOpt = False,
+    long: Annotated[
+        bool, typer.Option("--long", "-l", help="Show each instance's source.")
+    ] = False,
+) -> None:
+    """List the shipped instances (name, kind, size; sources with --long) and the policies."""
     with user_errors():
         rows = list_instances()
     if as_json:
         print_json({"instances": rows, "policies": list(POLICIES)})
         return
-    table = Table(title="shipped instances")
-    for col in ("name", "kind", "size", "source"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(r["name"], r["kind"], r["size"], r["source"][:120])
-    console.print(table)
+    console.print(report.list_table(rows, long))
     console.print("policies: " + ", ".join(POLICIES))
+    if not long:
+        console.print("`schedopt list --long` adds each instance's source; `schedopt info NAME`"
+                      " describes one.")
 
 
 @app.command()
@@ -398,7 +418,7 @@ def fit_comm(
     from .loaders.comm import parse_comm_file
 
     with user_errors():
-        samples = parse_comm_file(file)
+        samples = parse_comm_file(_shipped_sample(file))
         fit = fit_alpha_beta(samples, min_bytes)
         n_ranks = ranks if ranks is not None else samples.ranks
         if out is not None:
@@ -432,6 +452,14 @@ def fit_comm(
     console.print(table)
 
 
+def _shipped_sample(file: Path) -> Path:
+    """A file that does not exist but names a shipped sample (``osu_allreduce8.log``)."""
+    from .files import instances_dir
+
+    sample = instances_dir() / "samples" / file.name
+    return sample if not file.exists() and file.parent == Path() and sample.is_file() else file
+
+
 @app.command("emit")
 def emit_cmd(
     trace: TraceArg,
@@ -458,7 +486,7 @@ def emit_cmd(
         print_json(emitted.model_dump(mode="json"))
         return
     kind = "exact" if emitted.exact else "approximate"
-    typer.echo(f"{emitted.target}: {kind} ({emitted.spec or plan.policy})")
+    typer.echo(f"{emitted.target}: {kind} ({report.short_spec(emitted.spec or plan.policy)})")
     for note in emitted.notes:
         typer.echo(f"note: {note}")
     if written:
@@ -518,6 +546,11 @@ def optimize_cmd(
     partition: Annotated[
         int | None, typer.Option("--partition", help="Cut tensors into pieces of BYTES at most.")
     ] = None,
+    target: Annotated[
+        str | None,
+        typer.Option("--target", help="ddp | horovod | bytescheduler | any: search the plans"
+                     " that framework executes (the options above widen it)."),
+    ] = None,
     time_limit: Annotated[
         float, typer.Option("--time-limit", help="Search time limit in seconds.")
     ] = 10.0,
@@ -537,15 +570,22 @@ def optimize_cmd(
     from .optimize import SolveOptions, solve
 
     with user_errors():
+        from .targets import target_options
+
         tr, cl = load_pair(trace, cluster, nodes)
+        cls = target_options(target, tr, cl, next_forward=next_forward, reorder=reorder,
+                             partition=partition)
+        next_forward, reorder, partition = (cls["next_forward"], cls["reorder"],
+                                            cls["partition_bytes"])
         try:
             opts = SolveOptions.model_validate({
-                "next_forward": next_forward, "reorder": reorder, "partition_bytes": partition,
-                "time_limit_s": time_limit, "workers": workers, "seed": seed,
+                **cls, "time_limit_s": time_limit, "workers": workers, "seed": seed,
             })
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
+        log.info("solving %s on %s: %s", tr.name, cl.name, cls)
         res = solve(tr, cl, opts)
+        log.info("solved: %s in %.2f s (%s)", res.status, res.solve_time_s, res.method)
         data = res.to_dict()
         if out is not None:
             write_json_atomic(out, data)
@@ -565,12 +605,24 @@ def optimize_cmd(
                       f"{b.iteration_time_s / res.iteration_time_s:.3f}x", mark)
     console.print(table)
     typer.echo(f"status {res.status}  objective {res.objective_s * 1e3:.3f} ms  bound "
-               f"{res.bound_s * 1e3:.3f} ms  gap {res.gap * 100:.3f}%  time "
+               f"{res.bound_s * 1e3:.3f} ms  gap {report.fmt_gap(res.gap)}  time "
                f"{res.solve_time_s:.2f} s  method {res.method}  buckets {res.plan.num_buckets}")
     for note in res.notes:
         typer.echo(f"note: {note}")
+    _beyond_class(tr, cl, res, cls)
     if out is not None:
         typer.echo(f"wrote {out}")
+
+
+def _beyond_class(tr: Trace, cl: Cluster, res: Any, cls: dict[str, Any]) -> None:
+    """Name the baselines outside the class that beat the optimized plan, and how to reach them."""
+    from .targets import beyond_class
+
+    for b in sorted(res.baselines, key=lambda b: b.iteration_time_s):
+        if not b.expressible and b.iteration_time_s < res.iteration_time_s * (1 - 1e-6):
+            typer.echo(f"note: {b.policy} ({b.iteration_time_s * 1e3:.3f} ms) is faster and lies"
+                       f" outside this class ({b.reason}): "
+                       f"{beyond_class(b.policy, tr, cl, cls)}")
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
 """Loading traces, clusters and plans by path or by shipped name; listing shipped instances.
 
-Shipped instances live in ``instances/traces`` and ``instances/clusters`` at the repository root
-(override with the ``SCHEDOPT_INSTANCES`` environment variable).
+Shipped instances live in ``instances/traces`` and ``instances/clusters`` at the repository root,
+installed as the data package ``schedopt._instances`` (override with the ``SCHEDOPT_INSTANCES``
+environment variable).
 """
 
 from __future__ import annotations
@@ -33,11 +34,19 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def instances_dir() -> Path:
-    """Folder of the shipped instances."""
+    """Folder of the shipped instances.
+
+    ``SCHEDOPT_INSTANCES`` when set; else the data package ``schedopt/_instances`` of an
+    installed wheel; else ``instances/`` at the root of a source checkout (editable install).
+    """
     env = os.environ.get("SCHEDOPT_INSTANCES")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "instances"
+    here = Path(__file__).resolve().parent
+    packaged = here / "_instances"
+    if packaged.is_dir():
+        return packaged
+    return here.parent / "instances"
 
 
 def load_json(path: Path, what: str) -> Any:
