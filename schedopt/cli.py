@@ -532,6 +532,53 @@ def profile_cmd(
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
 
 
+@app.command("tune")
+def tune_cmd(
+    trace: TraceArg,
+    cluster: ClusterArg,
+    nodes: NodesOpt = None,
+    framework: Annotated[
+        str, typer.Option("--framework", "-f", help="ddp | horovod | deepspeed | megatron | all,"
+                          " or a comma list.")
+    ] = "all",
+    time_limit: Annotated[
+        float, typer.Option("--time-limit", help="Time limit of the optimum's search (s).")
+    ] = 10.0,
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Write each knob's curve (PNG/SVG/PDF).")
+    ] = None,
+) -> None:
+    """Best value of each framework's own knob, against its default and the optimized plan."""
+    from .tune import FRAMEWORKS, tune_all
+
+    with user_errors():
+        _check_figure_path(plot, "--plot")
+        names = list(FRAMEWORKS) if framework == "all" else [
+            f.strip() for f in framework.split(",") if f.strip()]
+        for name in names:
+            if name not in FRAMEWORKS:
+                raise SchedoptError(f"unknown framework (known: {', '.join(FRAMEWORKS)}, all)",
+                                    "framework", name)
+        tr, cl = load_pair(trace, cluster, nodes)
+        results, optimum = tune_all(tr, cl, names, time_limit_s=time_limit)
+        rows = [r.as_dict() for r in results]
+        if plot is not None:
+            from .plotting import tune_chart
+
+            with _writing(plot, "--plot"):
+                tune_chart(rows, plot, optimum_s=optimum["iteration_time_s"] if optimum else None,
+                           title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
+    if as_json:
+        print_json({"optimum": optimum, "frameworks": rows})
+        return
+    console.print(report.tune_table(rows, f"{tr.name} on {cl.name} ({cl.world_size} GPUs)",
+                                    optimum))
+    for line in report.tune_lines(rows):
+        typer.echo(line)
+    _wrote(plot)
+
+
 @app.command("optimize")
 def optimize_cmd(
     trace: TraceArg,

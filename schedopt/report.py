@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from rich import box
 from rich.table import Table
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "quiet_flag_metavars",
     "short_spec",
     "split_policy_specs",
+    "tune_lines",
     "tune_table",
 ]
 
@@ -187,42 +189,51 @@ def info_table(data: dict[str, Any]) -> Table:
 
 def list_table(rows: Sequence[dict[str, Any]], long: bool) -> Table:
     """``schedopt list``: name, kind and size; with ``long``, each instance's whole source."""
-    table = Table(title="shipped instances")
+    table = Table(title="shipped instances", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("name", no_wrap=True)
     table.add_column("kind", no_wrap=True)
-    table.add_column("size")
+    table.add_column("size", no_wrap=not long)
     if long:
         table.add_column("source", overflow="fold")
     for r in rows:
-        table.add_row(r["name"], r["kind"], r["size"], *([r["source"]] if long else []))
+        kind = "family" if r["kind"] == "cluster-family" else r["kind"]
+        size = r["size"].replace(" (family; fits for [])", "").replace("(family; ", "(")
+        table.add_row(r["name"], kind, size, *([r["source"]] if long else []))
     return table
 
 
 def tune_table(results: Sequence[dict[str, Any]], title: str,
                optimum: dict[str, Any] | None) -> Table:
-    """``schedopt tune``: per framework, default, best setting and the optimum."""
+    """``schedopt tune``: per framework, its defaults, its best knob setting and the optimum."""
     table = Table(title=title)
-    for col in ("framework", "knob", "default ms", "best value", "best ms", "gain",
-                "optimum ms", "left on table"):
-        table.add_column(col, justify="left" if col in ("framework", "knob") else "right",
-                         no_wrap=True)
+    for col in ("framework", "default ms", "best ms", "gain", "optimum ms", "left"):
+        table.add_column(col, justify="left" if col == "framework" else "right", no_wrap=True)
     for r in results:
         opt = r["optimum_time_s"]
         left = "" if opt is None else f"{(r['best_time_s'] / opt - 1) * 100:.2f}%"
         if opt is not None and not r["in_class"]:
             left += " *"
         table.add_row(
-            r["framework"], f"{r['knob']} ({r['unit']})", f"{r['default_time_s'] * 1e3:.3f}",
-            f"{r['best']:,.6g}", f"{r['best_time_s'] * 1e3:.3f}",
+            r["framework"], f"{r['default_time_s'] * 1e3:.3f}", f"{r['best_time_s'] * 1e3:.3f}",
             f"{(1 - r['best_time_s'] / r['default_time_s']) * 100:.2f}%",
             "" if opt is None else f"{opt * 1e3:.3f}", left)
     if optimum is not None:
         table.caption = (
             f"optimum: `schedopt optimize` with its default options ({optimum['status']}, "
             f"method {optimum['method']}, gap {fmt_gap(optimum['gap'])}); gain: best vs "
-            "default; left on table: best vs optimum (* the best setting lies outside the "
-            "optimizer's class, so it may beat the optimum)")
+            "default; left: best vs optimum, what the knob leaves on the table (*: the best "
+            "setting lies outside the optimizer's class and may beat it)")
     return table
+
+
+def tune_lines(results: Sequence[dict[str, Any]]) -> list[str]:
+    """One line per framework: the knob, its default and the best setting found."""
+    out = []
+    for r in results:
+        default = "unset" if r["default"] is None else f"{r['default']:,.6g} {r['unit']}"
+        out.append(f"{r['framework']}: {r['knob']} (default {default}); best "
+                   f"{short_spec(r['best_spec'])}")
+    return out
 
 
 def quiet_flag_metavars() -> None:

@@ -130,7 +130,8 @@ class TuneResult:
         Iteration time with the framework's defaults.
     best, best_time_s, best_spec
         Best value of the main knob, its iteration time, and the full spec (with the second
-        knob where tuned).
+        knob where tuned); the defaults (``best`` is then ``default``) when nothing searched
+        beats them, so ``best_time_s <= default_time_s`` always.
     optimum_time_s
         Iteration time of the optimized plan (default solve options).
     in_class
@@ -145,7 +146,7 @@ class TuneResult:
     unit: str
     default: float | None
     default_time_s: float
-    best: float | int
+    best: float | int | None
     best_time_s: float
     best_spec: str
     optimum_time_s: float | None
@@ -267,6 +268,8 @@ def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, roun
         v2 = min(seen2, key=lambda v: (seen2[v], v))
         if seen2[v2] < best_time:
             best_time, best_spec = seen2[v2], second.spec(v2, base)
+    if default_time < best_time:  # the defaults may lie outside the family searched
+        best, best_time, best_spec = knob.default, default_time, framework
     _, best_plan = _evaluate(trace, cluster, best_spec)
     return TuneResult(
         framework=framework, knob=knob.name, unit=knob.unit, default=knob.default,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import site
 import subprocess
 import sys
@@ -27,11 +28,16 @@ def _run(args: list[str], cwd: Path, timeout: float = 120) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the wheel from this checkout (no isolation: setuptools comes from this venv)."""
+    """Build the wheel from a copy of this checkout (setuptools builds in the source tree)."""
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    src = tmp_path_factory.mktemp("src")
+    junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("schedopt", "instances"):
+        shutil.copytree(ROOT / name, src / name, ignore=junk)
     proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                 "--no-index", "-q", "-w", str(out), str(ROOT)], cwd=build, timeout=300)
+                 "--no-index", "-q", "-w", str(out), str(src)], cwd=src, timeout=300)
     if proc.returncode != 0 and "No module named pip" in proc.stderr:
         pytest.skip("pip is not installed in this environment")
     assert proc.returncode == 0, proc.stderr
