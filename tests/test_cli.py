@@ -134,7 +134,7 @@ def test_list_is_compact_and_long_shows_sources() -> None:
     names = len(json.loads(invoke("list", "--json"))["instances"])
     # one line per instance plus the frame, the policies and the hint
     assert len(short.splitlines()) <= names + 10
-    assert "ESTIMATE (not measured)" not in short and "ESTIMATE (not measured)" in long
+    assert "ESTIMATE" not in short and "ESTIMATE" in long
     assert "--long" in short
 
 
