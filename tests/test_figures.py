@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from schedopt.cli import app
+from schedopt.files import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -175,3 +176,117 @@ def test_a_failing_optimizer_only_drops_its_series(tmp_path: Path,
     assert best.data["result"]["policy"] != "optimal" and len(best.notes) == 2
     for f in (cross, best):
         assert_png(f.file)
+
+
+# ------------------------------------------------------------------- the pictures themselves
+def _recorded(trace: Any, cluster: str, spec: str) -> Any:
+    from schedopt.files import load_cluster
+    from schedopt.policies import make_plan
+    from schedopt.simulate import simulate
+
+    cl = load_cluster(cluster)
+    return simulate(trace, cl, make_plan(spec, trace, cl), record=True)
+
+
+def _synthetic(layers: int) -> Any:
+    from schedopt.trace import Trace
+
+    return Trace.model_validate({
+        "name": f"synthetic-{layers}", "batch_size": 8, "io_s": 1e-3, "h2d_s": 1e-4,
+        "update_s": 1e-3,
+        "layers": [{"name": f"l{i}", "forward_s": 1e-5, "backward_s": 2e-5,
+                    "tensors": [{"name": f"l{i}.w", "bytes": 4 * (1000 + 37 * (i % 11))}]}
+                   for i in range(layers)]})
+
+
+def test_spans_are_bounded_and_cover_every_task() -> None:
+    from schedopt.plotting.aggregate import row_spans
+
+    sched = _recorded(_synthetic(3000), C, "caffe-mpi")
+    for chunks in (False, True):
+        spans = row_spans(sched, budget=50, chunks=chunks)
+        per_group: dict[tuple[str, str], list[Any]] = {}
+        for sp in spans:
+            per_group.setdefault((sp.row, sp.kind), []).append(sp)
+        tasks = sum(len(sched.resources[k]) for k, (s, e) in sched.tasks.items() if e > s)
+        assert sum(sp.count for sp in spans) == tasks
+        for (row, kind), group in per_group.items():
+            assert len(group) <= 50, (row, kind, chunks)
+            for key, (s, e) in sched.tasks.items():  # each task lies inside a span of its row
+                if key[0] == kind and row in sched.resources[key] and e > s:
+                    assert any(sp.start <= s and e <= sp.end for sp in group)
+    small = row_spans(_recorded(load_trace(T), C, "ddp"),
+                      budget=50)
+    assert all(sp.count == 1 for sp in small)  # within budget: never merged
+
+
+def test_chrome_trace_stays_bounded_on_many_tensors() -> None:
+    from schedopt.plotting import chrome_trace_events
+
+    sched = _recorded(_synthetic(3000), C, "caffe-mpi")
+    doc = chrome_trace_events(sched, budget=100)
+    events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    lanes = {e["tid"] for e in events}
+    assert len(events) <= 100 * 6 * len(lanes)
+    merged = [e for e in events if e["args"].get("tasks", 1) > 1]
+    assert merged and all(e["name"] == f"{e['cat']} x{e['args']['tasks']}" for e in merged)
+    full = chrome_trace_events(sched, budget=10**9)
+    assert len([e for e in full["traceEvents"] if e["ph"] == "X"]) == sum(
+        len(sched.resources[k]) for k, (s, e) in sched.tasks.items() if e > s)
+
+
+def test_gantt_window_is_steady_state() -> None:
+    from schedopt.plotting.charts import steady_window
+
+    sched = _recorded(load_trace("resnet50-v100-b64"),
+                      "k80-4x4-10gbe", "ddp")
+    start, end, keep = steady_window(sched, 2)
+    assert end - start == pytest.approx(2 * sched.iteration_time_s)
+    assert start > sched.first_iteration_s * 0.5  # the cold start is left out
+    assert 0 not in keep
+
+
+def test_scaling_chart_keeps_the_fastest_and_the_optimum() -> None:
+    from schedopt.plotting.charts import pick_curves
+
+    series = {"a": [(1, 10.0), (4, 30.0)], "b": [(1, 10.0), (4, 38.0)],
+              "c": [(1, 10.0), (4, 20.0)], "optimal": [(1, 10.0), (4, 39.0)]}
+    assert pick_curves(series, 3) == ["a", "b", "optimal"]
+    assert pick_curves(series, 1) == ["optimal"]
+
+
+def test_scaling_chart_draws_ideal_scaling_on_log_axes(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from schedopt.plotting import scaling_chart
+
+    drawn: dict[str, Any] = {}
+    real_close = plt.close
+
+    def keep(fig: Any) -> None:
+        ax = fig.axes[0]
+        drawn.update(xscale=ax.get_xscale(), yscale=ax.get_yscale(),
+                     lines={ln.get_label(): ln.get_xydata().tolist() for ln in ax.lines})
+        real_close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    scaling_chart({"p": [(4, 100.0), (8, 150.0), (32, 400.0)]}, tmp_path / "s.png")
+    assert (drawn["xscale"], drawn["yscale"]) == ("log", "log")
+    ideal = drawn["lines"]["ideal (linear from the smallest size)"]
+    assert ideal == [[4, 100.0], [8, 200.0], [32, 800.0]]
+
+
+def test_breakdown_chart_leaves_headroom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from schedopt.plotting import breakdown_chart
+
+    top: list[float] = []
+    real_close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig: (top.append(fig.axes[0].get_ylim()[1]),
+                                                   real_close(fig)))
+    parts = {"forward_s": 0.01, "backward_s": 0.02, "update_s": 0.0, "exposed_comm_s": 0.01,
+             "io_stall_s": 0.0}
+    breakdown_chart([("x", parts)], tmp_path / "b.png")
+    assert top[0] >= 40.0 * 1.1
