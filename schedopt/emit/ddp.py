@@ -23,6 +23,7 @@ from ..cluster import Cluster
 from ..plan import Plan
 from ..policies.common import MIB
 from ..policies.ddp import ddp_buckets, ddp_limits
+from ..report import fmt_bytes
 from ..trace import Trace
 from .common import (
     Candidate,
@@ -259,8 +260,9 @@ def _snippet(plan: Plan, trace: Trace, config: dict, buckets: list[list[str]],
         "# Buckets DDP builds with these settings, in launch order:",
     ]
     for k, b in enumerate(buckets[:50]):
-        mib = sum(size[m] for m in b) / MIB
-        lines.append(f"#   {k}: {len(b)} tensors, {mib:.3f} MiB, {b[0]} .. {b[-1]}")
+        members = b[0] if len(b) == 1 else f"{b[0]} .. {b[-1]}"
+        lines.append(f"#   {k}: {len(b)} tensor{'' if len(b) == 1 else 's'}, "
+                     f"{fmt_bytes(sum(size[m] for m in b))}, {members}")
     if len(buckets) > 50:
         lines.append(f"#   ... {len(buckets) - 50} more")
     lines += [
