@@ -252,7 +252,8 @@ def compare(
         return
     console.print(report.compare_table(rows, f"{tr.name} on {cl.name} ({cl.world_size} GPUs)"))
     _wrote(plot)
-    typer.echo(report.compare_hint(rows, trace, cluster, nodes))
+    console.print(report.compare_hint(rows, trace, cluster, nodes), markup=False,
+                  highlight=False)
 
 
 @app.command()
