@@ -232,7 +232,10 @@ class Cluster(BaseModel):
         ``n · max(1, workers / servers)`` bytes through the busiest NIC. Servers colocated with the
         workers (the default on several nodes): every node's NIC carries its own push and its
         server's pull traffic in both directions, so push and pull each hold both resources and
-        move ``n · (servers - 1) / servers · max(1, workers / servers)`` bytes. On several nodes
+        move ``n · (workers - 1) / min(servers, workers)`` bytes through the busiest NIC (a
+        server's node receives a shard from every other node; with ``servers = workers`` that is
+        ``(w - 1)/w · n``). On one node the servers sit on the host, reached over the intra link,
+        and ``colocated`` has no effect (the dedicated formula). On several nodes
         with several GPUs each, the push starts with a local reduce and the pull ends with a
         local broadcast, ``(g - 1)/g · n`` bytes over the intra link each.
         """
@@ -256,7 +259,9 @@ class Cluster(BaseModel):
             b_loc = (g - 1) / g / self.intra_link.bandwidth_Bps
         a = link.latency_s + a_loc
         if ps.colocated and self.nodes > 1:
-            beta = share * (ps.servers - 1) / ps.servers / bw if ps.servers > 1 else 0.0
+            # a server's node receives (w - 1) shards of n / k bytes from the other nodes (its
+            # own node's push stays local): the busiest NIC direction, whatever k
+            beta = (workers - 1) / min(ps.servers, workers) / bw
             both = (*local, "ps-up", "ps-down")
             return (CommStage("push", both, a, beta + b_loc),
                     CommStage("pull", both, a, beta + b_loc))

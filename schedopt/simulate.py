@@ -390,7 +390,8 @@ class _Simulator:
             st = self.state()
             if t == 0:
                 first = max(self.first_done, self.compute_free)
-            tol = 1e-9 * max(1.0, abs(self.compute_free))
+            # scale-free: relative to the elapsed time, whatever the unit of the instance
+            tol = 1e-9 * abs(self.compute_free)
             for c in range(1, min(8, len(states)) + 1):
                 prev = states[-c]
                 if t >= 2 and period is None and np.allclose(st, prev, rtol=0.0, atol=tol):
