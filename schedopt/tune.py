@@ -257,11 +257,12 @@ def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, roun
     lo, hi = knob.bounds(trace)
     seen = _search(knob, lambda v: _evaluate(trace, cluster, knob.spec(v))[0], lo, hi, grid,
                    rounds)
-    best = min(seen, key=lambda v: (seen[v], v))
-    best_time, best_spec = seen[best], knob.spec(best)
+    best_grid = min(seen, key=lambda v: (seen[v], v))
+    best: float | int | None = best_grid
+    best_time, best_spec = seen[best_grid], knob.spec(best_grid)
     second = SECOND.get(framework)
     if second is not None:
-        base = {knob.name: knob.value(best)}
+        base = {knob.name: knob.value(best_grid)}
         lo2, hi2 = second.bounds(trace)
         seen2 = _search(second, lambda v: _evaluate(
             trace, cluster, second.spec(v, base))[0], lo2, hi2, grid // 2 + 2, rounds)
