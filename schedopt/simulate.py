@@ -9,6 +9,7 @@ time is the long-run period, found when the normalised state of the system repea
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +18,7 @@ from .cluster import Cluster, CommStage
 from .plan import Breakdown, Plan, Schedule
 from .trace import Trace
 
-__all__ = ["Model", "chain_ends", "serve_in_sequence", "simulate"]
+__all__ = ["Model", "advance", "chain_ends", "serve_in_sequence", "simulate"]
 
 _NEG = -np.inf
 
@@ -119,7 +120,7 @@ class Model:
         n_b, n_s = len(nbytes), len(stages)
         comm = np.zeros((n_b, n_s))
         for s, st in enumerate(stages):
-            comm[:, s] = st.alpha_s + st.beta_s_per_byte * nbytes
+            comm[:, s] = st.times(nbytes)
         perms = []
         for s in range(n_s):
             order = plan.stage_orders.get(s)
@@ -197,7 +198,9 @@ def simulate(
     Schedule
         Iteration time (long-run period), cold first iteration, breakdown.
     """
-    sim = _Simulator(Model.build(trace, cluster, plan), record)
+    model = Model.build(trace, cluster, plan)
+    sim = (_Simulator(model, record) if cluster.overlap_slowdown == 1.0
+           else _SlowdownSimulator(model, record))
     return sim.run(min_iterations, max(min_iterations, max_iterations))
 
 
@@ -393,7 +396,8 @@ class _Simulator:
             tol = 1e-9 * max(1.0, abs(self.compute_free))
             for c in range(1, min(8, len(states)) + 1):
                 prev = states[-c]
-                if t >= 2 and period is None and np.allclose(st, prev, rtol=0.0, atol=tol):
+                if (t >= 2 and period is None and st.shape == prev.shape
+                        and np.allclose(st, prev, rtol=0.0, atol=tol)):
                     period = (ends[-1] - ends[-1 - c]) / c
                     cycle = c
                     break
@@ -427,3 +431,151 @@ class _Simulator:
             tasks=self.tasks,
             resources=self.resources,
         )
+
+
+# ------------------------------------------------------------------------ overlap slowdown
+def advance(start: float, work: float, busy: list[tuple[float, float]], slowdown: float) -> float:
+    """End of a compute task of ``work`` seconds started at ``start`` (fluid slowdown).
+
+    The task runs at speed 1 outside the communication intervals in ``busy`` and at speed
+    ``1/slowdown`` inside them. ``busy`` is a heap of ``(start, end)`` intervals (they may
+    overlap); intervals that end before the returned time are popped, so the caller must ask in
+    non-decreasing ``start`` order.
+    """
+    cur, left = start, work
+    while busy:
+        b_start, b_end = busy[0]
+        if b_end <= cur:
+            heapq.heappop(busy)
+            continue
+        if b_start > cur:  # free stretch before the next interval
+            if left <= b_start - cur:
+                return cur + left
+            left -= b_start - cur
+            cur = b_start
+        span = b_end - cur  # inside an interval: speed 1/slowdown
+        if left * slowdown <= span:
+            return cur + left * slowdown
+        left -= span / slowdown
+        cur = b_end
+        heapq.heappop(busy)
+    return cur + left
+
+
+class _SlowdownSimulator(_Simulator):
+    """Evaluation with the overlap slowdown: compute runs at speed ``1/s`` while any
+    communication task runs (docs/model.md, "Overlap slowdown").
+
+    The compute stream and the communication tasks are advanced together in time order: a
+    communication task is placed once its release is known (its bucket's backward has ended and
+    the tasks before it on its resources are placed), and every compute task integrates its
+    speed over the intervals placed so far. A task not yet placed starts no earlier than the
+    end of the compute task being evaluated, so the evaluation is exact.
+    """
+
+    def __init__(self, m: Model, record: bool) -> None:
+        super().__init__(m, record)
+        self.slow = m.cluster.overlap_slowdown
+        self.busy: list[tuple[float, float]] = []
+        n_b, n_s = m.comm_dur.shape
+        by_layer: dict[int, list[int]] = {}
+        for k in range(n_b):
+            by_layer.setdefault(int(m.bucket_layer[k]), []).append(k)
+        self.by_layer = by_layer
+        if m.shared_stage_resources:
+            self.queues = [[(int(s), int(k)) for s, k in m.comm_sequence.tolist()]]
+        else:
+            self.queues = [[(s, int(k)) for k in m.stage_perm[s]] for s in range(n_s)]
+
+    def _place(self, t: int, ready: list[float | None], end: list[list[float | None]],
+               heads: list[int]) -> None:
+        """Place every communication task whose release is known, queue by queue."""
+        m = self.m
+        progress = True
+        while progress:
+            progress = False
+            for q, queue in enumerate(self.queues):
+                while heads[q] < len(queue):
+                    s, k = queue[heads[q]]
+                    rel = ready[k] if s == 0 else end[k][s - 1]
+                    if rel is None:
+                        break
+                    res = m.stages[s].resources
+                    start = max(rel, *(self.free[r] for r in res))
+                    stop = start + float(m.comm_dur[k, s])
+                    end[k][s] = stop
+                    for r in res:
+                        self.free[r] = stop
+                    if stop > start:
+                        heapq.heappush(self.busy, (start, stop))
+                    if self.record:
+                        self._rec(("comm", t, k, s), start, stop, res)
+                    heads[q] += 1
+                    progress = True
+
+    def _task(self, t: int, i: int, work: float, rel: float, kind: int, index: int) -> float:
+        """Run one compute task; attribute its idle gap; return its end."""
+        start = max(self.compute_free, rel)
+        gap = start - self.compute_free
+        if kind == 0:
+            self.gap_io += gap
+        else:
+            self.gap_comm += gap
+        stop = advance(start, work, self.busy, self.slow)
+        self.gap_comm += (stop - start) - work  # the slowdown counts as exposed communication
+        self.compute_free = stop
+        if self.record:
+            it = t - 1 if kind == 2 and index >= 0 else t
+            if it >= 0:
+                names = ("fwd", "bwd", "update")
+                self._rec((names[kind], it, index), start, stop, ("compute",))
+        return stop
+
+    def step(self, t: int) -> None:
+        """Simulate iteration ``t`` with the compute stream and communication interleaved."""
+        m = self.m
+        n_b, n_s = m.comm_dur.shape
+        if t == 0 or not m.plan.prefetch:
+            self._data(t)
+        if m.plan.prefetch:
+            self._data(t + 1)
+        kind, index, dur = m.chain_kind.tolist(), m.chain_index.tolist(), m.chain_dur.tolist()
+        pending = self.pending_comm.tolist()
+        first_fwd = kind.index(0)
+        ready: list[float | None] = [None] * n_b
+        end: list[list[float | None]] = [[None] * n_s for _ in range(n_b)]
+        heads = [0] * len(self.queues)
+        bwd_last = 0.0
+        for i, kd in enumerate(kind):
+            if kd == 2:
+                work, rel = (0.0, _NEG) if t == 0 else (dur[i], pending[index[i]])
+            else:
+                work, rel = dur[i], (self.h2d_end[t] if i == first_fwd else _NEG)
+            stop = self._task(t, i, work, rel, kd, index[i])
+            if kd == 1:
+                bwd_last = stop
+                if m.plan.overlap:
+                    for k in self.by_layer.get(index[i], []):
+                        ready[k] = stop
+                    self._place(t, ready, end, heads)
+        if not m.plan.overlap:
+            ready = [bwd_last] * n_b
+        if n_s == 0:
+            comm_end = np.array(ready, dtype=float) if n_b else np.zeros(0)
+        else:
+            self._place(t, ready, end, heads)
+            comm_end = np.array([row[-1] for row in end], dtype=float)
+        if t == 0:
+            self.first_done = max(float(comm_end.max(initial=_NEG)), bwd_last)
+        if m.plan.next_forward == "per-layer":
+            self.pending_comm = comm_end
+        else:
+            u_rel = float(comm_end.max()) if comm_end.size else _NEG
+            self._task(t, -1, m.trace.update_s, u_rel, 2, -1)
+        self.compute_done[t] = self.compute_free
+
+    def state(self) -> np.ndarray:
+        """The base state and the communication intervals still to come."""
+        live = sorted(iv for iv in self.busy if iv[1] > self.compute_free)
+        flat = np.array(live, dtype=float).reshape(-1) - self.compute_free
+        return np.concatenate([super().state(), flat])
