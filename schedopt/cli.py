@@ -392,14 +392,23 @@ def fit_comm(
                      " name)."),
     ] = None,
     as_json: JsonOpt = False,
+    segments: Annotated[
+        str, typer.Option("--segments", help="auto (detect protocol switches: the fewest"
+                          " segments within --tolerance) or a number (1: one line).")
+    ] = "auto",
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Median relative error the automatic"
+                            " segmentation reaches.")
+    ] = 0.02,
 ) -> None:
-    """Fit t = alpha + beta * n to measured all-reduce times; optionally write a cluster."""
-    from .commfit import cluster_from_fit, fit_alpha_beta
+    """Fit the all-reduce cost (piecewise linear at protocol switches, or one line
+    t = alpha + beta * n) to measured times; optionally write a cluster."""
+    from .commfit import cluster_from_fit, fit_comm_cli, piecewise_summary
     from .loaders.comm import parse_comm_file
 
     with user_errors():
         samples = parse_comm_file(file)
-        fit = fit_alpha_beta(samples, min_bytes)
+        fit = fit_comm_cli(samples, min_bytes, segments, tolerance)
         n_ranks = ranks if ranks is not None else samples.ranks
         if out is not None:
             if n_ranks is None:
@@ -416,6 +425,7 @@ def fit_comm(
         "points": int(used.sum()), "alpha_s": fit.alpha_s,
         "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2, "min_bytes": fit.min_bytes,
         "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
+        **piecewise_summary(samples, fit),
     }
     if as_json:
         print_json(data)
@@ -427,6 +437,10 @@ def fit_comm(
     table.add_row("R²", f"{fit.r2:.5f}" if fit.r2 is not None else "n/a")
     table.add_row("sizes used",
                   f"{fit.min_bytes:,} .. {fit.max_bytes:,} B ({data['points']} points)")
+    for i, seg in enumerate(data["segments"]):
+        table.add_row(f"segment {i + 1}", f"from {seg['min_bytes']:,} B: {seg['alpha_s'] * 1e6:.1f}"
+                      f" us + {seg['beta_s_per_byte'] * 1e12:.1f} us/MB")
+    table.add_row("median |rel. error|", f"{data['median_rel_error'] * 100:.2f}%")
     if out is not None:
         table.add_row("cluster written", str(out))
     console.print(table)

@@ -64,8 +64,8 @@ class AllReduceFit(BaseModel):
     min_bytes: int | None = Field(None, description="Smallest message size used in the fit.")
     max_bytes: int | None = Field(None, description="Largest message size used in the fit.")
     segments: tuple[CostSegment, ...] | None = Field(
-        None, description="Piecewise-linear cost (protocol switches): segments by increasing "
-        "min_bytes, the first at 0; replaces alpha + beta n in the simulator.")
+        default=None, description="Piecewise-linear cost (protocol switches): segments by "
+        "increasing min_bytes, the first at 0; replaces alpha + beta n in the simulator.")
 
     @model_validator(mode="after")
     def _check_segments(self) -> AllReduceFit:
