@@ -20,7 +20,8 @@ cluster is then resized to the other node counts N and predicts, for ``tmp{N}com
 Rows with N = N0 are in-sample (what the three parameters can fit). For comparison, the same
 figures for the OSU fit of N (``bcaffe-osu-Nn``: one line), the piecewise OSU curve of N
 (``fit-comm`` segments) and the 10GbE link preset. ``--markdown`` prints the table of
-docs/validation.md.
+docs/validation.md. Last, the piecewise-linear fits of the three OSU curves (``fit-comm``):
+protocol switches, median relative error in-sample and held out (fit on every other size).
 """
 
 from __future__ import annotations
@@ -112,6 +113,36 @@ def figures(cluster: Cluster, logdir: Path, nodes: int) -> dict[str, float]:
             "iter": sim / measured_iter - 1.0, "iter_ms": measured_iter * 1e3}
 
 
+def osu_curves(logdir: Path) -> list[tuple[str, str, str]]:
+    """Piecewise fits of the three OSU logs: switches, in-sample and held-out median error."""
+    from schedopt.commfit import fit_alpha_beta, relative_errors
+    from schedopt.loaders.comm import CommSamples
+
+    out = []
+    for n in NODES:
+        smp = parse_comm_file(logdir / f"allreduce{n}.log")
+        fit = fit_piecewise(smp)
+        assert fit.segments is not None
+        k = len(fit.segments)
+        med = float(np.median(relative_errors(smp, fit)))
+        order = np.argsort(smp.sizes, kind="stable")
+        held: list[np.ndarray] = []
+        for half in (0, 1):  # fit on every other size, predict the rest
+            sel = order[np.arange(order.size) % 2 == half]
+            rest = order[np.arange(order.size) % 2 != half]
+            f = fit_piecewise(CommSamples(smp.sizes[sel], smp.times[sel], "osu", n), segments=k)
+            held.append(relative_errors(CommSamples(smp.sizes[rest], smp.times[rest], "osu", n),
+                                        f))
+        line = fit_alpha_beta(smp)
+        out.append((f"allreduce{n}.log ({smp.sizes.size} sizes)",
+                    f"{k} segments, switches at {[s.min_bytes for s in fit.segments[1:]]} B",
+                    f"median |error| {100 * med:.2f}% in-sample, "
+                    f"{100 * float(np.median(np.concatenate(held))):.2f}% held out "
+                    f"(every other size); one line >= 64 KB: "
+                    f"{100 * float(np.median(relative_errors(smp, line))):.2f}%"))
+    return out
+
+
 def main(argv: list[str]) -> int:
     args = [a for a in argv[1:] if not a.startswith("--")]
     logdir = Path(args[0]) if args else DEFAULT_LOGDIR
@@ -149,6 +180,9 @@ def main(argv: list[str]) -> int:
             print(f"{inst:<{width[0]}}  {model:<{width[1]}}  per-layer MAPE {100 * f['mape']:.1f}%"
                   f" median {100 * f['median']:.1f}%; total comm {100 * f['total']:+.1f}%; "
                   f"iteration {100 * f['iter']:+.1f}% (replay {f['iter_ms']:.1f} ms)")
+    print()
+    for row in osu_curves(logdir):
+        print("  ".join(row))
     print()
     for n0, cl in fitted.items():
         assert cl.inter_link is not None
