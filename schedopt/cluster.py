@@ -7,9 +7,10 @@ See docs/model.md ("Communication cost") for the formulas.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -212,8 +213,22 @@ class Cluster(BaseModel):
         return "pcie" if self.shared_pcie else "intra"
 
     def fingerprint(self) -> str:
-        """Stable content hash (plans are bound to it)."""
-        return fingerprint(self)
+        """Stable content hash (plans are bound to it).
+
+        Fields added after the format's first release are left out of the hash while they hold
+        their defaults, so clusters (and the plans bound to them) keep their fingerprints.
+        """
+        exclude: dict[str, Any] = {}
+        if self.overlap_slowdown == 1.0:
+            exclude["overlap_slowdown"] = True
+        if self.collective_overhead_s == 0.0:
+            exclude["collective_overhead_s"] = True
+        if self.allreduce is not None and self.allreduce.segments is None:
+            exclude["allreduce"] = {"segments": True}
+        if not exclude:
+            return fingerprint(self)
+        text = self.model_dump_json(exclude=exclude)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def with_size(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
         """Return this cluster at another size (drops a fitted ``allreduce``)."""

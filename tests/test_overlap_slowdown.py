@@ -144,3 +144,13 @@ def test_rejects_slowdown_below_one() -> None:
     with pytest.raises(ValueError, match="overlap_slowdown"):
         Cluster.model_validate({"name": "x", "nodes": 1, "gpus_per_node": 2,
                                 "intra_link": {"bandwidth_Bps": 1e9}, "overlap_slowdown": 0.5})
+
+
+def test_fingerprint_sees_the_new_fields_only_when_set(fitted_cluster: Cluster) -> None:
+    slow = with_slowdown(fitted_cluster, 1.2)
+    over = Cluster.model_validate({**fitted_cluster.model_dump(), "collective_overhead_s": 1e-4})
+    prints = {fitted_cluster.fingerprint(), slow.fingerprint(), over.fingerprint()}
+    assert len(prints) == 3
+    # at the defaults the hash is that of the document without the new fields
+    same = Cluster.model_validate({**fitted_cluster.model_dump(), "overlap_slowdown": 1.0})
+    assert same.fingerprint() == fitted_cluster.fingerprint()
