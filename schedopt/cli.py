@@ -377,16 +377,19 @@ def list_cmd(
 
 @app.command()
 def schema(
-    kind: Annotated[str, typer.Argument(help="trace | cluster | cluster-family | plan")],
+    kind: Annotated[
+        str, typer.Argument(help="trace | cluster | cluster-family | plan | measurements")],
 ) -> None:
-    """Print the JSON Schema of a document kind."""
+    """Print the JSON Schema of a document kind (measurements: of one CSV row)."""
     from .cluster import ClusterFamily
+    from .measurements import MeasurementRow
 
     models: dict[str, Callable[[], dict[str, Any]]] = {
         "trace": Trace.model_json_schema,
         "cluster": Cluster.model_json_schema,
         "cluster-family": ClusterFamily.model_json_schema,
         "plan": Plan.model_json_schema,
+        "measurements": MeasurementRow.model_json_schema,
     }
     with user_errors():
         if kind not in models:
@@ -413,14 +416,23 @@ def fit_comm(
                      " name)."),
     ] = None,
     as_json: JsonOpt = False,
+    segments: Annotated[
+        str, typer.Option("--segments", help="auto (detect protocol switches: the fewest"
+                          " segments within --tolerance) or a number (1: one line).")
+    ] = "auto",
+    tolerance: Annotated[
+        float, typer.Option("--tolerance", help="Median relative error the automatic"
+                            " segmentation reaches.")
+    ] = 0.02,
 ) -> None:
-    """Fit t = alpha + beta * n to measured all-reduce times; optionally write a cluster."""
-    from .commfit import cluster_from_fit, fit_alpha_beta
+    """Fit the all-reduce cost (piecewise linear at protocol switches, or one line
+    t = alpha + beta * n) to measured times; optionally write a cluster."""
+    from .commfit import cluster_from_fit, fit_comm_cli, piecewise_summary
     from .loaders.comm import parse_comm_file
 
     with user_errors():
         samples = parse_comm_file(_shipped_sample(file))
-        fit = fit_alpha_beta(samples, min_bytes)
+        fit = fit_comm_cli(samples, min_bytes, segments, tolerance)
         n_ranks = ranks if ranks is not None else samples.ranks
         if out is not None:
             if n_ranks is None:
@@ -437,6 +449,7 @@ def fit_comm(
         "points": int(used.sum()), "alpha_s": fit.alpha_s,
         "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2, "min_bytes": fit.min_bytes,
         "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
+        **piecewise_summary(samples, fit),
     }
     if as_json:
         print_json(data)
@@ -448,6 +461,10 @@ def fit_comm(
     table.add_row("R²", f"{fit.r2:.5f}" if fit.r2 is not None else "n/a")
     table.add_row("sizes used",
                   f"{fit.min_bytes:,} .. {fit.max_bytes:,} B ({data['points']} points)")
+    for i, seg in enumerate(data["segments"]):
+        table.add_row(f"segment {i + 1}", f"from {seg['min_bytes']:,} B: {seg['alpha_s'] * 1e6:.1f}"
+                      f" us + {seg['beta_s_per_byte'] * 1e12:.1f} us/MB")
+    table.add_row("median |rel. error|", f"{data['median_rel_error'] * 100:.2f}%")
     if out is not None:
         table.add_row("cluster written", str(out))
     console.print(table)
@@ -671,6 +688,101 @@ def _beyond_class(tr: Trace, cl: Cluster, res: Any, cls: dict[str, Any]) -> None
             typer.echo(f"note: {b.policy} ({b.iteration_time_s * 1e3:.3f} ms) is faster and lies"
                        f" outside this class ({b.reason}): "
                        f"{beyond_class(b.policy, tr, cl, cls)}")
+
+
+# ------------------------------------------------------------------- calibrate and validate
+@app.command("calibrate")
+def calibrate_cmd(
+    measurements: Annotated[Path, typer.Argument(help="Measurements CSV (docs/formats.md).")],
+    out: Annotated[Path, typer.Option("--out", help="Folder for DIR/<cluster name>.json.")],
+    fit: Annotated[
+        str | None, typer.Option("--fit", help="Parameters to fit, comma-separated (default:"
+                                 " all; see docs/cli.md).")
+    ] = None,
+    starts: Annotated[int, typer.Option("--starts", help="Starts of the search.")] = 3,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the random starts.")] = 0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit each cluster's link, overlap and overhead parameters to measured iteration times."""
+    from .calibrate import calibrate, parse_fit, write_calibrations
+    from .measurements import read_measurements
+
+    with user_errors():
+        names = parse_fit(fit)
+        rows = read_measurements(measurements)
+        cals = calibrate(rows, names, starts=starts, seed=seed, where=measurements.name)
+        paths = write_calibrations(cals, out)
+    if as_json:
+        print_json({"clusters": [{**c.to_dict(), "out": str(p)} for c, p in zip(cals, paths,
+                                                                                strict=True)]})
+        return
+    for cal, path in zip(cals, paths, strict=True):
+        _print_calibration(cal, path)
+
+
+def _print_calibration(cal: Any, path: Path) -> None:
+    table = Table(title=f"{cal.name} ({cal.kind}, {len(cal.rows)} rows)")
+    for col in ("parameter", "prior", "fitted", "95% interval", "status"):
+        table.add_column(col, justify="left" if col in ("parameter", "status") else "right")
+    for p in cal.params:
+        ci = f"{p.low:.4g} .. {p.high:.4g}" if p.low is not None and p.high is not None else "-"
+        table.add_row(p.name, f"{p.prior:.4g}", f"{p.value:.4g}", ci,
+                      "fitted" if p.identified else f"unidentified: {p.note}")
+    console.print(table)
+    rows = Table(title="rows: residual of the fit, error predicted without the row")
+    for col in ("row", "policy", "measured ms", "fitted ms", "residual", "left-out error"):
+        rows.add_column(col, justify="left" if col in ("row", "policy") else "right")
+    for r in cal.rows:
+        loo = f"{r.loo_error * 100:+.2f}%" if r.loo_error is not None else "-"
+        rows.add_row(r.label, r.policy, f"{r.measured_s * 1e3:.3f}", f"{r.predicted_s * 1e3:.3f}",
+                     f"{r.error * 100:+.2f}%", loo)
+    console.print(rows)
+    loo_mean = cal.loo_mean_abs_error
+    typer.echo(f"mean |residual| {cal.mean_abs_error * 100:.2f}%  leave-one-row-out mean |error| "
+               + (f"{loo_mean * 100:.2f}% ({cal.loo_method})" if loo_mean is not None else "-")
+               + f"  evaluations {cal.evaluations}  wrote {path}")
+
+
+@app.command("validate")
+def validate_cmd(
+    measurements: Annotated[Path, typer.Argument(help="Measurements CSV (docs/formats.md).")],
+    as_json: JsonOpt = False,
+    plot: Annotated[
+        Path | None, typer.Option("--plot", help="Predicted vs measured (PNG/SVG/PDF).")
+    ] = None,
+) -> None:
+    """Predict every measured run and report the errors per row, per policy and overall."""
+    from .calibrate import validate
+    from .measurements import read_measurements
+
+    with user_errors():
+        _check_figure_path(plot, "--plot")
+        report = validate(read_measurements(measurements))
+        if plot is not None:
+            from .plotting.validation import validation_chart
+
+            with _writing(plot, "--plot"):
+                validation_chart([(r["measured_s"], r["predicted_s"], r["policy_name"])
+                                  for r in report.rows], plot,
+                                 title=f"{measurements.name}: predicted vs measured")
+    data = report.to_dict()
+    if as_json:
+        print_json(data)
+        return
+    table = Table(title=f"{measurements.name}: predicted vs measured")
+    for col in ("row", "trace", "cluster", "nodes", "policy", "measured ms", "predicted ms",
+                "error"):
+        table.add_column(col, justify="right" if "ms" in col or col == "error" else "left")
+    for r in data["rows"]:
+        table.add_row(r["row"], r["trace"], r["cluster"], str(r["nodes"] or ""), r["policy"],
+                      f"{r['measured_s'] * 1e3:.3f}", f"{r['predicted_s'] * 1e3:.3f}",
+                      f"{r['error'] * 100:+.2f}%")
+    console.print(table)
+    for name, st in data["policies"].items():
+        typer.echo(f"{name}: {st['rows']} rows, mean |error| {st['mean_abs_error'] * 100:.2f}%,"
+                   f" max {st['max_abs_error'] * 100:.2f}%")
+    typer.echo(f"overall: mean |error| {data['mean_abs_error'] * 100:.2f}%, max "
+               f"{data['max_abs_error'] * 100:.2f}%")
 
 
 def main() -> None:

@@ -7,10 +7,12 @@ See docs/model.md ("Communication cost") for the formulas.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .trace import SCHEMA_VERSION, fingerprint
@@ -20,6 +22,7 @@ __all__ = [
     "Cluster",
     "ClusterFamily",
     "CommStage",
+    "CostSegment",
     "Link",
     "PSConfig",
 ]
@@ -38,8 +41,21 @@ class Link(BaseModel):
     latency_s: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="Latency per step.")
 
 
+class CostSegment(BaseModel):
+    """One piece of a piecewise-linear all-reduce cost: ``alpha + beta * n`` from ``min_bytes``
+    up to the next segment's ``min_bytes``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_bytes: int = Field(ge=0, description="Smallest message size (bytes) of the segment.")
+    alpha_s: float = Field(allow_inf_nan=False, description="Intercept (s) of the segment's line.")
+    beta_s_per_byte: float = Field(ge=0.0, allow_inf_nan=False, description="Seconds per byte.")
+
+
 class AllReduceFit(BaseModel):
-    """A fitted all-reduce cost ``alpha + beta * n`` for one rank count."""
+    """A fitted all-reduce cost for one rank count: ``alpha + beta * n``, or, when ``segments``
+    is given, the piecewise-linear cost they define (``alpha_s`` and ``beta_s_per_byte`` are
+    then the single line over every size, kept for consumers of one line)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -48,6 +64,33 @@ class AllReduceFit(BaseModel):
     r2: float | None = Field(None, description="Coefficient of determination of the fit.")
     min_bytes: int | None = Field(None, description="Smallest message size used in the fit.")
     max_bytes: int | None = Field(None, description="Largest message size used in the fit.")
+    segments: tuple[CostSegment, ...] | None = Field(
+        default=None, description="Piecewise-linear cost (protocol switches): segments by "
+        "increasing min_bytes, the first at 0; replaces alpha + beta n in the simulator.")
+
+    @model_validator(mode="after")
+    def _check_segments(self) -> AllReduceFit:
+        segs = self.segments
+        if segs is None:
+            return self
+        if not segs:
+            raise ValueError("segments: must hold at least one segment (or be omitted)")
+        if segs[0].min_bytes != 0:
+            raise ValueError(f"segments[0].min_bytes: must be 0, got {segs[0].min_bytes}")
+        for i, seg in enumerate(segs):
+            if i and seg.min_bytes <= segs[i - 1].min_bytes:
+                raise ValueError(f"segments[{i}].min_bytes: must increase, got {seg.min_bytes}"
+                                 f" after {segs[i - 1].min_bytes}")
+            if seg.alpha_s + seg.beta_s_per_byte * seg.min_bytes < 0:
+                raise ValueError(f"segments[{i}]: negative cost at its min_bytes"
+                                 f" ({seg.alpha_s} + {seg.beta_s_per_byte} * {seg.min_bytes})")
+        return self
+
+    def stage_segments(self) -> tuple[tuple[float, float, float], ...]:
+        """The segments as ``(min_bytes, alpha_s, beta_s_per_byte)`` tuples (empty: linear)."""
+        if not self.segments:
+            return ()
+        return tuple((float(s.min_bytes), s.alpha_s, s.beta_s_per_byte) for s in self.segments)
 
 
 class PSConfig(BaseModel):
@@ -70,17 +113,38 @@ class CommStage:
     resources
         Resources the task holds exclusively for its whole duration.
     alpha_s, beta_s_per_byte
-        Cost coefficients.
+        Cost coefficients (with ``segments``: the single line that approximates them).
+    segments
+        Piecewise-linear cost ``(min_bytes, alpha, beta)`` by increasing ``min_bytes``, the first
+        at 0; empty: the linear cost. ``offset_s`` is added to either.
+    offset_s
+        Per-collective overhead added to every segment (already inside ``alpha_s``).
     """
 
     name: str
     resources: tuple[str, ...]
     alpha_s: float
     beta_s_per_byte: float
+    segments: tuple[tuple[float, float, float], ...] = ()
+    offset_s: float = 0.0
 
     def time(self, nbytes: float) -> float:
         """Duration for a bucket of ``nbytes`` bytes (0 for an empty bucket)."""
-        return self.alpha_s + self.beta_s_per_byte * nbytes if nbytes > 0 else 0.0
+        if nbytes <= 0:
+            return 0.0
+        if not self.segments:
+            return self.alpha_s + self.beta_s_per_byte * nbytes
+        return float(self.times(np.array([nbytes], dtype=float))[0])
+
+    def times(self, nbytes: np.ndarray) -> np.ndarray:
+        """Durations for buckets of ``nbytes`` bytes (an array; empty buckets included as
+        ``alpha``, as the simulator has always costed them)."""
+        if not self.segments:
+            return self.alpha_s + self.beta_s_per_byte * nbytes
+        seg = np.asarray(self.segments, dtype=float)
+        k = np.searchsorted(seg[:, 0], nbytes, side="right") - 1
+        k = np.clip(k, 0, len(seg) - 1)
+        return self.offset_s + seg[k, 1] + seg[k, 2] * nbytes
 
 
 class Cluster(BaseModel):
@@ -93,7 +157,13 @@ class Cluster(BaseModel):
     collective
         ``ring`` | ``tree`` | ``hierarchical`` | ``ps``.
     allreduce
-        Optional fitted cost that replaces the whole collective by one task ``alpha + beta n``.
+        Optional fitted cost that replaces the whole collective by one task ``alpha + beta n``
+        (or its piecewise-linear ``segments``).
+    overlap_slowdown
+        ``s >= 1``: the part of a compute task that runs while communication runs proceeds at
+        speed ``1/s`` (fluid; docs/model.md).
+    collective_overhead_s
+        Fixed time added to every bucket's communication (one per collective call).
     shared_pcie
         When true, the batch copy (h2d) and intra-node gradient traffic share one resource.
     pipelined_hierarchical
@@ -116,6 +186,12 @@ class Cluster(BaseModel):
     shared_pcie: bool = Field(False, description="h2d and intra-node traffic share PCIe.")
     pipelined_hierarchical: bool = Field(False, description="Three-task hierarchical all-reduce.")
     allreduce: AllReduceFit | None = Field(None, description="Fitted alpha-beta (replaces model).")
+    overlap_slowdown: float = Field(
+        1.0, ge=1.0, allow_inf_nan=False,
+        description="Compute runs at speed 1/s while communication runs (fluid; 1: no slowdown).")
+    collective_overhead_s: float = Field(
+        0.0, ge=0.0, allow_inf_nan=False,
+        description="Fixed time (s) added to every bucket's communication.")
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
@@ -137,8 +213,22 @@ class Cluster(BaseModel):
         return "pcie" if self.shared_pcie else "intra"
 
     def fingerprint(self) -> str:
-        """Stable content hash (plans are bound to it)."""
-        return fingerprint(self)
+        """Stable content hash (plans are bound to it).
+
+        Fields added after the format's first release are left out of the hash while they hold
+        their defaults, so clusters (and the plans bound to them) keep their fingerprints.
+        """
+        exclude: dict[str, Any] = {}
+        if self.overlap_slowdown == 1.0:
+            exclude["overlap_slowdown"] = True
+        if self.collective_overhead_s == 0.0:
+            exclude["collective_overhead_s"] = True
+        if self.allreduce is not None and self.allreduce.segments is None:
+            exclude["allreduce"] = {"segments": True}
+        if not exclude:
+            return fingerprint(self)
+        text = self.model_dump_json(exclude=exclude)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def with_size(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
         """Return this cluster at another size (drops a fitted ``allreduce``)."""
@@ -165,8 +255,20 @@ class Cluster(BaseModel):
         Returns
         -------
         tuple of CommStage
-            Empty for a single rank (no communication).
+            Empty for a single rank (no communication). The per-collective overhead is in the
+            first stage's ``alpha_s``.
         """
+        stages = self._comm_stages(collective)
+        if not stages or self.collective_overhead_s == 0.0:
+            return stages
+        first, over = stages[0], self.collective_overhead_s
+        first = CommStage(first.name, first.resources, first.alpha_s + over,
+                          first.beta_s_per_byte, first.segments,
+                          first.offset_s + over if first.segments else 0.0)
+        return (first, *stages[1:])
+
+    def _comm_stages(self, collective: str | None) -> tuple[CommStage, ...]:
+        """The communication tasks of one bucket without the per-collective overhead."""
         p = self.world_size
         if p == 1:
             return ()
@@ -175,7 +277,7 @@ class Cluster(BaseModel):
         if self.allreduce is not None and kind == self.collective:  # the fit is of this one
             res: tuple[str, ...] = (intra, "inter") if self.nodes > 1 else (intra,)
             return (CommStage("allreduce", res, self.allreduce.alpha_s,
-                              self.allreduce.beta_s_per_byte),)
+                              self.allreduce.beta_s_per_byte, self.allreduce.stage_segments()),)
         inter = self.inter_link
         if kind == "ps":
             return self._ps_stages()

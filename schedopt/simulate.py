@@ -9,7 +9,8 @@ time is the long-run period, found when the normalised state of the system repea
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -17,7 +18,8 @@ from .cluster import Cluster, CommStage
 from .plan import Breakdown, Plan, Schedule
 from .trace import Trace
 
-__all__ = ["Model", "chain_ends", "serve_in_sequence", "simulate"]
+__all__ = ["Model", "advance", "chain_ends", "recost", "serve_in_sequence", "simulate",
+           "simulate_model"]
 
 _NEG = -np.inf
 
@@ -119,7 +121,7 @@ class Model:
         n_b, n_s = len(nbytes), len(stages)
         comm = np.zeros((n_b, n_s))
         for s, st in enumerate(stages):
-            comm[:, s] = st.alpha_s + st.beta_s_per_byte * nbytes
+            comm[:, s] = st.times(nbytes)
         perms = []
         for s in range(n_s):
             order = plan.stage_orders.get(s)
@@ -197,7 +199,9 @@ def simulate(
     Schedule
         Iteration time (long-run period), cold first iteration, breakdown.
     """
-    sim = _Simulator(Model.build(trace, cluster, plan), record)
+    model = Model.build(trace, cluster, plan)
+    sim = (_Simulator(model, record) if cluster.overlap_slowdown == 1.0
+           else _SlowdownSimulator(model, record))
     return sim.run(min_iterations, max(min_iterations, max_iterations))
 
 
@@ -394,7 +398,8 @@ class _Simulator:
             tol = 1e-9 * abs(self.compute_free)
             for c in range(1, min(8, len(states)) + 1):
                 prev = states[-c]
-                if t >= 2 and period is None and np.allclose(st, prev, rtol=0.0, atol=tol):
+                if (t >= 2 and period is None and st.shape == prev.shape
+                        and np.allclose(st, prev, rtol=0.0, atol=tol)):
                     period = (ends[-1] - ends[-1 - c]) / c
                     cycle = c
                     break
@@ -428,3 +433,208 @@ class _Simulator:
             tasks=self.tasks,
             resources=self.resources,
         )
+
+
+# ------------------------------------------------------------------------ overlap slowdown
+def advance(start: float, work: float, busy: list[tuple[float, float]], slowdown: float) -> float:
+    """End of a compute task of ``work`` seconds started at ``start`` (fluid slowdown).
+
+    The task runs at speed 1 outside the communication intervals in ``busy`` and at speed
+    ``1/slowdown`` inside them. ``busy`` is a heap of ``(start, end)`` intervals (they may
+    overlap); intervals that end before the returned time are popped, so the caller must ask in
+    non-decreasing ``start`` order.
+    """
+    cur, left = start, work
+    while busy:
+        b_start, b_end = busy[0]
+        if b_end <= cur:
+            heapq.heappop(busy)
+            continue
+        if b_start > cur:  # free stretch before the next interval
+            if left <= b_start - cur:
+                return cur + left
+            left -= b_start - cur
+            cur = b_start
+        span = b_end - cur  # inside an interval: speed 1/slowdown
+        if left * slowdown <= span:
+            return cur + left * slowdown
+        left -= span / slowdown
+        cur = b_end
+        heapq.heappop(busy)
+    return cur + left
+
+
+class _SlowdownSimulator(_Simulator):
+    """Evaluation with the overlap slowdown: compute runs at speed ``1/s`` while any
+    communication task runs (docs/model.md, "Overlap slowdown").
+
+    The compute stream and the communication tasks are advanced together in time order: a
+    communication task is placed once its release is known (its bucket's backward has ended and
+    the tasks before it on its resources are placed), and every compute task integrates its
+    speed over the intervals placed so far. A task not yet placed starts no earlier than the
+    end of the compute task being evaluated, so the evaluation is exact.
+    """
+
+    def __init__(self, m: Model, record: bool) -> None:
+        super().__init__(m, record)
+        self.slow = m.cluster.overlap_slowdown
+        self.busy: list[tuple[float, float]] = []
+        n_b, n_s = m.comm_dur.shape
+        by_layer: dict[int, list[int]] = {}
+        for k in range(n_b):
+            by_layer.setdefault(int(m.bucket_layer[k]), []).append(k)
+        self.by_layer = by_layer
+        if m.shared_stage_resources:
+            self.queues = [[(int(s), int(k)) for s, k in m.comm_sequence.tolist()]]
+        else:
+            self.queues = [[(s, int(k)) for k in m.stage_perm[s]] for s in range(n_s)]
+        self.kind, self.index = m.chain_kind.tolist(), m.chain_index.tolist()
+        self.dur, self.comm = m.chain_dur.tolist(), m.comm_dur.tolist()
+        self.stage_res = [st.resources for st in m.stages]
+        self.n_pre = len(self.kind) - len(m.trace.layers)  # forwards (and updates) first
+
+    def _place(self, t: int, ready: list[float | None], end: list[list[float | None]],
+               heads: list[int]) -> None:
+        """Place every communication task whose release is known, queue by queue."""
+        free, busy, comm, record = self.free, self.busy, self.comm, self.record
+        progress = True
+        while progress:
+            progress = False
+            for q, queue in enumerate(self.queues):
+                h = heads[q]
+                while h < len(queue):
+                    s, k = queue[h]
+                    rel = ready[k] if s == 0 else end[k][s - 1]
+                    if rel is None:
+                        break
+                    res = self.stage_res[s]
+                    start = max(rel, *(free[r] for r in res))
+                    stop = start + comm[k][s]
+                    end[k][s] = stop
+                    for r in res:
+                        free[r] = stop
+                    if stop > start:
+                        heapq.heappush(busy, (start, stop))
+                    if record:
+                        self._rec(("comm", t, k, s), start, stop, res)
+                    h += 1
+                    progress = len(self.queues) > 1
+                heads[q] = h
+
+    def _forwards(self, t: int, n_pre: int) -> bool:
+        """Run the forward part of the chain vectorised when no communication can overlap
+        it (every placed interval has ended); False when it must be run task by task."""
+        if any(iv[1] > self.compute_free for iv in self.busy):
+            return False
+        m = self.m
+        dur = m.chain_dur[:n_pre].copy()
+        rel = np.full(n_pre, _NEG)
+        kind, index = m.chain_kind[:n_pre], m.chain_index[:n_pre]
+        upd = kind == 2
+        if t == 0:
+            dur[upd] = 0.0
+        else:
+            rel[upd] = self.pending_comm[index[upd]]
+        rel[int(np.flatnonzero(kind == 0)[0])] = self.h2d_end[t]
+        self._chain(t, dur, rel, kind, index)
+        return True
+
+    def step(self, t: int) -> None:
+        """Simulate iteration ``t`` with the compute stream and communication interleaved."""
+        m = self.m
+        n_b, n_s = m.comm_dur.shape
+        if t == 0 or not m.plan.prefetch:
+            self._data(t)
+        if m.plan.prefetch:
+            self._data(t + 1)
+        kind, index, dur, busy, slow = self.kind, self.index, self.dur, self.busy, self.slow
+        pending = self.pending_comm.tolist()
+        first_fwd = kind.index(0)
+        ready: list[float | None] = [None] * n_b
+        end: list[list[float | None]] = [[None] * n_s for _ in range(n_b)]
+        heads = [0] * len(self.queues)
+        overlap, by_layer, record = m.plan.overlap, self.by_layer, self.record
+        i0 = self.n_pre if self._forwards(t, self.n_pre) else 0
+        free_c, gap_io, gap_comm = self.compute_free, 0.0, 0.0
+        for i in range(i0, len(kind)):
+            kd = kind[i]
+            if kd == 2:
+                work, rel = (0.0, _NEG) if t == 0 else (dur[i], pending[index[i]])
+            else:
+                work, rel = dur[i], (self.h2d_end[t] if i == first_fwd else _NEG)
+            start = rel if rel > free_c else free_c
+            if kd == 0:
+                gap_io += start - free_c
+            else:
+                gap_comm += start - free_c
+            stop = advance(start, work, busy, slow) if busy else start + work
+            gap_comm += (stop - start) - work  # the slowdown counts as exposed communication
+            if record and (kd != 2 or t > 0):
+                it = t - 1 if kd == 2 and index[i] >= 0 else t
+                self._rec((("fwd", "bwd", "update")[kd], it, index[i]), start, stop,
+                          ("compute",))
+            free_c = stop
+            if kd == 1 and overlap and index[i] in by_layer:
+                for k in by_layer[index[i]]:
+                    ready[k] = stop
+                self._place(t, ready, end, heads)
+        self.compute_free = free_c
+        self.gap_io += gap_io
+        self.gap_comm += gap_comm
+        bwd_last = free_c
+        if not overlap:
+            ready = [bwd_last] * n_b
+        if n_s == 0:
+            comm_end = np.array(ready, dtype=float) if n_b else np.zeros(0)
+        else:
+            self._place(t, ready, end, heads)
+            comm_end = np.array([row[-1] for row in end], dtype=float)
+        if t == 0:
+            self.first_done = max(float(comm_end.max(initial=_NEG)), bwd_last)
+        if m.plan.next_forward == "per-layer":
+            self.pending_comm = comm_end
+        else:
+            u_rel = float(comm_end.max()) if comm_end.size else _NEG
+            self._update(t, u_rel)
+        self.compute_done[t] = self.compute_free
+
+    def _update(self, t: int, release: float) -> None:
+        """The wait-for-all update (after every bucket: nothing overlaps it)."""
+        start = max(self.compute_free, release)
+        self.gap_comm += start - self.compute_free
+        stop = advance(start, self.m.trace.update_s, self.busy, self.slow)
+        self.gap_comm += (stop - start) - self.m.trace.update_s
+        if self.record:
+            self._rec(("update", t, -1), start, stop, ("compute",))
+        self.compute_free = stop
+
+    def state(self) -> np.ndarray:
+        """The base state and the communication intervals still to come."""
+        live = sorted(iv for iv in self.busy if iv[1] > self.compute_free)
+        flat = np.array(live, dtype=float).reshape(-1) - self.compute_free
+        return np.concatenate([super().state(), flat])
+
+
+# ------------------------------------------------------------------------ repeated evaluation
+def recost(model: Model, cluster: Cluster) -> Model:
+    """``model`` (its trace and plan) on another parameterisation of its cluster.
+
+    Only the communication costs are recomputed when ``cluster`` has the same communication
+    structure (stages and resources); otherwise the model is rebuilt. Used by calibration,
+    which evaluates the same rows under many parameter values.
+    """
+    stages = cluster.comm_stages(model.plan.collective)
+    if [st.resources for st in stages] != [st.resources for st in model.stages]:
+        return Model.build(model.trace, cluster, model.plan)
+    comm = np.zeros_like(model.comm_dur)
+    for s, st in enumerate(stages):
+        comm[:, s] = st.times(model.bucket_bytes)
+    return replace(model, cluster=cluster, stages=stages, comm_dur=comm)
+
+
+def simulate_model(model: Model, *, record: bool = False, min_iterations: int = 3,
+                   max_iterations: int = 256) -> Schedule:
+    """:func:`simulate` of an already built :class:`Model`."""
+    sim = (_Simulator(model, record) if model.cluster.overlap_slowdown == 1.0
+           else _SlowdownSimulator(model, record))
+    return sim.run(min_iterations, max(min_iterations, max_iterations))
