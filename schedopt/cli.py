@@ -709,7 +709,7 @@ def calibrate_cmd(
 
     with user_errors():
         names = parse_fit(fit)
-        rows = read_measurements(measurements)
+        rows = read_measurements(_shipped_sample(measurements), label=str(measurements))
         cals = calibrate(rows, names, starts=starts, seed=seed, where=measurements.name)
         paths = write_calibrations(cals, out)
     if as_json:
@@ -757,7 +757,7 @@ def validate_cmd(
 
     with user_errors():
         _check_figure_path(plot, "--plot")
-        report = validate(read_measurements(measurements))
+        report = validate(read_measurements(_shipped_sample(measurements), label=str(measurements)))
         if plot is not None:
             from .plotting.validation import validation_chart
 

@@ -243,13 +243,15 @@ def _header(fields: list[str] | None, where: str) -> None:
         raise _err(where, 1, dup, "column repeated in the header", dup)
 
 
-def read_measurements(path: str | Path) -> list[Measurement]:
+def read_measurements(path: str | Path, *, label: str | None = None) -> list[Measurement]:
     """Read and check a measurements CSV; load every trace, cluster and plan it names.
 
     Parameters
     ----------
     path
         The CSV file.
+    label
+        How messages and row labels name the file (default: ``path`` as given).
 
     Returns
     -------
@@ -262,7 +264,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         One line naming the file, the row (its line number) and the column.
     """
     p = Path(path)
-    where = str(p)
+    where = label or str(p)
     try:
         text = p.read_text()
     except OSError as exc:
