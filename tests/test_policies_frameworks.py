@@ -210,9 +210,10 @@ def test_bytescheduler_by_hand() -> None:
     # default credit 4M params: 1 ms: b#0..b#3 (16 MB, 17 ms); at 18 ms a, b#4, b#5, b#6
     assert make_plan("bytescheduler", tr, CLUSTER).buckets == [
         ["b#0", "b#1", "b#2", "b#3"], ["a", "b#4", "b#5", "b#6"], ["b#7"]]
-    # BytePS-style unit of 4,096,000 bytes: 7 full pieces and the rest
+    # BytePS-style unit of 4,096,000 bytes (1,024,000 float32): ceil(8M / 1.024M) = 8 equal
+    # pieces of 1M parameters, not 7 units and a remainder
     plan = make_plan("bytescheduler:partition_bytes=4096000", tr, CLUSTER)
-    assert plan.partition == {"b": [4_096_000] * 7 + [32_000_000 - 7 * 4_096_000]}
+    assert plan.partition == {"b": [4_000_000] * 8}
     # a tensor of exactly one unit is not split
     plan = make_plan("bytescheduler:partition_params=8000000", tr, CLUSTER)
     assert plan.partition == {}
@@ -427,8 +428,11 @@ def test_bytescheduler_windows_respect_the_credit(trace: Trace, unit: int, credi
         params = [member_bytes(trace, plan, m) // itemsize[split_member(m)[0]] for m in b]
         assert sum(params[:-1]) < credit  # the credit was positive before the last piece
         assert max(params) <= unit
+    numel = {t.name: t.numel for t in trace.tensor_list}
     for name, sizes in plan.partition.items():
-        assert all(s == unit * itemsize[name] for s in sizes[:-1])
+        # ceil(numel / unit) nearly equal pieces (no rows in these traces: by elements)
+        assert len(sizes) == -(-numel[name] // unit)
+        assert max(sizes) - min(sizes) <= itemsize[name]
 
 
 # ------------------------------------------------------ MG-WFBP against the measured merges
