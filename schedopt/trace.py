@@ -66,7 +66,9 @@ class Tensor(BaseModel):
     name: str = Field(min_length=1, description="Unique tensor name.")
     bytes: int = Field(gt=0, description="Gradient size in bytes.")
     dtype: Dtype = Field("float32", description="Gradient dtype (default float32).")
-    rows: int | None = Field(None, gt=0, description="Leading dimension (shape[0]), if known.")
+    rows: int | None = Field(
+        default=None, gt=0, description="Leading dimension (shape[0]), if known."
+    )
 
     @model_validator(mode="after")
     def _check_rows(self) -> Tensor:
