@@ -222,3 +222,16 @@ def test_mgwfbp_alpha_zero_merges_while_the_link_is_busy() -> None:
                      (0, 0.001, [("head.w", 8_000_000)])])
     plan = make_plan("mgwfbp:alpha_s=0", tr, fitted(1e-3, 1e-9))
     assert plan.buckets == [["head.w"], ["fc.bias", "fc.weight"], ["conv.weight"]]
+
+
+def test_deepspeed_emitter_rebuilds_the_engine_plans() -> None:
+    # the partition-crossing calls and the one bucket sequence of mixed dtypes are DeepSpeed's
+    # own behaviour: the emitter gives the size back, exactly
+    from schedopt.emit.deepspeed import emit_deepspeed
+
+    for trace in (load_trace("bert-base-a100-bf16"),
+                  every_third_float16(load_trace("resnet50-a100-b256"))):
+        plan = make_plan("deepspeed:reduce_bucket_size=1000000", trace, world(4))
+        out = emit_deepspeed(plan, trace, world(4))
+        assert out.exact, out.notes
+        assert out.config["zero_optimization"]["reduce_bucket_size"] == 1_000_000
