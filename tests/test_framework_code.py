@@ -138,3 +138,19 @@ def test_deepspeed_engine_cases_that_differed(engine_results: tuple) -> None:
     assert len(got["resnet50-f16", spec]) == 32
     assert len(got["resnet50-f16", "deepspeed:reduce_bucket_size=1000000,torch_autocast=true"]) \
         == 33
+
+
+def test_profiler_records_the_leading_dimension() -> None:
+    """profile_model writes ``rows`` for parameters of two or more dimensions."""
+    torch = pytest.importorskip("torch")
+    from schedopt.integrations.torch import profile_model
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))
+    trace = profile_model(model, torch.randn(4, 8), name="mlp", batch_size=4, repeats=1,
+                          warmup=0)
+    rows = {t.name: t.rows for t in trace.tensor_list}
+    assert rows == {"0.weight": 6, "0.bias": None, "2.weight": 2, "2.bias": None}
+    plan = make_plan("bytescheduler:partition_params=20", trace, ONE_RANK)
+    # 0.weight [6, 8] = 48 elements: ceil(48 / 20) = 3 pieces of 2 rows (16 elements)
+    assert plan.partition["0.weight"] == [64, 64, 64]
