@@ -94,7 +94,12 @@ def run_case(tensors: list[list], config: dict) -> dict:
 def main() -> None:
     """Run every case of ``argv[1]`` and write the results to ``argv[2]``."""
     import deepspeed
+    import deepspeed.comm.torch  # the module itself is read back from sys.modules
     from deepspeed.accelerator import get_accelerator
+
+    # the shared-memory all-reduce kernel only speeds up several CPU ranks; building it is a
+    # one-time C++ compile (a minute or more) that one rank does not need
+    sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None  # type: ignore[attr-defined]
 
     # the CUDA accelerator's list (float32, float16, bfloat16): the CPU accelerator drops float16
     # where oneDNN lacks it, and the stage-0 fallback reduces dtypes in this list's order
