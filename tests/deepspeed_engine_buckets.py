@@ -1,11 +1,13 @@
 """Record the gradient buckets DeepSpeed's own engine forms (run by tests/test_framework_code.py).
 
-Usage: ``python deepspeed_engine_buckets.py CASES.json OUT.json`` in a fresh process with
-``DS_ACCELERATOR=cpu`` and a file rendezvous (one process, gloo). ``CASES.json`` holds
+Usage: ``python deepspeed_engine_buckets.py CASES.json OUT.json`` in a fresh process per rank
+with ``DS_ACCELERATOR=cpu`` and ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` set
+(gloo; rank 0 writes the output). ``CASES.json`` holds
 ``{"traces": {name: [[tensor, numel, dtype], ...]}, "cases": [{"trace": name,
 "config": {...}}, ...]}`` with tensors in forward (parameter) order; ``OUT.json`` gets, for every
-case, the buckets the engine reduced (lists of tensor names in reduction order) and the order in
-which autograd made the gradients ready.
+case, the buckets the engine reduced (lists of tensor names in reduction order), the elements of
+every all-reduce call of each ZeRO bucket, and the order in which autograd made the gradients
+ready.
 
 The model has one 1-D parameter per trace tensor (its numel and dtype); the forward adds, layer by
 layer in forward order and tensor by tensor in list order, the sum of each parameter to a running
@@ -18,6 +20,7 @@ the engine's gradient reduction. With ``torch_autocast`` the parameters are floa
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import torch
@@ -62,13 +65,20 @@ def run_case(tensors: list[list], config: dict) -> dict:
     for n, p in zip(model.names, model.params, strict=True):
         p.register_post_accumulate_grad_hook(lambda _p, n=n: ready.append(n))
     buckets: list[list[str]] = []
-    saved = (DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy)
+    calls: list[list[int]] = []  # elements of every collective, per bucket
+    saved = (DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy,
+             DeepSpeedZeroOptimizer.allreduce_and_copy_with_multiple_ranks)
 
     def zero_average(self, tensor, comm_dtype):  # one call per reduced IPG bucket
         params = self.ipg_buckets[comm_dtype].params
         if params:
             buckets.append([name_of[id(self.bit16_groups[i][j])] for i, j, _ in params])
+            calls.append([])
         return saved[0](self, tensor, comm_dtype)
+
+    def zero_call(self, small_bucket, *args, **kwargs):  # one all-reduce of slices
+        calls[-1].append(sum(int(t.numel()) for t in small_bucket))
+        return saved[2](self, small_bucket, *args, **kwargs)
 
     def fallback_allreduce(self, small_bucket, *args, **kwargs):  # stage 0 fallback
         by_ptr = {p.grad.data_ptr(): name_of[id(p)] for p in model.params}
@@ -77,8 +87,10 @@ def run_case(tensors: list[list], config: dict) -> dict:
 
     DeepSpeedZeroOptimizer.average_tensor = zero_average
     DeepSpeedEngine.allreduce_and_copy = fallback_allreduce
+    DeepSpeedZeroOptimizer.allreduce_and_copy_with_multiple_ranks = zero_call
     try:
-        cfg = {"train_batch_size": 1, "zero_allow_untested_optimizer": True,
+        cfg = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+               "zero_allow_untested_optimizer": True,
                "optimizer": {"type": "SGD", "params": {"lr": 0.0}},
                **config}
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
@@ -87,8 +99,9 @@ def run_case(tensors: list[list], config: dict) -> dict:
         engine.backward(loss)
         engine.step()
     finally:
-        DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy = saved
-    return {"buckets": buckets, "ready": ready}
+        (DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy,
+         DeepSpeedZeroOptimizer.allreduce_and_copy_with_multiple_ranks) = saved
+    return {"buckets": buckets, "calls": calls, "ready": ready}
 
 
 def main() -> None:
@@ -109,8 +122,9 @@ def main() -> None:
         spec = json.load(fh)
     deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
     out = [run_case(spec["traces"][c["trace"]], c["config"]) for c in spec["cases"]]
-    with open(sys.argv[2], "w") as fh:
-        json.dump({"version": deepspeed.__version__, "results": out}, fh)
+    if int(os.environ.get("RANK", "0")) == 0:
+        with open(sys.argv[2], "w") as fh:
+            json.dump({"version": deepspeed.__version__, "results": out}, fh)
 
 
 if __name__ == "__main__":

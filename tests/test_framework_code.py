@@ -24,6 +24,7 @@ import pytest
 
 from schedopt.cluster import Cluster
 from schedopt.files import load_trace
+from schedopt.plan import Plan, split_member
 from schedopt.policies import make_plan
 from schedopt.trace import Trace
 
@@ -91,29 +92,69 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def engine_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list, dict]:
-    """Run the harness once on every case; return the cases, its results and the traces."""
+def run_engine(folder: Path, trs: dict[str, Trace], todo: list[tuple[str, str, dict]],
+               ranks: int, timeout: float) -> list[dict]:
+    """Run the harness on ``ranks`` processes (gloo, one per rank); rank 0's results."""
     if importlib.util.find_spec("deepspeed") is None:
         pytest.skip("DeepSpeed is not installed (pip install -e '.[deepspeed]')")
-    full = os.environ.get("SCHEDOPT_DEEPSPEED_FULL") == "1"
-    trs, todo = traces(full), cases(full)
-    folder = tmp_path_factory.mktemp("deepspeed")
     spec = {"traces": {n: [[t.name, t.numel, t.dtype] for t in tr.tensor_list]
                        for n, tr in trs.items()},
             "cases": [{"trace": n, "config": cfg} for n, _, cfg in todo]}
     (folder / "cases.json").write_text(json.dumps(spec))
-    env = {**os.environ, "DS_ACCELERATOR": "cpu", "DS_BUILD_OPS": "0", "OMP_NUM_THREADS": "1",
-           "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(free_port())}
-    proc = subprocess.run(
-        [sys.executable, str(HARNESS), str(folder / "cases.json"), str(folder / "out.json")],
-        capture_output=True, text=True, timeout=900 if full else 240, env=env, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    base = {**os.environ, "DS_ACCELERATOR": "cpu", "DS_BUILD_OPS": "0", "OMP_NUM_THREADS": "1",
+            "WORLD_SIZE": str(ranks), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    args = [sys.executable, str(HARNESS), str(folder / "cases.json"), str(folder / "out.json")]
+    procs = [subprocess.Popen(args, env={**base, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+             for r in range(ranks)]
+    try:
+        errors = [p.communicate(timeout=timeout)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, err in zip(procs, errors, strict=True):
+        assert p.returncode == 0, err[-4000:]
     out = json.loads((folder / "out.json").read_text())
     assert out["version"] == "0.19.8"
-    return todo, out["results"], trs
+    return list(out["results"])
+
+
+@pytest.fixture(scope="module")
+def engine_results(tmp_path_factory: pytest.TempPathFactory) -> tuple[list, list, dict]:
+    """Run the harness once (one rank) on every case; return the cases, results, traces."""
+    full = os.environ.get("SCHEDOPT_DEEPSPEED_FULL") == "1"
+    trs, todo = traces(full), cases(full)
+    results = run_engine(tmp_path_factory.mktemp("deepspeed"), trs, todo, 1,
+                         900 if full else 240)
+    return todo, results, trs
+
+
+def expected_calls(plan: Plan, trace: Trace) -> list[list[int]]:
+    """Elements of every all-reduce call per whole-tensor bucket of a deepspeed plan."""
+    numel = {t.name: t.numel for t in trace.tensor_list}
+    item = {t.name: t.bytes // t.numel for t in trace.tensor_list}
+    out: list[list[int]] = []
+    for bucket in plan.buckets:
+        tensor, piece = split_member(bucket[0])
+        if piece is None:
+            out.append([sum(numel[m] for m in bucket)])
+        elif piece == 0:
+            out.append([n // item[tensor] for n in plan.partition[tensor]])
+    return out
+
+
+def whole(plan: Plan) -> list[list[str]]:
+    """The plan's buckets with the pieces of a split tensor as one bucket."""
+    out: list[list[str]] = []
+    for bucket in plan.buckets:
+        tensor, piece = split_member(bucket[0])
+        if piece is None:
+            out.append(bucket)
+        elif piece == 0:
+            out.append([tensor])
+    return out
 
 
 def test_deepspeed_engine_forms_the_policy_buckets(engine_results: tuple) -> None:
@@ -125,6 +166,48 @@ def test_deepspeed_engine_forms_the_policy_buckets(engine_results: tuple) -> Non
         assert got["ready"] == [t.name for t in trace.ready_order], name
         plan = make_plan(spec, trace, ONE_RANK)
         assert got["buckets"] == plan.buckets, (name, spec)
+        if "zero_stage=0" not in spec:  # one all-reduce call per bucket on one rank
+            assert got["calls"] == expected_calls(plan, trace), (name, spec)
+
+
+def multi_rank_cases(full: bool) -> list[tuple[int, str, str]]:
+    """(ranks, trace, policy spec) of the multi-rank check: partition-crossing calls."""
+    out = [(2, "abc", f"deepspeed:zero_stage={stage},reduce_bucket_size={size}")
+           for stage in (1, 2) for size in (250, 350)]
+    if full:
+        out += [(3, "resnet50", "deepspeed:reduce_bucket_size=1000000"),
+                (4, "bert-base", "deepspeed:reduce_bucket_size=1000000")]
+    return out
+
+
+def test_deepspeed_engine_splits_calls_at_partition_boundaries(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Several ranks: a tensor above the size across a ZeRO partition boundary takes one call
+    per group of slices (a 300, b 500, c 400 elements on 2 ranks: partitions of 600)."""
+    full = os.environ.get("SCHEDOPT_DEEPSPEED_FULL") == "1"
+    trs = {"abc": Trace.model_validate({"name": "abc", "batch_size": 1, "layers": [
+        {"name": n, "forward_s": 0.0, "backward_s": 0.001,
+         "tensors": [{"name": n, "bytes": 4 * k}]} for n, k in (("a", 300), ("b", 500),
+                                                                ("c", 400))]})}
+    if full:
+        trs |= {"resnet50": load_trace("resnet50-a100-b256"),
+                "bert-base": load_trace("bert-base-a100-bf16")}
+    splits = 0
+    for ranks in sorted({r for r, _, _ in multi_rank_cases(full)}):
+        todo = [(n, spec, {"zero_optimization": {
+                    "stage": int(spec.split("zero_stage=")[1][0]) if "zero_stage" in spec else 2,
+                    "reduce_bucket_size": int(spec.rsplit("=", 1)[1])}})
+                for r, n, spec in multi_rank_cases(full) if r == ranks]
+        results = run_engine(tmp_path_factory.mktemp(f"ranks{ranks}"), trs, todo, ranks,
+                             900 if full else 240)
+        cluster = Cluster.model_validate({**ONE_RANK.model_dump(), "nodes": ranks})
+        for (name, spec, _), got in zip(todo, results, strict=True):
+            plan = make_plan(spec, trs[name], cluster)
+            assert got["buckets"] == whole(plan), (ranks, name, spec)
+            assert got["calls"] == expected_calls(plan, trs[name]), (ranks, name, spec)
+            splits += bool(plan.partition)
+    # b (300 + 200 elements across the boundary at 600) takes two calls at size 250, one at 350
+    assert splits == (2 if not full else 4)
 
 
 def test_deepspeed_engine_cases_that_differed(engine_results: tuple) -> None:
