@@ -19,6 +19,7 @@ the engine's gradient reduction. With ``torch_autocast`` the parameters are floa
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -98,6 +99,9 @@ def run_case(tensors: list[list], config: dict) -> dict:
         loss = engine(torch.zeros(1))
         engine.backward(loss)
         engine.step()
+        engine.destroy()  # free the engine's buffers before the next case
+        del engine, loss
+        gc.collect()
     finally:
         (DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy,
          DeepSpeedZeroOptimizer.allreduce_and_copy_with_multiple_ranks) = saved
