@@ -1,13 +1,14 @@
 """The deepspeed policy against DeepSpeed's own engine (the ``deepspeed`` extra, 0.19.8).
 
-tests/deepspeed_engine_buckets.py builds DeepSpeed's engine (CPU accelerator, gloo, one process,
+tests/deepspeed_engine_buckets.py builds DeepSpeed's engine (CPU accelerator, gloo,
 ``DS_BUILD_OPS=0``) on a model with one parameter per trace tensor and records the buckets the
-engine reduces; the policy, on the same trace and one rank, must give the same buckets in the
-same order. It runs in a subprocess with a timeout and ``OMP_NUM_THREADS=1``, and skips, with the
-reason, when DeepSpeed is not installed (``pip install -e ".[deepspeed]"``).
+engine reduces and the elements of each all-reduce call; the policy must give the same buckets
+in the same order. Each run is a subprocess per rank (one rank, or several to cross ZeRO
+partition boundaries) with a timeout and ``OMP_NUM_THREADS=1``; the tests skip, with the reason,
+when DeepSpeed is not installed (``pip install -e ".[deepspeed]"``).
 
-By default a quick selection runs (about 15 s); ``SCHEDOPT_DEEPSPEED_FULL=1`` runs every case
-of docs/policies.md (4 traces x stage 1/2 x overlap_comm x 3 sizes, stage 0 and torch_autocast).
+By default a quick selection runs (11 cases, about 35 s of CPU); ``SCHEDOPT_DEEPSPEED_FULL=1``
+runs the 62 cases of docs/policies.md (several minutes, up to 3.5 GB of memory).
 """
 
 from __future__ import annotations
