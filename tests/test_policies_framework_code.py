@@ -168,6 +168,11 @@ def test_bytescheduler_pieces_on_a_shipped_trace() -> None:
     assert plan.partition["embeddings.word_embeddings.weight"] == [2 * 976_704] * 24
     # an intermediate weight (3072 x 768 = 2,359,296): 786,432 each, not 1e6 + 1e6 + 359,296
     assert plan.partition["encoder.layer.0.intermediate.dense.weight"] == [2 * 786_432] * 3
+    # the first credit window of embedding pieces holds 5 of them: after 4 pieces (3,906,816
+    # parameters) the 4M credit is still positive (4 pieces of the unit-sized cut used it up)
+    emb = "embeddings.word_embeddings.weight"
+    first = next(b for b in plan.buckets if any(m.startswith(emb) for m in b))
+    assert first == [f"{emb}#{i}" for i in range(5)]
 
 
 def test_rows_must_divide_the_elements() -> None:
