@@ -11,10 +11,10 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import cached_property
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from .errors import SchedoptError
 
@@ -55,6 +55,10 @@ class Tensor(BaseModel):
         Size of the gradient in bytes.
     dtype
         Gradient dtype; ``numel = bytes / itemsize``.
+    rows
+        Optional leading dimension (``shape[0]``) of the parameter; it divides ``numel``.
+        Partitioning policies (ByteScheduler) cut along it when known. Left out of the
+        serialised form when unset, so traces without it keep their hashes.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -62,6 +66,22 @@ class Tensor(BaseModel):
     name: str = Field(min_length=1, description="Unique tensor name.")
     bytes: int = Field(gt=0, description="Gradient size in bytes.")
     dtype: Dtype = Field("float32", description="Gradient dtype (default float32).")
+    rows: int | None = Field(
+        default=None, gt=0, description="Leading dimension (shape[0]), if known."
+    )
+
+    @model_validator(mode="after")
+    def _check_rows(self) -> Tensor:
+        if self.rows is not None and self.numel % self.rows:
+            raise ValueError(f"rows {self.rows} does not divide the {self.numel} elements")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_rows(self, handler: Any) -> Any:
+        data = handler(self)
+        if self.rows is None and isinstance(data, dict):
+            data.pop("rows", None)
+        return data
 
     @property
     def numel(self) -> int:

@@ -1,10 +1,12 @@
 """Plan -> DeepSpeed ZeRO config fragment (``reduce_bucket_size``, ``overlap_comm``).
 
 DeepSpeed has one knob for the grouping: a uniform ``reduce_bucket_size`` in elements. Stage 2
-reduces from backward hooks, in gradient-ready order, one pending bucket per dtype that is
-reduced before a gradient would take it past the size. A plan follows one uniform size ``N``
-exactly when, per dtype, every bucket of several tensors holds at most ``N`` elements and every
-bucket but the last would exceed ``N`` with the next tensor of its dtype; the emitter solves
+reduces from backward hooks, in gradient-ready order, one pending bucket (one bucket sequence
+for all dtypes, without ``torch_autocast``) that is reduced before a gradient would take it past
+the size. A plan follows one uniform size ``N`` exactly when every bucket of several tensors
+holds at most ``N`` elements and every bucket but the last would exceed ``N`` with the next
+tensor; a tensor that DeepSpeed reduces in several calls (across a ZeRO partition boundary)
+may appear as the policy's pieces. The emitter solves
 those inequalities for a round ``N``, checks it with the schedopt ``deepspeed`` policy, and
 otherwise tries sizes from the smallest tensor to the whole model and keeps the one whose plan
 simulates closest to the plan's iteration time.
@@ -23,7 +25,6 @@ from .common import (
     Candidate,
     Emitted,
     deviations,
-    dtype_runs,
     round_int_in,
     search,
     size_grid,
@@ -54,13 +55,18 @@ def overflow_size_interval(
         The inclusive interval ``[lo, hi]``, or None when it is empty.
     """
     lo, hi = 1, 2**62
-    for runs in dtype_runs(order, bucket_of).values():
-        for j, run in enumerate(runs):
-            elements = sum(t.numel for t in run)
-            if len(run) > 1:
-                lo = max(lo, elements)
-            if j + 1 < len(runs):
-                hi = min(hi, elements + runs[j + 1][0].numel - 1)
+    # one bucket sequence for all dtypes (DeepSpeed without torch_autocast)
+    runs: list[list[Tensor]] = []
+    for t in order:
+        if not runs or bucket_of[runs[-1][-1].name] != bucket_of[t.name]:
+            runs.append([])
+        runs[-1].append(t)
+    for j, run in enumerate(runs):
+        elements = sum(t.numel for t in run)
+        if len(run) > 1:
+            lo = max(lo, elements)
+        if j + 1 < len(runs):
+            hi = min(hi, elements + runs[j + 1][0].numel - 1)
     return (lo, hi) if lo <= hi else None
 
 
@@ -116,11 +122,17 @@ def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> 
     extra = (DEFAULT_REDUCE_BUCKET_SIZE, round(statistics.mean(elements)), max(elements))
     candidates += [_candidate(2, n, overlap) for n in size_grid(smallest, total, *extra)]
     blocked = deviations(plan, "DeepSpeed", overlap_always=False)
+    # DeepSpeed itself reduces a tensor that crosses a ZeRO partition boundary in several calls
+    # (the deepspeed policy's pieces): such a partition is exact when a candidate rebuilds it
+    split = [b for b in blocked if "partitioned" in b]
+    blocked = [b for b in blocked if b not in split]
     found = search("deepspeed", plan, trace, cluster, candidates, blocked=blocked,
                    structure_cost=lambda p: abs(p.num_buckets - plan.num_buckets))
     if not found.exact and not blocked:
         found.notes[0] = ("the plan's buckets do not follow one uniform reduce_bucket_size "
                           "(DeepSpeed's only grouping knob)")
+    if not found.exact:
+        found.notes[:0] = split
     config = found.chosen.config
     return found.emitted("deepspeed", config, _snippet(plan, trace, config, found.exact))
 

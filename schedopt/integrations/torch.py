@@ -327,6 +327,8 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         if j in home:
             tensors[home[j]].append({"name": pname, "bytes": p.numel() * p.element_size(),
                                      "dtype": _dtype_name(p.dtype)})
+            if p.dim() > 1:  # the leading dimension, for partitioning policies
+                tensors[home[j]][-1]["rows"] = int(p.shape[0])
     layers = [{"name": candidates[order[k]][0], "forward_s": statistics.median(fwd_times[k]),
                "backward_s": statistics.median(bwd_times[k]), "tensors": tensors[k]}
               for k in range(n)]

@@ -1,7 +1,14 @@
 """ByteScheduler: priority scheduling with tensor partitioning and credits (SOSP 2019).
 
-Every tensor larger than the partition unit is cut into pieces of that unit (the last piece takes
-the rest). A piece's priority is its layer's place in the next forward (layer 0 first), then its
+A tensor of more elements than the partition unit is cut, as ByteScheduler's
+``_partition_tensor`` does (bytedance/byteps, ``bytescheduler/``), into ``ceil(numel / unit)``
+nearly equal pieces along its first dimension (no more pieces than rows): every piece gets
+``rows // pieces`` rows and the last ``rows % pieces`` pieces one row more. The trace's
+``rows`` (the tensor's leading dimension) gives the rows; a tensor without it is split the same
+way by elements (as if it were one-dimensional), which is exact for 1-D tensors and otherwise
+differs from the real cut by less than one row per piece.
+
+A piece's priority is its layer's place in the next forward (layer 0 first), then its
 tensor's place in the layer, then its index. ByteScheduler's core loop pops the highest-priority
 ready piece and dispatches it while the credit is positive (the credit drops by the piece's
 parameter count and comes back when the piece finishes), so a piece may take the credit below 0.
@@ -28,13 +35,32 @@ from .common import itemsize, new_plan, positive, tensor_ready_times
 __all__ = ["bytescheduler", "bytescheduler_plan_parts", "split_sizes"]
 
 
-def split_sizes(nbytes: int, unit: int) -> list[int]:
-    """Cut ``nbytes`` into pieces of ``unit`` bytes (the last takes the rest); one piece if it
-    fits."""
-    if nbytes <= unit:
-        return [nbytes]
-    full, rest = divmod(nbytes, unit)
-    return [unit] * full + ([rest] if rest else [])
+def split_sizes(numel: int, unit: int, rows: int | None = None) -> list[int]:
+    """Elements of the pieces ByteScheduler cuts a tensor into.
+
+    Parameters
+    ----------
+    numel
+        Elements of the tensor.
+    unit
+        Partition unit in elements.
+    rows
+        Leading dimension (None: split by elements, as a 1-D tensor).
+
+    Returns
+    -------
+    list of int
+        ``min(ceil(numel / unit), rows)`` pieces of ``rows // n`` rows, the last ``rows % n``
+        with one row more; ``[numel]`` when the tensor fits in one unit.
+    """
+    number = -(-numel // unit)
+    if number <= 1:
+        return [numel]
+    rows = numel if rows is None else rows
+    number = min(number, rows)
+    per, extra = divmod(rows, number)
+    cols = numel // rows
+    return [(per + (i >= number - extra)) * cols for i in range(number)]
 
 
 def bytescheduler_plan_parts(
@@ -54,7 +80,8 @@ def bytescheduler_plan_parts(
     partition_params
         Partition unit in parameters (converted to bytes with each tensor's item size).
     partition_bytes
-        Partition unit in bytes (rounded down to whole elements); used when given.
+        Partition unit in bytes (rounded down to whole elements, at least one); used when
+        given.
     credit_params
         Credit in parameters.
 
@@ -73,11 +100,11 @@ def bytescheduler_plan_parts(
     for t in trace.tensor_list:
         size = itemsize(t)
         if partition_bytes is not None:
-            unit = max(size, partition_bytes // size * size)
+            unit = max(1, partition_bytes // size)
         else:
             assert partition_params is not None
-            unit = partition_params * size
-        sizes = split_sizes(t.bytes, unit)
+            unit = partition_params
+        sizes = [n * size for n in split_sizes(t.numel, unit, t.rows)]
         if len(sizes) > 1:
             partition[t.name] = sizes
         for i, nbytes in enumerate(sizes):

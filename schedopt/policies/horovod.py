@@ -10,14 +10,15 @@ sum of forward times), with cycle boundaries at multiples of the cycle time from
 forward; the result is a static plan.
 
 Explicit groups (``hvd.DistributedOptimizer(groups=...)``) make every tensor of a group wait for
-the whole group, which is then submitted together; ``num_groups`` splits the parameter list
-(forward order) into that many contiguous groups the way Horovod's ``split_list`` does, and
-tensors in no group form groups of one.
+the whole group, which is then submitted together in the group's own order, not in readiness
+order (``horovod/torch/optimizer.py``: the hook of the group's last gradient submits the group
+tuple); ``num_groups`` splits the parameter list (forward order) into that many contiguous
+groups the way Horovod's ``split_list`` does, and tensors in no group form groups of one.
+Defaults follow Horovod 0.28.1.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 
@@ -78,38 +79,44 @@ def fuse_responses(tensors: Sequence[Tensor], threshold: int) -> list[list[str]]
     return out
 
 
-def _groups(trace: Trace, groups: int | list[list[str]] | None) -> dict[str, int] | None:
-    """Group id of every tensor (None: no explicit groups)."""
+def _groups(
+    trace: Trace, groups: int | list[list[str]] | None
+) -> dict[str, tuple[int, int]] | None:
+    """Group id and place in its group of every tensor (None: no explicit groups).
+
+    The place is the tensor's position in the tuple Horovod submits: parameter order for a
+    number of groups (``split_list``), the listed order for explicit lists; tensors in no group
+    form groups of one after the listed groups.
+    """
     if groups is None:
         return None
     names = [t.name for t in trace.tensor_list]
     if isinstance(groups, bool) or not isinstance(groups, int | list):
         raise SchedoptError("must be a number of groups or a list of lists of tensor names",
                             "horovod.groups", groups)
+    out: dict[str, tuple[int, int]] = {}
     if isinstance(groups, int):
         if groups < 1:
             raise SchedoptError("must be a positive number of groups", "horovod.groups", groups)
         d, r = divmod(len(names), groups)
-        out = {}
         for g in range(groups):
-            for name in names[g * d + min(g, r):(g + 1) * d + min(g + 1, r)]:
-                out[name] = g
+            members = names[g * d + min(g, r):(g + 1) * d + min(g + 1, r)]
+            out.update({name: (g, i) for i, name in enumerate(members)})
         return out
     known = set(names)
-    out = {}
     for g, group in enumerate(groups):
         if isinstance(group, str) or not isinstance(group, list):
             raise SchedoptError("must be a list of tensor names", f"horovod.groups[{g}]", group)
-        for name in group:
+        for i, name in enumerate(group):
             if name not in known:
                 raise SchedoptError("unknown tensor", f"horovod.groups[{g}]", name)
             if name in out:
                 raise SchedoptError("tensor is in two groups", f"horovod.groups[{g}]", name)
-            out[name] = g
+            out[name] = (g, i)
     nxt = len(groups)
     for name in names:
         if name not in out:
-            out[name] = nxt
+            out[name] = (nxt, 0)
             nxt += 1
     return out
 
@@ -125,17 +132,21 @@ def horovod_buckets(
     order = trace.ready_order
     ready = tensor_ready_times(trace)
     group_of = _groups(trace, groups)
+    # a tensor is submitted when the hook of the last tensor of its group runs (its own hook
+    # without groups); a completed group enters in its own order (the tuple Horovod submits)
+    done = np.arange(len(order))
+    place = np.zeros(len(order), dtype=int)
     if group_of is not None:
-        done: dict[int, float] = {}
-        for t, r in zip(order, ready, strict=True):
-            done[group_of[t.name]] = max(done.get(group_of[t.name], -math.inf), float(r))
-        ready = np.array([done[group_of[t.name]] for t in order])
+        last: dict[int, int] = {}
+        for k, t in enumerate(order):
+            last[group_of[t.name][0]] = k
+        done = np.array([last[group_of[t.name][0]] for t in order])
+        place = np.array([group_of[t.name][1] for t in order])
+        ready = ready[done]
     # a tensor ready exactly on a boundary is taken by that cycle (tolerance 1e-9 cycles)
     boundary = np.ceil(ready / cycle_s - 1e-9) if cycle_s >= _MIN_CYCLE_S else ready
     cycle = np.unique(boundary, return_inverse=True)[1]
-    # submission order: by cycle, then readiness; a group's tensors enter together when the
-    # group completes, in readiness order
-    pos = np.lexsort((np.arange(len(order)), ready, cycle))
+    pos = np.lexsort((place, done, ready, cycle))
     out: list[list[str]] = []
     start = 0
     while start < len(pos):
@@ -152,7 +163,7 @@ def horovod(
     cluster: Cluster,
     *,
     cycle_time_ms: float = 1.0,
-    fusion_threshold_mb: float = 64.0,
+    fusion_threshold_mb: float = 128.0,
     groups: int | list[list[str]] | None = None,
 ) -> Plan:
     """Horovod's tensor fusion (HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, groups).
@@ -165,8 +176,10 @@ def horovod(
         Cycle time in milliseconds (default 1 as in recent Horovod; older versions used 5).
         0 (or anything below 1 ns) means every distinct ready time is a cycle of its own.
     fusion_threshold_mb
-        Fusion threshold in MiB (default 64, as documented; 0 disables fusion). Rounded up, as
-        Horovod does on homogeneous clusters, to a multiple of ``gpus_per_node * 8 * 64`` bytes.
+        Fusion threshold in MiB (default 128, ``HOROVOD_FUSION_THRESHOLD``'s default in
+        ``horovod/common/operations.cc`` since v0.21.0; the docs still say 64; 0 disables
+        fusion). Rounded up, as Horovod does on homogeneous clusters, to a multiple of
+        ``gpus_per_node * 8 * 64`` bytes.
     groups
         Explicit groups: a number of contiguous groups over the parameter list, or lists of
         tensor names.

@@ -10,8 +10,9 @@ order and the backward runs L..1:
   iff ``e < tau_c(l) + t_c(l)`` and (``tau_c(l) > e`` or ``e - tau_c(l) < a``); on a merge the
   sizes add, ``t_c(l) = 0`` and ``t_c``, ``tau_c`` are recomputed.
 
-Layers without gradient tensors are folded into the next layer that has some in backward order
-(their backward time delays its readiness), so the rule runs over the layers that own tensors.
+The rule runs over tensors, not layers, as the authors' code does (HKBU-HPML/MG-WFBP,
+``distributed_optimizer.py``, ``_generate_groups_mgwfbp``): see :func:`mgwfbp_groups`. Layers
+without gradient tensors add their backward time to the next tensor in backward order.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from ..cluster import Cluster
 from ..plan import Plan
 from ..trace import Trace
-from .common import new_plan, positive
+from .common import new_plan, positive, tensor_ready_times
 
 __all__ = ["mgwfbp", "mgwfbp_groups", "mgwfbp_merge"]
 
@@ -79,20 +80,25 @@ def mgwfbp_merge(t_b: np.ndarray, sizes: np.ndarray, alpha: float, beta: float) 
 
 
 def mgwfbp_groups(trace: Trace, alpha: float, beta: float) -> list[list[str]]:
-    """MG-WFBP buckets of ``trace`` in gradient-ready order (merged layers share a bucket)."""
-    owner = trace.tensor_layer_by_name
-    learn = sorted({owner[t.name] for t in trace.ready_order})
-    # backward time of each learnable layer including the tensor-less layers after it
-    bounds = [*learn[1:], len(trace.layers)]
-    t_b = np.array([trace.backward[lo:hi].sum() for lo, hi in zip(learn, bounds, strict=True)])
-    index = {lay: k for k, lay in enumerate(learn)}
-    sizes = np.zeros(len(learn))
-    for t in trace.ready_order:
-        sizes[index[owner[t.name]]] += t.bytes
+    """MG-WFBP buckets of ``trace`` in gradient-ready order.
+
+    The rule runs per tensor, as the authors' ``_generate_groups_mgwfbp`` does: the units are
+    the tensors in the reverse of gradient-ready order, and a unit's ``t_b`` is the time from
+    the previous tensor's readiness to its own (the whole backward of its layer, and of the
+    tensor-less layers before it in backward order, for the first tensor of a layer; 0 for the
+    other tensors of the layer). With ``alpha > 0`` the tensors of one layer always merge (the
+    same groups as the rule over layers); with ``alpha = 0`` a layer's tensors stay apart unless
+    the link is still busy when the next one is ready.
+    """
+    units = trace.ready_order[::-1]
+    ends = tensor_ready_times(trace)[::-1]  # end of each unit's backward, forward order
+    start = float(trace.forward.sum())
+    t_b = np.append(ends[:-1] - ends[1:], ends[-1] - start) if len(units) else np.zeros(0)
+    sizes = np.array([t.bytes for t in units], dtype=float)
     head = mgwfbp_merge(t_b, sizes, alpha, beta)
     buckets: dict[int, list[str]] = {}
-    for t in trace.ready_order:
-        buckets.setdefault(head[index[owner[t.name]]], []).append(t.name)
+    for k in range(len(units) - 1, -1, -1):  # gradient-ready order
+        buckets.setdefault(head[k], []).append(units[k].name)
     return list(buckets.values())
 
 
