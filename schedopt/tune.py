@@ -23,6 +23,7 @@ without them their bucket sizes barely matter (no overlap with the backward). Th
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .cluster import Cluster
 from .errors import SchedoptError
 from .plan import Plan
 from .policies import make_plan
+from .policies.ddp import DEFAULT_BUCKET_CAP_MB
 from .simulate import simulate
 from .trace import Trace
 
@@ -101,11 +103,23 @@ def _cycle_range(tr: Trace) -> tuple[float, float]:
     return 0.0, max(float(tr.backward.sum()) * 1e3, 1e-3)
 
 
-#: Main knob of each framework.
+def _default(framework: str, knob: str) -> float | None:
+    """The policy function's own default of ``knob`` (None when it has none or it is unset)."""
+    from .policies.registry import POLICIES
+
+    param = inspect.signature(POLICIES[framework]).parameters.get(knob)
+    if param is None or param.default is inspect.Parameter.empty or param.default is None:
+        return None
+    return float(param.default)
+
+
+#: Main knob of each framework; defaults are read from the policies themselves.
 FRAMEWORKS: dict[str, Knob] = {
-    "ddp": Knob("ddp", "bucket_cap_mb", "MiB", _mib_range, 25.0),
-    "horovod": Knob("horovod", "fusion_threshold_mb", "MiB", _mib_range, 64.0),
-    "deepspeed": Knob("deepspeed", "reduce_bucket_size", "elements", _elements_range, 5e8,
+    "ddp": Knob("ddp", "bucket_cap_mb", "MiB", _mib_range, DEFAULT_BUCKET_CAP_MB),
+    "horovod": Knob("horovod", "fusion_threshold_mb", "MiB", _mib_range,
+                    _default("horovod", "fusion_threshold_mb")),
+    "deepspeed": Knob("deepspeed", "reduce_bucket_size", "elements", _elements_range,
+                      _default("deepspeed", "reduce_bucket_size"),
                       fixed={"overlap_comm": True}, integer=True),
     "megatron": Knob("megatron", "bucket_size", "parameters", _elements_range,
                      fixed={"overlap_grad_reduce": True}, integer=True),
