@@ -16,6 +16,7 @@ import numpy as np
 from .cluster import Cluster, CommStage
 from .plan import Breakdown, Plan, Schedule
 from .trace import Trace
+from .validation import check_finite_result
 
 __all__ = ["Model", "chain_ends", "serve_in_sequence", "simulate"]
 
@@ -198,7 +199,11 @@ def simulate(
         Iteration time (long-run period), cold first iteration, breakdown.
     """
     sim = _Simulator(Model.build(trace, cluster, plan), record)
-    return sim.run(min_iterations, max(min_iterations, max_iterations))
+    sched = sim.run(min_iterations, max(min_iterations, max_iterations))
+    cause = f"trace {trace.name!r} on cluster {cluster.name!r} with plan {plan.policy!r}"
+    check_finite_result(sched.iteration_time_s, "iteration_time_s", cause)
+    check_finite_result(sched.first_iteration_s, "first_iteration_s", cause)
+    return sched
 
 
 class _Simulator:
