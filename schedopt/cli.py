@@ -101,7 +101,11 @@ def load_with_plan(trace: str, cluster: str, nodes: int | None, policy: str | No
         raise SchedoptError("give exactly one of --policy and --plan", "options",
                             "both" if policy else "neither")
     tr, cl = load_pair(trace, cluster, nodes)
-    plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+    if plan_file is not None:
+        plan = load_plan(plan_file)
+        plan.check_stage_orders(cl)
+    else:
+        plan = make_plan(policy or "", tr, cl)
     return tr, cl, plan
 
 

@@ -135,14 +135,16 @@ class Plan(BaseModel):
                 "plan.cluster_hash",
                 self.cluster_hash,
             )
-        if cluster is not None and self.stage_orders:
-            stages = len(cluster.comm_stages(self.collective))
-            for s in self.stage_orders:
-                if stages and not 0 <= s < stages:  # one rank: no stage, nothing to order
-                    raise SchedoptError(
-                        f"no such communication stage (this cluster has {stages})",
-                        f"plan.stage_orders[{s}]", self.stage_orders[s])
         return self.members(trace)
+
+    def check_stage_orders(self, cluster: Any) -> None:
+        """Refuse stage orders for stages ``cluster`` does not have (for plans read from files;
+        a policy may order a stage that only some clusters have)."""
+        stages = len(cluster.comm_stages(self.collective))
+        for s in self.stage_orders:
+            if stages and not 0 <= s < stages:  # one rank: no stage, nothing to order
+                raise SchedoptError(f"no such communication stage (this cluster has {stages})",
+                                    f"plan.stage_orders[{s}]", self.stage_orders[s])
 
     def members(self, trace: Trace) -> Members:
         """Per member, in launch order: bucket, owning layer and bytes; checks coverage."""
