@@ -93,8 +93,8 @@ class Plan(BaseModel):
     @model_validator(mode="after")
     def _check(self) -> Plan:
         if self.schema_version != SCHEMA_VERSION:
-            raise SchedoptError("unsupported schema_version (this version reads 1)",
-                                "plan.schema_version", self.schema_version)
+            raise ValueError(f"unsupported schema_version {self.schema_version} (this version"
+                             f" reads {SCHEMA_VERSION})")
         check_pieces("members", sum(len(b) for b in self.buckets), "plan.buckets",
                      f"{len(self.buckets)} buckets")
         for k, b in enumerate(self.buckets):

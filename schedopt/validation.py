@@ -179,6 +179,9 @@ def _finite_numbers(value: Any, field: str) -> None:
 
 
 def _type_name(hint: Any) -> str:
+    if isinstance(hint, type):
+        return {"int": "an integer", "float": "a number", "bool": "true or false",
+                "str": "text"}.get(hint.__name__, hint.__name__)
     text = str(hint).replace("typing.", "").replace("collections.abc.", "")
     return text.replace("NoneType", "None").replace(" | None", " or null")
 
