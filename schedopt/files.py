@@ -127,7 +127,11 @@ def load_trace(ref: str | Path) -> Trace:
     A trace whose every time is zero is refused: no iteration can take zero time, and every
     figure derived from it (throughput, efficiency) would be infinite.
     """
-    trace = _validate(Trace, load_json(_resolve(ref, "trace"), "trace"), "trace")
+    return _trace_from(load_json(_resolve(ref, "trace"), "trace"))
+
+
+def _trace_from(data: Any) -> Trace:
+    trace = _validate(Trace, data, "trace")
     if trace.compute_s + trace.io_s + trace.h2d_s + trace.update_s <= 0:
         raise SchedoptError("every time of the trace is zero (forward_s, backward_s, io_s, "
                             "h2d_s, update_s)", "trace", trace.name)
@@ -139,8 +143,8 @@ def load_trace_or_cluster(ref: str | Path) -> Trace | Cluster:
     path = _resolve_any(ref)
     data = load_json(path, "file")
     if isinstance(data, dict) and "layers" in data:
-        return load_trace(path)
-    return load_cluster(path)
+        return _trace_from(data)
+    return _cluster_from(data, None)
 
 
 def _resolve_any(ref: str | Path) -> Path:
@@ -164,7 +168,10 @@ def load_cluster(ref: str | Path, nodes: int | None = None) -> Cluster:
         Derive the cluster of this many nodes (from a family, or by resizing a cluster, which
         drops its fitted ``allreduce``).
     """
-    data = load_json(_resolve(ref, "cluster"), "cluster")
+    return _cluster_from(load_json(_resolve(ref, "cluster"), "cluster"), nodes)
+
+
+def _cluster_from(data: Any, nodes: int | None) -> Cluster:
     if isinstance(data, dict) and "base" in data:
         fam = _validate(ClusterFamily, data, "cluster")
         return fam.at(nodes if nodes is not None else fam.base.nodes)
