@@ -634,6 +634,11 @@ def run(argv: list[str]) -> int:
         if message:  # an empty message: the help was shown (no arguments)
             typer.echo(f"error: {message}", err=True)
         return int(getattr(exc, "exit_code", 2))
+    except SchedoptError as exc:  # raised outside a command's `user_errors` (printing)
+        if _state["debug"]:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        return 2
     except OSError as exc:
         if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO):
             raise
