@@ -79,7 +79,7 @@ class Plan(BaseModel):
     knobs: dict[str, Any] = Field(default_factory=dict, description="Policy knobs used.")
     buckets: list[list[str]] = Field(description="Bucket members in launch order.")
     partition: dict[str, list[Int]] = Field(default_factory=dict, description="Piece sizes.")
-    stage_orders: dict[int, list[int]] = Field(default_factory=dict, description="Stage orders.")
+    stage_orders: dict[int, list[Int]] = Field(default_factory=dict, description="Stage orders.")
     next_forward: NextForward = Field("wait-for-all", description="Next-forward mode.")
     overlap: Bool = Field(True, description="Overlap communication with backward.")
     prefetch: Annotated[Literal[0, 1], BeforeValidator(strict_int)] = Field(

@@ -230,6 +230,11 @@ CASES: dict[str, Case] = {
     "fit-size-2^63": Case({"osu8.txt": OSU + f"{2**63} 5.0\n{2**64} 7.0\n"},
                           ["fit-comm", "osu8.txt"], "too large"),
     "fit-folder": Case({}, ["fit-comm", "."], "regular file"),
+    "fit-zero-ranks-in-file": Case({"osu.txt": OSU + "0,65536 10.0\n0,131072 12.0\n"},
+                                   ["fit-comm", "osu.txt"], "osu.txt:3"),
+    "plan-stage-order-true": Case({T: TRACE, C: CLUSTER,
+                                   "p.json": {**PLAN_OK, "stage_orders": {"0": [True, 0]}}},
+                                  ["simulate", T, C, "--plan", "p.json"], "stage_orders"),
 }
 
 

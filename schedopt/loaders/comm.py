@@ -118,6 +118,8 @@ def _parse_osu(lines: list[str], where: str) -> tuple[list[int], list[float], in
         try:
             if len(tok) >= 4 and tok[1] == ",":  # N,size latency
                 n_ranks, size, latency = int(tok[0]), int(tok[2]), float(tok[3])
+                if n_ranks < 1:
+                    raise ValueError
                 ranks.add(n_ranks)
             else:
                 size, latency = int(tok[0]), float(tok[1])
