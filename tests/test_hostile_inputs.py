@@ -323,3 +323,82 @@ def test_fit_below_the_r2_floor_is_refused(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "R^2" in err and "r2" in err
     assert not out.exists()
+
+
+# ---------------------------------------------------------------------------- every command
+#: Bad traces (document or raw bytes) and the text their message must contain.
+BAD_TRACES: dict[str, tuple[Any, str]] = {
+    "latin1": (LATIN1, "not UTF-8"),
+    "nested": (NESTED, "nested too deeply"),
+    "bytes-2^63": (edit(TRACE, "layers.0.tensors.0.bytes", 2**63), "bytes"),
+    "bytes-true": (edit(TRACE, "layers.0.tensors.0.bytes", True), "bytes"),
+    "forward-1e308": (edit(TRACE, "layers.0.forward_s", 1e308), "forward_s"),
+    "batch-true": (edit(TRACE, "batch_size", True), "batch_size"),
+    "zero-time": (zero_time(TRACE), "zero"),
+    "duplicate-in-layer": (edit(TRACE, "layers.2.tensors", [{"name": "c.w", "bytes": 8},
+                                                           {"name": "c.w", "bytes": 8}]),
+                           "twice"),
+}
+#: Bad clusters and the text their message must contain.
+BAD_CLUSTERS: dict[str, tuple[Any, str]] = {
+    "latin1": (json.dumps(edit(CLUSTER, "name", "\u00e9"), ensure_ascii=False).encode(
+        "latin-1"), "not UTF-8"),
+    "latency-1e308": (edit(CLUSTER, "inter_link.latency_s", 1e308), "latency_s"),
+    "bandwidth-5e-324": (edit(CLUSTER, "intra_link.bandwidth_Bps", 5e-324), "bandwidth_Bps"),
+    "nodes-true": (edit(CLUSTER, "nodes", True), "nodes"),
+    "nodes-2^63": (edit(CLUSTER, "nodes", 2**63), "nodes"),
+}
+#: Every command that reads a trace and a cluster (T and C are the file names).
+COMMANDS = {
+    "simulate": ["simulate", T, C, "-p", "ddp", "--json"],
+    "compare": ["compare", T, C],
+    "scale": ["scale", T, C, "--nodes", "1,2"],
+    "optimize": ["optimize", T, C, "--out", "o.json"],
+    "emit": ["emit", T, C, "-t", "ddp", "-p", "ddp", "--out", "e"],
+}
+
+
+def _expect_refusal(tmp_path: Path, files: dict[str, Any], argv: list[str], needle: str,
+                    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, content in files.items():
+        _write(tmp_path, name, content)
+    monkeypatch.chdir(tmp_path)
+    before = _files(tmp_path)
+    rc = run(argv)
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, ""), err
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+@pytest.mark.parametrize("kind", list(BAD_TRACES))
+def test_bad_trace_in_every_command(kind: str, command: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    doc, needle = BAD_TRACES[kind]
+    _expect_refusal(tmp_path, {T: doc, C: CLUSTER}, COMMANDS[command], needle, capsys,
+                    monkeypatch)
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "info"])
+@pytest.mark.parametrize("kind", list(BAD_CLUSTERS))
+def test_bad_cluster_in_every_command(kind: str, command: str, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    doc, needle = BAD_CLUSTERS[kind]
+    argv = ["info", C] if command == "info" else COMMANDS[command]
+    _expect_refusal(tmp_path, {T: TRACE, C: doc}, argv, needle, capsys, monkeypatch)
+
+
+@pytest.mark.parametrize("kind", [k for k in BAD_TRACES if k != "zero-time"])
+def test_bad_trace_in_the_instances_folder(kind: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`list` names the bad file in one line instead of a traceback or a wrong count."""
+    doc, needle = BAD_TRACES[kind]
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "clusters").mkdir()
+    monkeypatch.setenv("SCHEDOPT_INSTANCES", str(tmp_path))
+    _expect_refusal(tmp_path / "traces", {"bad.json": doc}, ["list"], needle, capsys,
+                    monkeypatch)
