@@ -35,6 +35,8 @@ from .validation import (
     MAX_BYTES,
     MAX_GPUS_PER_NODE,
     MAX_NODES,
+    MAX_SECONDS,
+    check_float_option,
     check_int_option,
     check_pieces,
 )
@@ -562,6 +564,7 @@ def optimize_cmd(
     from .optimize import SolveOptions, solve
 
     with user_errors(), output_files({"--out": out}) as files:
+        check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
         check_int_option(workers, "--workers", 1, 1024)
         check_int_option(seed, "--seed", 0, 2**31 - 1)
         check_int_option(partition, "--partition", 1, MAX_BYTES)

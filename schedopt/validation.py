@@ -45,6 +45,7 @@ __all__ = [
     "Number",
     "Seconds",
     "check_finite_result",
+    "check_float_option",
     "check_int_option",
     "check_knobs",
     "check_pieces",
@@ -157,6 +158,14 @@ def check_int_option(value: int | None, option: str, low: int, high: int) -> int
     """Refuse an integer option outside ``[low, high]`` (None passes)."""
     if value is not None and not low <= value <= high:
         raise SchedoptError(f"must be between {low:,} and {high:,}", option, value)
+    return value
+
+
+def check_float_option(value: float, option: str, low: float, high: float) -> float:
+    """Refuse a number option that is not finite or lies outside ``(low, high]``."""
+    if not (math.isfinite(value) and low < value <= high):
+        raise SchedoptError(f"must be a number above {low:g} and at most {high:g}", option,
+                            value)
     return value
 
 
