@@ -221,24 +221,26 @@ def profile_model(
     if not 1 <= repeats <= MAX_REPEATS or not 0 <= warmup <= MAX_REPEATS:
         raise SchedoptError(f"repeats must be 1 to {MAX_REPEATS:,} and warmup 0 to "
                             f"{MAX_REPEATS:,}", "repeats", (repeats, warmup))
-    if device is not None:
-        dev = resolve_device(device)
-        try:
-            model.to(dev)
-        except Exception as exc:  # the user's module refuses the device
-            raise SchedoptError(f"cannot move the model there: {_one_line(exc)}", "device",
-                                str(device)) from None
-    else:
-        first = next(model.parameters(), None)
-        dev = resolve_device(first.device if first is not None else "cpu")
+    dev = _place(model, device)
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
         raise SchedoptError("the model has no parameters that need gradients", "model",
                             type(model).__name__)
-    clock = _Clock(dev)
     loss_fn = loss_fn or _default_loss
     opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
     candidates = _layers(model)
+    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
+                    warmup + repeats, warmup)
+    return _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
+                        torch.__version__)
+
+
+def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates: list,
+             loss_fn: Callable[[Any], Any], opt: Any, iterations: int,
+             warmup: int) -> list[dict[str, Any]]:
+    """Run ``iterations`` training steps with timing hooks; the raw figures of those after
+    ``warmup``. A failure of the user's model becomes one line naming the input and device."""
+    clock = _Clock(dev)
     fwd_marks: list[tuple[int, Any]] = []
     grad_marks: list[tuple[int, Any]] = []
     handles = []
@@ -252,7 +254,7 @@ def profile_model(
     model.train()
     runs: list[dict[str, Any]] = []
     try:
-        for it in range(warmup + repeats):
+        for it in range(iterations):
             model.zero_grad(set_to_none=True)
             fwd_marks.clear()
             grad_marks.clear()
@@ -280,8 +282,21 @@ def profile_model(
             h.remove()
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-    return _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
-                        torch.__version__)
+    return runs
+
+
+def _place(model: Any, device: Any) -> Any:
+    """Move ``model`` to ``device`` (None: where its parameters are) and return the device."""
+    if device is None:
+        first = next(model.parameters(), None)
+        return resolve_device(first.device if first is not None else "cpu")
+    dev = resolve_device(device)
+    try:
+        model.to(dev)
+    except Exception as exc:  # the user's module refuses the device
+        raise SchedoptError(f"cannot move the model there: {_one_line(exc)}", "device",
+                            str(device)) from None
+    return dev
 
 
 def _shape_of(inputs: Any) -> Any:
