@@ -60,7 +60,9 @@ def policy_names() -> list[str]:
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except RecursionError:
+        raise SchedoptError("knob value nested too deeply", "policy", text[:40]) from None
+    except ValueError:  # not JSON (or an integer of more than 4,300 digits): text
         low = text.lower()
         if low in ("true", "false"):
             return low == "true"
