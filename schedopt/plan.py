@@ -75,7 +75,7 @@ class Plan(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Int = Field(SCHEMA_VERSION, description="Format version (1).")
-    policy: str = Field(description="Policy that produced the plan.")
+    policy: str = Field(min_length=1, description="Policy that produced the plan.")
     knobs: dict[str, Any] = Field(default_factory=dict, description="Policy knobs used.")
     buckets: list[list[str]] = Field(description="Bucket members in launch order.")
     partition: dict[str, list[Int]] = Field(default_factory=dict, description="Piece sizes.")
