@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -564,7 +565,7 @@ def optimize_cmd(
     from .optimize import SolveOptions, solve
 
     with user_errors(), output_files({"--out": out}) as files:
-        check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
+        check_float_option(time_limit, "--time-limit", -math.inf, MAX_SECONDS)  # (0 in options)
         check_int_option(workers, "--workers", 1, 1024)
         check_int_option(seed, "--seed", 0, 2**31 - 1)
         check_int_option(partition, "--partition", 1, MAX_BYTES)

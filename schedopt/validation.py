@@ -164,8 +164,8 @@ def check_int_option(value: int | None, option: str, low: int, high: int) -> int
 def check_float_option(value: float, option: str, low: float, high: float) -> float:
     """Refuse a number option that is not finite or lies outside ``(low, high]``."""
     if not (math.isfinite(value) and low < value <= high):
-        raise SchedoptError(f"must be a number above {low:g} and at most {high:g}", option,
-                            value)
+        above = f"above {low:g} and " if math.isfinite(low) else ""
+        raise SchedoptError(f"must be a finite number {above}at most {high:g}", option, value)
     return value
 
 
