@@ -411,3 +411,25 @@ def test_bad_trace_in_the_instances_folder(kind: str, tmp_path: Path,
     monkeypatch.setenv("SCHEDOPT_INSTANCES", str(tmp_path))
     _expect_refusal(tmp_path / "traces", {"bad.json": doc}, ["list"], needle, capsys,
                     monkeypatch)
+
+
+def test_ctrl_c_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C after the outputs are reserved and before they are complete: exit 130, no
+    traceback, and neither the outputs nor their temporary files are left."""
+    import schedopt.cli as cli
+
+    for name, doc in ((T, TRACE), (C, CLUSTER)):
+        _write(tmp_path, name, doc)
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(*_args: Any, **_kwargs: Any) -> None:
+        assert len(list(tmp_path.glob(".*.tmp*"))) == 2  # both outputs reserved by now
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "simulate", interrupted)
+    rc = run([*SIM, "--gantt", "g.png", "--chrome-trace", "x.json"])
+    _, err = capsys.readouterr()
+    assert rc == 130
+    assert "Traceback" not in err and len(err.splitlines()) <= 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [C, T]
