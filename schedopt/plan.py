@@ -7,11 +7,11 @@ from functools import cached_property
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import SchedoptError
 from .trace import SCHEMA_VERSION, Trace
-from .validation import Bool, Int, check_pieces, strict_int
+from .validation import Bool, Int, check_depth, check_pieces, strict_int
 
 __all__ = ["Breakdown", "Members", "Plan", "Schedule", "interleave", "piece_name",
            "split_member"]
@@ -76,7 +76,8 @@ class Plan(BaseModel):
 
     schema_version: Int = Field(SCHEMA_VERSION, description="Format version (1).")
     policy: str = Field(min_length=1, description="Policy that produced the plan.")
-    knobs: dict[str, Any] = Field(default_factory=dict, description="Policy knobs used.")
+    knobs: Annotated[dict[str, Any], AfterValidator(check_depth)] = (
+        Field(default_factory=dict, description="Policy knobs used."))
     buckets: list[list[str]] = Field(description="Bucket members in launch order.")
     partition: dict[str, list[Int]] = Field(default_factory=dict, description="Piece sizes.")
     stage_orders: dict[int, list[Int]] = Field(default_factory=dict, description="Stage orders.")

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_BATCH",
     "MAX_BYTES",
     "MAX_COUNT",
+    "MAX_DEPTH",
     "MAX_GPUS_PER_NODE",
     "MAX_KNOB",
     "MAX_NODES",
@@ -44,6 +45,7 @@ __all__ = [
     "Int",
     "Number",
     "Seconds",
+    "check_depth",
     "check_finite_result",
     "check_float_option",
     "check_int_option",
@@ -130,6 +132,31 @@ Bandwidth = Annotated[
 Bool = Annotated[bool, BeforeValidator(strict_bool)]
 
 
+#: Deepest nesting of lists and objects in a free-form field (plan knobs).
+MAX_DEPTH = 32
+
+
+def check_depth(value: Any, field: str | None = None, limit: int = MAX_DEPTH) -> Any:
+    """Refuse lists and objects nested more than ``limit`` deep (iteratively: no recursion).
+
+    Raises :class:`SchedoptError` naming ``field``, or a ``ValueError`` without one (inside a
+    pydantic validator, which names the field itself).
+    """
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else (
+            node if isinstance(node, list | tuple) else ())
+        for child in children:
+            if isinstance(child, dict | list | tuple):
+                if depth + 1 > limit:
+                    if field is None:
+                        raise ValueError(f"nested more than {limit} deep")
+                    raise SchedoptError(f"nested more than {limit} deep", field, "...")
+                stack.append((child, depth + 1))
+    return value
+
+
 # ---------------------------------------------------------------------------- results
 def check_finite_result(value: float, field: str, cause: str, *, positive: bool = False) -> float:
     """Refuse a NaN or infinite result (and a zero one where ``positive``).
@@ -212,6 +239,7 @@ def check_knobs(policy: str, fn: Callable[..., Any], knobs: Mapping[str, Any]) -
         hints = {}
     for key, value in knobs.items():
         field = f"{policy}.{key}"
+        check_depth(value, field)
         _finite_numbers(value, field)
         hint = hints.get(key)
         if hint is None:

@@ -153,6 +153,9 @@ CASES: dict[str, Case] = {
     "plan-missing-stage": Case({T: TRACE, C: CLUSTER,
                                 "p.json": {**PLAN_OK, "stage_orders": {"3": [1, 0]}}},
                                ["simulate", T, C, "--plan", "p.json"], "stage_orders[3]"),
+    "plan-knobs-nested": Case({T: TRACE, C: CLUSTER, "p.json": {**PLAN_OK, "knobs": {
+        "k": json.loads("[" * 900 + "]" * 900)}}},
+        ["simulate", T, C, "--plan", "p.json", "--json"], "plan.knobs"),
     "plan-piece-true": Case({T: TRACE, C: CLUSTER, "p.json": {
         "policy": "x", "buckets": [["c.w"], ["a.b", "a.w#0", "a.w#1"]],
         "partition": {"a.w": [True, 3999999]}}},
@@ -182,6 +185,9 @@ CASES: dict[str, Case] = {
     "ddp-cap-list-nested": Case({T: TRACE, C: CLUSTER}, ["simulate", T, C, "-p",
                                 "ddp:bucket_cap_mb_list=" + "[" * 50_000 + "]" * 50_000],
                                 "nested too deeply"),
+    "ddp-cap-list-900-deep": Case({T: TRACE, C: CLUSTER}, ["simulate", T, C, "-p",
+                                  "ddp:bucket_cap_mb_list=" + "[" * 900 + "]" * 900],
+                                  "bucket_cap_mb_list"),
     "ddp-cap-5000-digits": Case({T: TRACE, C: CLUSTER}, ["simulate", T, C, "-p",
                                 "ddp:bucket_cap_mb=" + "9" * 5000], "bucket_cap_mb"),
     "ddp-prefetch-true": Case({T: TRACE, C: CLUSTER}, ["simulate", T, C, "-p",
