@@ -25,7 +25,7 @@ class SchedoptError(ValueError):
         self.value = value
         if field is not None:
             message = f"{field}: {message} (got {_short_repr(value)})"
-        super().__init__(message)
+        super().__init__(" ".join(message.split("\n")))  # one line, whatever the input held
 
 
 def _short_repr(value: Any, limit: int = 200) -> str:

@@ -64,7 +64,7 @@ def read_text(path: str | Path, what: str) -> str:
         raise SchedoptError(f"cannot read file: {exc.strerror or exc}", what,
                             _short(path)) from None
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark is tolerated
     except UnicodeDecodeError as exc:
         raise SchedoptError(
             f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})", what,

@@ -135,6 +135,8 @@ CASES: dict[str, Case] = {
                             ["scale", T, C, "--nodes", "1,2"], "zero"),
     "zero-time-optimize": Case({T: zero_time(TRACE), C: ONE_GPU}, ["optimize", T, C], "zero"),
     # ---- structure
+    "newline-in-name": Case({T: edit(zero_time(TRACE), "name", "two\nlines")}, ["info", T],
+                            "zero"),
     "duplicate-tensor-in-layer": Case(
         {T: edit(TRACE, "layers.0.tensors", [{"name": "a.w", "bytes": 8},
                                              {"name": "a.w", "bytes": 8}])},
