@@ -114,3 +114,39 @@ def test_any_value_in_a_knob(knob: tuple[str, str], value: Any) -> None:
         return  # a comma in text separates knobs: another input, tested elsewhere
     _check(["simulate", str(DATA / "tiny_trace.json"), str(DATA / "fitted_cluster.json"),
             "-p", spec, "--json"], f"{policy}.")
+
+
+number_text = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["nan", "inf", "1e308", "-0", "0x10", "", "1,5", "true"]),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.tuples(number_text, number_text), min_size=1, max_size=6),
+       ranks=st.sampled_from(["", "-3", "0", "1", "8", str(2**63)]))
+def test_any_numbers_in_a_comm_file(rows: list[tuple[str, str]], ranks: str) -> None:
+    """fit-comm on OSU rows of arbitrary numbers: a finite fit written as a cluster, or one
+    line naming the file (or the option)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "osu8.txt"
+        path.write_text("# OSU MPI Allreduce Latency Test\n"
+                        + "\n".join(f"{a} {b}" for a, b in rows) + "\n")
+        out_path = Path(tmp) / "c.json"
+        argv = ["fit-comm", str(path), "--json", "--out", str(out_path)]
+        if ranks:
+            argv += ["--ranks", ranks]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = run(argv)
+        if rc == 0:
+            data = json.loads(out.getvalue(), parse_constant=_refuse_constant)
+            assert math.isfinite(data["alpha_s"]) and math.isfinite(data["beta_s_per_byte"])
+            assert data["r2"] >= 0
+            assert json.loads(out_path.read_text())["allreduce"]["alpha_s"] == data["alpha_s"]
+            return
+        assert rc == 2 and out.getvalue() == "", err.getvalue()
+        lines = err.getvalue().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), err.getvalue()
+        assert not out_path.exists()
