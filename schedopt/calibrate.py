@@ -531,8 +531,11 @@ def calibrate(rows: list[Measurement], fit: list[str] | None = None, *, starts: 
 
 
 def write_calibrations(cals: list[Calibration], out_dir: str | Path) -> list[Path]:
-    """Write ``DIR/<cluster name>.json`` per calibration (a suffix ``-2`` ... on a clash)."""
-    from .files import write_json_atomic
+    """Write ``DIR/<cluster name>.json`` per calibration (a suffix ``-2`` ... on a clash).
+
+    All files are written or none (:func:`schedopt.files.output_files`).
+    """
+    from .files import output_files
 
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -545,11 +548,9 @@ def write_calibrations(cals: list[Calibration], out_dir: str | Path) -> list[Pat
             stem, k = f"{cal.name}-{k}", k + 1
         used.add(stem)
         paths.append(out / f"{stem}.json")
-    for cal, p in zip(cals, paths, strict=True):
-        try:
-            write_json_atomic(p, cal.document)
-        except OSError as exc:
-            raise SchedoptError(f"cannot write: {exc.strerror or exc}", "--out", str(p)) from None
+    with output_files({f"--out ({p.name})": p for p in paths}) as files:
+        for cal, p in zip(cals, paths, strict=True):
+            files.write_json(p, cal.document)
     return paths
 
 

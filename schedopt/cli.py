@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import errno
 import logging
+import math
+import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -17,12 +19,30 @@ from rich.table import Table
 from . import report
 from .cluster import Cluster
 from .errors import SchedoptError
-from .files import list_instances, load_cluster, load_plan, load_trace, write_json_atomic
+from .files import (
+    OutputFiles,
+    json_text,
+    list_instances,
+    load_cluster,
+    load_plan,
+    load_trace,
+    load_trace_or_cluster,
+    output_files,
+)
 from .plan import Plan, Schedule
 from .policies import POLICIES, make_plan
 from .report import split_policy_specs
 from .simulate import simulate
 from .trace import Trace
+from .validation import (
+    MAX_BYTES,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_SECONDS,
+    check_float_option,
+    check_int_option,
+    check_pieces,
+)
 
 app = typer.Typer(
     rich_markup_mode="rich",
@@ -64,6 +84,18 @@ def user_errors() -> Iterator[None]:
         _fail(str(exc))
 
 
+def parse_counts(text: str, option: str) -> list[int]:
+    """Parse comma-separated node counts (1 to MAX_NODES, at most 64 of them)."""
+    try:
+        counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SchedoptError("must be comma-separated integers", option, text) from None
+    if not counts or len(counts) > 64 or min(counts) < 1 or max(counts) > MAX_NODES:
+        raise SchedoptError(f"must be 1 to 64 integers between 1 and {MAX_NODES:,}", option,
+                            text)
+    return counts
+
+
 def load_pair(trace: str, cluster: str, nodes: int | None) -> tuple[Trace, Cluster]:
     """Load a trace and a cluster from names or paths."""
     tr, cl = load_trace(trace), load_cluster(cluster, nodes)
@@ -79,7 +111,11 @@ def load_with_plan(trace: str, cluster: str, nodes: int | None, policy: str | No
         raise SchedoptError("give exactly one of --policy and --plan", "options",
                             "both" if policy else "neither")
     tr, cl = load_pair(trace, cluster, nodes)
-    plan = load_plan(plan_file) if plan_file else make_plan(policy or "", tr, cl)
+    if plan_file is not None:
+        plan = load_plan(plan_file)
+        plan.check_stage_orders(cl)
+    else:
+        plan = make_plan(policy or "", tr, cl)
     return tr, cl, plan
 
 
@@ -98,8 +134,8 @@ def result_dict(plan: Plan, sched: Schedule, **extra: Any) -> dict[str, Any]:
 
 
 def print_json(data: Any) -> None:
-    """Print JSON to stdout."""
-    sys.stdout.write(json.dumps(data) + "\n")
+    """Print strict JSON to stdout (a NaN or infinite number is an error)."""
+    sys.stdout.write(json_text(data, indent=None))
 
 
 def _version(value: bool) -> None:
@@ -140,11 +176,13 @@ def simulate_cmd(
     """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
     with user_errors():
         _check_figure_path(gantt, "--gantt")
-        tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
-        record = gantt is not None or chrome_trace is not None
-        sched = simulate(tr, cl, plan, record=record)
-        log.info("simulated %s: %d iterations to the steady state", plan.policy, sched.iterations)
-        _write_visuals(tr, cl, plan, sched, gantt, chrome_trace)
+        with output_files({"--gantt": gantt, "--chrome-trace": chrome_trace}) as files:
+            tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
+            record = gantt is not None or chrome_trace is not None
+            sched = simulate(tr, cl, plan, record=record)
+            log.info("simulated %s: %d iterations to the steady state", plan.policy,
+                     sched.iterations)
+            _write_visuals(files, tr, cl, plan, sched, gantt, chrome_trace)
     if as_json:
         print_json(result_dict(plan, sched))
         return
@@ -168,27 +206,17 @@ def _check_figure_path(path: Path | None, option: str) -> None:
         raise SchedoptError(f"must end in {', '.join(_FIGURE_SUFFIXES)}", option, str(path))
 
 
-@contextmanager
-def _writing(path: Path, option: str) -> Iterator[None]:
-    """Turn a failure to write an output file into a one-line error."""
-    try:
-        yield
-    except OSError as exc:
-        raise SchedoptError(f"cannot write: {exc.strerror or exc}", option, str(path)) from None
-
-
-def _write_visuals(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule, gantt: Path | None,
-                   chrome_trace: Path | None) -> None:
+def _write_visuals(files: OutputFiles, tr: Trace, cl: Cluster, plan: Plan, sched: Schedule,
+                   gantt: Path | None, chrome_trace: Path | None) -> None:
     if gantt is not None:
         from .plotting import gantt_chart
 
-        with _writing(gantt, "--gantt"):
-            gantt_chart(sched, gantt, title=f"{tr.name} on {cl.name}: {plan.policy}")
+        with files.writing(gantt) as tmp:
+            gantt_chart(sched, tmp, title=f"{tr.name} on {cl.name}: {plan.policy}")
     if chrome_trace is not None:
         from .plotting import chrome_trace_events
 
-        with _writing(chrome_trace, "--chrome-trace"):
-            write_json_atomic(chrome_trace, chrome_trace_events(sched))
+        files.write_json(chrome_trace, chrome_trace_events(sched))
 
 
 def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> None:
@@ -236,7 +264,7 @@ def compare(
     ] = None,
 ) -> None:
     """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
-    with user_errors():
+    with user_errors(), output_files({"--plot": plot}) as files:
         _check_figure_path(plot, "--plot")
         tr, cl = load_pair(trace, cluster, nodes)
         rows = compare_rows(tr, cl, split_policy_specs(policies) or list(POLICIES))
@@ -244,8 +272,8 @@ def compare(
             from .plotting import breakdown_chart
 
             ordered = sorted(rows, key=lambda r: r["iteration_time_s"])
-            with _writing(plot, "--plot"):
-                breakdown_chart([(r["label"], r["breakdown"]) for r in ordered], plot,
+            with files.writing(plot) as tmp:
+                breakdown_chart([(r["label"], r["breakdown"]) for r in ordered], tmp,
                                 title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
     if as_json:
         print_json(rows)
@@ -274,14 +302,9 @@ def scale(
     as_json: JsonOpt = False,
 ) -> None:
     """Scaling curves: throughput of every policy as the cluster grows node by node."""
-    with user_errors():
+    with user_errors(), output_files({"--plot": plot}) as files:
         _check_figure_path(plot, "--plot")
-        try:
-            counts = [int(x) for x in nodes.split(",") if x.strip()]
-        except ValueError:
-            raise SchedoptError("must be comma-separated integers", "nodes", nodes) from None
-        if not counts or min(counts) < 1:
-            raise SchedoptError("must be positive integers", "nodes", nodes)
+        counts = parse_counts(nodes, "--nodes")
         tr = load_trace(trace)
         specs = split_policy_specs(policies) or list(POLICIES)
         out: list[dict[str, Any]] = []
@@ -299,8 +322,8 @@ def scale(
             series: dict[str, list[tuple[int, float]]] = {}
             for r in out:
                 series.setdefault(r["label"], []).append((r["gpus"], r["throughput_samples_s"]))
-            with _writing(plot, "--plot"):
-                scaling_chart(series, plot, title=f"{tr.name} on {cluster}")
+            with files.writing(plot) as tmp:
+                scaling_chart(series, tmp, title=f"{tr.name} on {cluster}")
     if as_json:
         print_json(out)
         return
@@ -324,14 +347,7 @@ def info(
 ) -> None:
     """Describe a trace or a cluster."""
     with user_errors():
-        obj: Trace | Cluster
-        try:
-            obj = load_trace(ref)
-        except SchedoptError as first:
-            try:
-                obj = load_cluster(ref)
-            except SchedoptError:
-                raise first from None
+        obj = load_trace_or_cluster(ref)
     if isinstance(obj, Trace):
         data: dict[str, Any] = {
             "kind": "trace", "name": obj.name, "batch_size": obj.batch_size,
@@ -430,7 +446,9 @@ def fit_comm(
     from .commfit import cluster_from_fit, fit_comm_cli, piecewise_summary
     from .loaders.comm import parse_comm_file
 
-    with user_errors():
+    with user_errors(), output_files({"--out": out}) as files:
+        check_int_option(ranks, "--ranks", 2, MAX_NODES * MAX_GPUS_PER_NODE)
+        check_int_option(min_bytes, "--min-bytes", 0, MAX_BYTES)
         samples = parse_comm_file(_shipped_sample(file))
         fit = fit_comm_cli(samples, min_bytes, segments, tolerance)
         n_ranks = ranks if ranks is not None else samples.ranks
@@ -442,7 +460,7 @@ def fit_comm(
                 fit, name=out.stem, ranks=n_ranks,
                 source=f"fitted by `schedopt fit-comm` to {file.name} ({samples.format})",
             )
-            write_json_atomic(out, cluster.model_dump(mode="json", exclude_none=True))
+            files.write_json(out, cluster.model_dump(mode="json", exclude_none=True))
     used = (samples.sizes >= (fit.min_bytes or 0)) & (samples.sizes <= (fit.max_bytes or 0))
     data = {
         "file": str(file), "format": samples.format, "ranks": n_ranks,
@@ -499,7 +517,12 @@ def emit_cmd(
     with user_errors():
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         emitted = emit(target, plan, tr, cl)
-        written = emitted.write(out) if out is not None else []
+        written: list[Path] = []
+        if out is not None:
+            with output_files({f"--out {name}": out / name for name in emitted.files}) as files:
+                for name, text in emitted.files.items():
+                    files.write_text(out / name, text)
+            written = [out / name for name in emitted.files]
     if as_json:
         print_json(emitted.model_dump(mode="json"))
         return
@@ -538,14 +561,20 @@ def profile_cmd(
     warmup: Annotated[int, typer.Option("--warmup", help="Discarded iterations.")] = 2,
 ) -> None:
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
-    from .integrations.torch import load_factory, profile_model, random_batch
+    from .integrations.torch import (
+        build_model,
+        check_profile_options,
+        profile_model,
+        random_batch,
+    )
 
-    with user_errors():
-        model = load_factory(factory)()
+    with user_errors(), output_files({"--out": out}) as files:
+        check_profile_options(name, batch_size, repeats, warmup)
+        model = build_model(factory)
         batch = random_batch(input_shape, input_dtype)
         tr = profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
                            repeats=repeats, warmup=warmup, device=device)
-        write_json_atomic(out, tr.model_dump(mode="json", exclude_none=True))
+        files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
 
@@ -570,7 +599,7 @@ def tune_cmd(
     """Best value of each framework's own knob, against its default and the optimized plan."""
     from .tune import FRAMEWORKS, tune_all
 
-    with user_errors():
+    with user_errors(), output_files({"--plot": plot}) as files:
         _check_figure_path(plot, "--plot")
         names = list(FRAMEWORKS) if framework == "all" else [
             f.strip() for f in framework.split(",") if f.strip()]
@@ -584,8 +613,8 @@ def tune_cmd(
         if plot is not None:
             from .plotting import tune_chart
 
-            with _writing(plot, "--plot"):
-                tune_chart(rows, plot, optimum_s=optimum["iteration_time_s"] if optimum else None,
+            with files.writing(plot) as tmp:
+                tune_chart(rows, tmp, optimum_s=optimum["iteration_time_s"] if optimum else None,
                            title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
     if as_json:
         print_json({"optimum": optimum, "frameworks": rows})
@@ -634,10 +663,17 @@ def optimize_cmd(
     from .errors import from_validation_error
     from .optimize import SolveOptions, solve
 
-    with user_errors():
+    with user_errors(), output_files({"--out": out}) as files:
+        check_float_option(time_limit, "--time-limit", -math.inf, MAX_SECONDS)  # (0 in options)
+        check_int_option(workers, "--workers", 1, 1024)
+        check_int_option(seed, "--seed", 0, 2**31 - 1)
+        check_int_option(partition, "--partition", 1, MAX_BYTES)
+        tr, cl = load_pair(trace, cluster, nodes)
+        if partition is not None:
+            check_pieces("pieces", sum(-(-t.bytes // partition) for t in tr.tensor_list),
+                         "--partition", partition)
         from .targets import target_options
 
-        tr, cl = load_pair(trace, cluster, nodes)
         cls = target_options(target, tr, cl, next_forward=next_forward, reorder=reorder,
                              partition=partition)
         next_forward, reorder, partition = (cls["next_forward"], cls["reorder"],
@@ -653,7 +689,7 @@ def optimize_cmd(
         log.info("solved: %s in %.2f s (%s)", res.status, res.solve_time_s, res.method)
         data = res.to_dict()
         if out is not None:
-            write_json_atomic(out, data)
+            files.write_json(out, data)
     if as_json:
         print_json(data)
         return
@@ -755,15 +791,15 @@ def validate_cmd(
     from .calibrate import validate
     from .measurements import read_measurements
 
-    with user_errors():
+    with user_errors(), output_files({"--plot": plot}) as files:
         _check_figure_path(plot, "--plot")
         report = validate(read_measurements(_shipped_sample(measurements), label=str(measurements)))
         if plot is not None:
             from .plotting.validation import validation_chart
 
-            with _writing(plot, "--plot"):
+            with files.writing(plot) as tmp:
                 validation_chart([(r["measured_s"], r["predicted_s"], r["policy_name"])
-                                  for r in report.rows], plot,
+                                  for r in report.rows], tmp,
                                  title=f"{measurements.name}: predicted vs measured")
     data = report.to_dict()
     if as_json:
@@ -787,4 +823,50 @@ def validate_cmd(
 
 def main() -> None:
     """Entry point of the ``schedopt`` console script."""
-    app(prog_name="schedopt")
+    sys.exit(run(sys.argv[1:]))
+
+
+def run(argv: list[str]) -> int:
+    """Run the command line on ``argv``; return the exit status.
+
+    Usage errors (unknown option, missing argument, a value of the wrong type) print one
+    ``error:`` line and return 2, as bad input does; a standard output that is closed or full
+    is an error too, reported on stderr.
+    """
+    from typer.exceptions import TyperException
+
+    if sys.stdout is None:
+        typer.echo("error: standard output is closed", err=True)
+        return 2
+    try:
+        rc = app(prog_name="schedopt", args=argv, standalone_mode=False)
+        sys.stdout.flush()
+    except TyperException as exc:
+        if isinstance(exc, typer.Exit):
+            return int(exc.exit_code)
+        if isinstance(exc, typer.Abort):
+            typer.echo("error: interrupted", err=True)
+            return 130
+        message = " ".join(str(exc.format_message()).split())
+        if message:  # an empty message: the help was shown (no arguments)
+            typer.echo(f"error: {message}", err=True)
+        return int(getattr(exc, "exit_code", 2))
+    except SchedoptError as exc:  # raised outside a command's `user_errors` (printing)
+        if _state["debug"]:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except OSError as exc:
+        if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EBADF, errno.EIO):
+            raise
+        _silence_stdout()
+        typer.echo(f"error: cannot write to standard output: {exc.strerror or exc}", err=True)
+        return 2
+    return rc if isinstance(rc, int) else 0
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not fail again."""
+    with suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())

@@ -13,9 +13,22 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import SchedoptError
 from .trace import SCHEMA_VERSION, fingerprint
+from .validation import (
+    MAX_BYTES,
+    MAX_COUNT,
+    MAX_GPUS_PER_NODE,
+    MAX_NODES,
+    MAX_SECONDS,
+    Bandwidth,
+    Bool,
+    Int,
+    Number,
+    Seconds,
+)
 
 __all__ = [
     "AllReduceFit",
@@ -37,8 +50,8 @@ class Link(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field("link", description="Link name (pcie3, nvlink2, 10gbe, ib-edr, ...).")
-    bandwidth_Bps: float = Field(gt=0.0, allow_inf_nan=False, description="Bytes per second.")
-    latency_s: float = Field(0.0, ge=0.0, allow_inf_nan=False, description="Latency per step.")
+    bandwidth_Bps: Bandwidth = Field(description="Bytes per second (1 to 1e15).")
+    latency_s: Seconds = Field(0.0, description="Latency per step.")
 
 
 class CostSegment(BaseModel):
@@ -47,9 +60,11 @@ class CostSegment(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    min_bytes: int = Field(ge=0, description="Smallest message size (bytes) of the segment.")
-    alpha_s: float = Field(allow_inf_nan=False, description="Intercept (s) of the segment's line.")
-    beta_s_per_byte: float = Field(ge=0.0, allow_inf_nan=False, description="Seconds per byte.")
+    min_bytes: Int = Field(ge=0, le=MAX_BYTES,
+                           description="Smallest message size (bytes) of the segment.")
+    alpha_s: Number = Field(ge=-MAX_SECONDS, le=MAX_SECONDS,
+                            description="Intercept (s) of the segment's line.")
+    beta_s_per_byte: Number = Field(ge=0.0, le=1.0, description="Seconds per byte.")
 
 
 class AllReduceFit(BaseModel):
@@ -59,11 +74,13 @@ class AllReduceFit(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    alpha_s: float = Field(ge=0.0, allow_inf_nan=False, description="Start-up time (s).")
-    beta_s_per_byte: float = Field(ge=0.0, allow_inf_nan=False, description="Seconds per byte.")
-    r2: float | None = Field(None, description="Coefficient of determination of the fit.")
-    min_bytes: int | None = Field(None, description="Smallest message size used in the fit.")
-    max_bytes: int | None = Field(None, description="Largest message size used in the fit.")
+    alpha_s: Seconds = Field(description="Start-up time (s).")
+    beta_s_per_byte: Number = Field(ge=0.0, le=1.0, description="Seconds per byte.")
+    r2: Number | None = Field(None, le=1.0, description="Coefficient of determination of the fit.")
+    min_bytes: Int | None = Field(None, ge=0, le=MAX_BYTES,
+                                  description="Smallest message size used in the fit.")
+    max_bytes: Int | None = Field(None, ge=0, le=MAX_BYTES,
+                                  description="Largest message size used in the fit.")
     segments: tuple[CostSegment, ...] | None = Field(
         default=None, description="Piecewise-linear cost (protocol switches): segments by "
         "increasing min_bytes, the first at 0; replaces alpha + beta n in the simulator.")
@@ -98,8 +115,8 @@ class PSConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    servers: int = Field(1, gt=0, description="Number of servers.")
-    colocated: bool = Field(True, description="Servers run on the worker nodes.")
+    servers: Int = Field(1, gt=0, le=MAX_COUNT, description="Number of servers.")
+    colocated: Bool = Field(True, description="Servers run on the worker nodes.")
 
 
 @dataclass(frozen=True)
@@ -172,25 +189,26 @@ class Cluster(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
+    schema_version: Int = Field(SCHEMA_VERSION, description="Format version (1).")
     name: str = Field(min_length=1, description="Cluster name.")
     source: str = Field("", description="Where the figures come from.")
-    nodes: int = Field(gt=0, description="Number of nodes.")
-    gpus_per_node: int = Field(gt=0, description="GPUs (ranks) per node.")
+    nodes: Int = Field(gt=0, le=MAX_NODES, description="Number of nodes.")
+    gpus_per_node: Int = Field(gt=0, le=MAX_GPUS_PER_NODE, description="GPUs (ranks) per node.")
     gpu: str = Field("", description="GPU model (informational).")
     intra_link: Link = Field(description="Link between GPUs of one node.")
     inter_link: Link | None = Field(None, description="Link between nodes (per NIC).")
-    nics_per_node: int = Field(1, gt=0, description="NICs per node used by the collective.")
+    nics_per_node: Int = Field(1, gt=0, le=MAX_COUNT,
+                               description="NICs per node used by the collective.")
     collective: Collective = Field("ring", description="Collective algorithm.")
     ps: PSConfig | None = Field(None, description="Parameter-server layout (collective ps).")
-    shared_pcie: bool = Field(False, description="h2d and intra-node traffic share PCIe.")
-    pipelined_hierarchical: bool = Field(False, description="Three-task hierarchical all-reduce.")
+    shared_pcie: Bool = Field(False, description="h2d and intra-node traffic share PCIe.")
+    pipelined_hierarchical: Bool = Field(False, description="Three-task hierarchical all-reduce.")
     allreduce: AllReduceFit | None = Field(None, description="Fitted alpha-beta (replaces model).")
-    overlap_slowdown: float = Field(
-        1.0, ge=1.0, allow_inf_nan=False,
+    overlap_slowdown: Number = Field(
+        1.0, ge=1.0, le=1e3,
         description="Compute runs at speed 1/s while communication runs (fluid; 1: no slowdown).")
-    collective_overhead_s: float = Field(
-        0.0, ge=0.0, allow_inf_nan=False,
+    collective_overhead_s: Seconds = Field(
+        0.0,
         description="Fixed time (s) added to every bucket's communication.")
 
     @model_validator(mode="after")
@@ -238,7 +256,7 @@ class Cluster(BaseModel):
         if data["nodes"] != self.nodes or data["gpus_per_node"] != self.gpus_per_node:
             data["allreduce"] = None
             data["name"] = f"{self.name}@{data['nodes']}x{data['gpus_per_node']}"
-        return Cluster.model_validate(data)
+        return _resized(data)
 
     def single_gpu(self) -> Cluster:
         """The one-GPU cluster used as the scaling-efficiency reference."""
@@ -396,7 +414,7 @@ class ClusterFamily(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
+    schema_version: Int = Field(SCHEMA_VERSION, description="Format version (1).")
     name: str = Field(min_length=1, description="Family name.")
     source: str = Field("", description="Where the figures come from.")
     base: Cluster = Field(description="The cluster at a reference size.")
@@ -405,12 +423,28 @@ class ClusterFamily(BaseModel):
     def at(self, nodes: int) -> Cluster:
         """The cluster of ``nodes`` nodes, with its fitted cost when one is known."""
         if nodes < 1:
-            from .errors import SchedoptError
-
             raise SchedoptError("must be a positive integer", "nodes", nodes)
         data = self.base.model_dump()
         data["nodes"] = nodes
         data["name"] = f"{self.name}-{nodes}n"
         fit = self.fits.get(nodes)
         data["allreduce"] = fit.model_dump() if fit is not None else None
+        return _resized(data)
+
+    @model_validator(mode="after")
+    def _check(self) -> ClusterFamily:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {self.schema_version}")
+        return self
+
+
+def _resized(data: dict) -> Cluster:
+    """Validate a cluster derived at another size; name the option that asked for it."""
+    try:
         return Cluster.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err.get("loc", ()))
+        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        raise SchedoptError(f"cannot derive this size of cluster {data['name']!r}: "
+                            f"{loc + ': ' if loc else ''}{msg}", "nodes", data["nodes"]) from None

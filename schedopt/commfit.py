@@ -15,9 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from .cluster import AllReduceFit, Cluster, CostSegment, Link
-from .errors import SchedoptError
+from .errors import SchedoptError, from_validation_error
 from .loaders.comm import OSU_MIN_BYTES, CommSamples
 
 __all__ = [
@@ -29,6 +30,26 @@ __all__ = [
     "relative_errors",
     "residual_rms",
 ]
+
+
+#: Smallest coefficient of determination a fit may have (below 0 the line explains the times
+#: worse than their mean does).
+MIN_R2 = 0.0
+
+
+def _link(bandwidth: float, latency: float) -> Link:
+    """The inter-node link derived from a fit (its figures checked like any link's)."""
+    try:
+        return Link(name="fitted", bandwidth_Bps=bandwidth, latency_s=latency)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "fitted link") from None
+
+
+def _cluster(data: dict[str, Any]) -> Cluster:
+    try:
+        return Cluster.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "fitted cluster") from None
 
 
 def default_min_bytes(samples: CommSamples) -> int:
@@ -87,13 +108,22 @@ def fit_alpha_beta(samples: CommSamples, min_bytes: int | None = None) -> AllRed
     ss_res = float(((y - pred) ** 2).sum())
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
-    return AllReduceFit(
-        alpha_s=float(alpha),
-        beta_s_per_byte=float(beta),
-        r2=r2,
-        min_bytes=int(x.min()),
-        max_bytes=int(x.max()),
-    )
+    where = samples.source or "data"
+    if r2 < MIN_R2:
+        raise SchedoptError(
+            f"the fit t = alpha + beta*n explains the times of {where} worse than their mean"
+            " (R^2 < 0): the times do not grow linearly with the size; check the file, its"
+            " units, or --min-bytes", "r2", round(r2, 4))
+    try:
+        return AllReduceFit(
+            alpha_s=float(alpha),
+            beta_s_per_byte=float(beta),
+            r2=r2,
+            min_bytes=int(x.min()),
+            max_bytes=int(x.max()),
+        )
+    except ValidationError as exc:
+        raise from_validation_error(exc, f"fit of {where}") from None
 
 
 def residual_rms(samples: CommSamples, fit: AllReduceFit) -> float:
@@ -167,22 +197,18 @@ def cluster_from_fit(
                 )
             data["nodes"] = ranks // g
         data.update(name=name, allreduce=fit.model_dump(), source=text)
-        return Cluster.model_validate(data)
+        return _cluster(data)
     if fit.beta_s_per_byte <= 0:
         raise SchedoptError("must be positive to derive a link (give a base cluster)",
                             "beta_s_per_byte", fit.beta_s_per_byte)
     p = ranks
-    inter = Link(
-        name="fitted",
-        bandwidth_Bps=2 * (p - 1) / p / fit.beta_s_per_byte,
-        latency_s=fit.alpha_s / (2 * (p - 1)),
-    )
+    inter = _link(2 * (p - 1) / p / fit.beta_s_per_byte, fit.alpha_s / (2 * (p - 1)))
     text += (
         f"; inter link derived from the fit by the ring formula: latency alpha/(2(p-1)) ="
         f" {inter.latency_s * 1e6:.2f} us, bandwidth 2(p-1)/p/beta ="
         f" {inter.bandwidth_Bps / 1e9:.3f} GB/s; one GPU per node"
     )
-    return Cluster.model_validate({
+    return _cluster({
         "name": name,
         "source": text,
         "nodes": p,
@@ -359,7 +385,9 @@ def relative_errors(samples: CommSamples, fit: AllReduceFit) -> np.ndarray:
 def fit_comm_cli(samples: CommSamples, min_bytes: int | None, segments: str,
                  tolerance: float) -> AllReduceFit:
     """The fit of ``schedopt fit-comm``: ``segments`` is ``auto`` or a number (``1``: the
-    single line of :func:`fit_alpha_beta`; ``auto`` keeps one line when one segment suffices).
+    single line of :func:`fit_alpha_beta`; ``auto`` keeps one line when one segment suffices or
+    when the curve, fitted on relative error, explains the times worse than their mean, the
+    floor :data:`MIN_R2` that every fit written must pass).
     """
     text = segments.strip().lower()
     if text == "auto":
@@ -377,8 +405,17 @@ def fit_comm_cli(samples: CommSamples, min_bytes: int | None, segments: str,
     if not (tolerance > 0 and np.isfinite(tolerance)):
         raise SchedoptError("must be a positive number", "--tolerance", tolerance)
     fit = fit_piecewise(samples, min_bytes, segments=count, tolerance=tolerance)
-    if count is None and fit.segments is not None and len(fit.segments) == 1:
+    worse_than_mean = fit.r2 is not None and fit.r2 < MIN_R2
+    if count is None and (worse_than_mean or (fit.segments is not None
+                                              and len(fit.segments) == 1)):
+        # auto: one line when it suffices, or when the curve (fitted on relative error)
+        # explains the times worse than their mean
         return fit_alpha_beta(samples, min_bytes)
+    if worse_than_mean:
+        raise SchedoptError(
+            f"the {count}-segment curve explains the times of {samples.source or 'data'} worse"
+            " than their mean (R^2 below the floor): try --segments auto or 1", "r2",
+            round(float(fit.r2 or 0.0), 4))
     return fit
 
 

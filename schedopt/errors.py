@@ -24,8 +24,16 @@ class SchedoptError(ValueError):
         self.field = field
         self.value = value
         if field is not None:
-            message = f"{field}: {message} (got {value!r})"
-        super().__init__(message)
+            message = f"{field}: {message} (got {_short_repr(value)})"
+        super().__init__(" ".join(message.split("\n")))  # one line, whatever the input held
+
+
+def _short_repr(value: Any, limit: int = 200) -> str:
+    """``repr(value)``, cut to ``limit`` characters (a hostile value stays one short line)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit // 2]}...({len(text):,} characters)"
 
 
 def from_validation_error(exc: Any, what: str) -> SchedoptError:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import SchedoptError
 from .trace import SCHEMA_VERSION, Trace
+from .validation import Bool, Int, check_depth, check_pieces, strict_int
 
 __all__ = ["Breakdown", "Members", "Plan", "Schedule", "interleave", "piece_name",
            "split_member"]
@@ -73,15 +74,17 @@ class Plan(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
-    policy: str = Field(description="Policy that produced the plan.")
-    knobs: dict[str, Any] = Field(default_factory=dict, description="Policy knobs used.")
+    schema_version: Int = Field(SCHEMA_VERSION, description="Format version (1).")
+    policy: str = Field(min_length=1, description="Policy that produced the plan.")
+    knobs: Annotated[dict[str, Any], AfterValidator(check_depth)] = (
+        Field(default_factory=dict, description="Policy knobs used."))
     buckets: list[list[str]] = Field(description="Bucket members in launch order.")
-    partition: dict[str, list[int]] = Field(default_factory=dict, description="Piece sizes.")
-    stage_orders: dict[int, list[int]] = Field(default_factory=dict, description="Stage orders.")
+    partition: dict[str, list[Int]] = Field(default_factory=dict, description="Piece sizes.")
+    stage_orders: dict[int, list[Int]] = Field(default_factory=dict, description="Stage orders.")
     next_forward: NextForward = Field("wait-for-all", description="Next-forward mode.")
-    overlap: bool = Field(True, description="Overlap communication with backward.")
-    prefetch: Literal[0, 1] = Field(0, description="I/O prefetch depth.")
+    overlap: Bool = Field(True, description="Overlap communication with backward.")
+    prefetch: Annotated[Literal[0, 1], BeforeValidator(strict_int)] = Field(
+        0, description="I/O prefetch depth.")
     collective: Literal["ring", "tree", "hierarchical", "ps"] | None = Field(
         None, description="Collective imposed by the policy."
     )
@@ -90,6 +93,11 @@ class Plan(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Plan:
+        if self.schema_version != SCHEMA_VERSION:
+            raise ValueError(f"unsupported schema_version {self.schema_version} (this version"
+                             f" reads {SCHEMA_VERSION})")
+        check_pieces("members", sum(len(b) for b in self.buckets), "plan.buckets",
+                     f"{len(self.buckets)} buckets")
         for k, b in enumerate(self.buckets):
             if not b:
                 raise SchedoptError("bucket is empty", f"plan.buckets[{k}]", b)
@@ -129,6 +137,15 @@ class Plan(BaseModel):
                 self.cluster_hash,
             )
         return self.members(trace)
+
+    def check_stage_orders(self, cluster: Any) -> None:
+        """Refuse stage orders for stages ``cluster`` does not have (for plans read from files;
+        a policy may order a stage that only some clusters have)."""
+        stages = len(cluster.comm_stages(self.collective))
+        for s in self.stage_orders:
+            if stages and not 0 <= s < stages:  # one rank: no stage, nothing to order
+                raise SchedoptError(f"no such communication stage (this cluster has {stages})",
+                                    f"plan.stage_orders[{s}]", self.stage_orders[s])
 
     def members(self, trace: Trace) -> Members:
         """Per member, in launch order: bucket, owning layer and bytes; checks coverage."""

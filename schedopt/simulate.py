@@ -17,6 +17,7 @@ import numpy as np
 from .cluster import Cluster, CommStage
 from .plan import Breakdown, Plan, Schedule
 from .trace import Trace
+from .validation import check_finite_result
 
 __all__ = ["Model", "advance", "chain_ends", "recost", "serve_in_sequence", "simulate",
            "simulate_model"]
@@ -202,7 +203,11 @@ def simulate(
     model = Model.build(trace, cluster, plan)
     sim = (_Simulator(model, record) if cluster.overlap_slowdown == 1.0
            else _SlowdownSimulator(model, record))
-    return sim.run(min_iterations, max(min_iterations, max_iterations))
+    sched = sim.run(min_iterations, max(min_iterations, max_iterations))
+    cause = f"trace {trace.name!r} on cluster {cluster.name!r} with plan {plan.policy!r}"
+    check_finite_result(sched.iteration_time_s, "iteration_time_s", cause)
+    check_finite_result(sched.first_iteration_s, "first_iteration_s", cause)
+    return sched
 
 
 class _Simulator:

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import math
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from .errors import SchedoptError
+from .validation import MAX_BATCH, MAX_BYTES, MAX_TOTAL_BYTES, Int
+from .validation import Seconds as Seconds
 
 __all__ = ["DTYPE_BYTES", "SCHEMA_VERSION", "Layer", "Tensor", "Trace", "fingerprint"]
 
@@ -35,7 +37,6 @@ DTYPE_BYTES: dict[str, int] = {
 }
 
 Dtype = Literal["float64", "float32", "float16", "bfloat16", "float8", "int64", "int32", "int8"]
-Seconds = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 
 
 def fingerprint(model: BaseModel) -> str:
@@ -64,9 +65,9 @@ class Tensor(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(min_length=1, description="Unique tensor name.")
-    bytes: int = Field(gt=0, description="Gradient size in bytes.")
+    bytes: Int = Field(gt=0, le=MAX_BYTES, description="Gradient size in bytes.")
     dtype: Dtype = Field("float32", description="Gradient dtype (default float32).")
-    rows: int | None = Field(
+    rows: Int | None = Field(
         default=None, gt=0, description="Leading dimension (shape[0]), if known."
     )
 
@@ -117,9 +118,9 @@ class Trace(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    schema_version: int = Field(SCHEMA_VERSION, description="Format version (1).")
+    schema_version: Int = Field(SCHEMA_VERSION, description="Format version (1).")
     name: str = Field(min_length=1, description="Instance name.")
-    batch_size: int = Field(gt=0, description="Per-GPU batch size.")
+    batch_size: Int = Field(gt=0, le=MAX_BATCH, description="Per-GPU batch size.")
     source: str = Field("", description="Where the numbers come from.")
     io_s: Seconds = Field(0.0, description="Read and decode one batch (CPU).")
     h2d_s: Seconds = Field(0.0, description="Copy one batch to the GPU (PCIe).")
@@ -134,9 +135,16 @@ class Trace(BaseModel):
         if self.schema_version != SCHEMA_VERSION:
             raise ValueError(f"unsupported schema_version {self.schema_version}")
         seen: dict[str, Tensor] = {}
+        total = 0
         for i, layer in enumerate(self.layers):
+            in_layer: set[str] = set()
             for j, t in enumerate(layer.tensors):
+                if t.name in in_layer:
+                    raise SchedoptError("tensor is listed twice in one layer",
+                                        f"layers[{i}].tensors[{j}].name", t.name)
+                in_layer.add(t.name)
                 other = seen.get(t.name)
+                total += t.bytes if other is None else 0
                 if other is not None and other != t:
                     raise SchedoptError(
                         f"tied tensor {t.name!r} differs from its first occurrence",
@@ -152,6 +160,9 @@ class Trace(BaseModel):
                     )
         if not seen:
             raise SchedoptError("the trace has no gradient tensors", "layers", len(self.layers))
+        if total > MAX_TOTAL_BYTES:
+            raise SchedoptError(f"the gradients total more than 2^53 bytes ({total:,})",
+                                "layers", len(self.layers))
         if self.grad_ready_order is not None:
             self._check_ready_order()
         return self

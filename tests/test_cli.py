@@ -190,7 +190,7 @@ def test_fit_comm_reads_the_shipped_sample(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     data = run_json("fit-comm", "osu_allreduce8.log")
     assert isinstance(data, dict)
-    assert (data["format"], data["ranks"], data["points"]) == ("osu", 8, 241)
+    assert (data["format"], data["ranks"], data["points"]) == ("osu", 8, 266)
     assert data["file"] == "osu_allreduce8.log"
 
 

@@ -18,6 +18,7 @@ Measurement (:func:`profile_model`)
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -33,12 +34,15 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "apply_plan",
+    "build_model",
+    "check_profile_options",
     "ddp_kwargs",
     "load_factory",
     "model_tensors",
     "profile_model",
     "random_batch",
     "rebuilt_buckets",
+    "resolve_device",
 ]
 
 log = logging.getLogger(__name__)
@@ -212,23 +216,31 @@ def profile_model(
         unsupported dtype, or no torch.
     """
     torch = _torch()
-    if repeats < 1 or warmup < 0:
-        raise SchedoptError("repeats must be >= 1 and warmup >= 0", "repeats",
-                            (repeats, warmup))
-    if device is not None:
-        model.to(device)
-        dev = torch.device(device)
-    else:
-        first = next(model.parameters(), None)
-        dev = first.device if first is not None else torch.device("cpu")
+    if not name:
+        raise SchedoptError("must not be empty", "name", name)
+    if not 1 <= repeats <= MAX_REPEATS or not 0 <= warmup <= MAX_REPEATS:
+        raise SchedoptError(f"repeats must be 1 to {MAX_REPEATS:,} and warmup 0 to "
+                            f"{MAX_REPEATS:,}", "repeats", (repeats, warmup))
+    dev = _place(model, device)
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
         raise SchedoptError("the model has no parameters that need gradients", "model",
                             type(model).__name__)
-    clock = _Clock(dev)
     loss_fn = loss_fn or _default_loss
     opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
     candidates = _layers(model)
+    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
+                    warmup + repeats, warmup)
+    return _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
+                        torch.__version__)
+
+
+def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates: list,
+             loss_fn: Callable[[Any], Any], opt: Any, iterations: int,
+             warmup: int) -> list[dict[str, Any]]:
+    """Run ``iterations`` training steps with timing hooks; the raw figures of those after
+    ``warmup``. A failure of the user's model becomes one line naming the input and device."""
+    clock = _Clock(dev)
     fwd_marks: list[tuple[int, Any]] = []
     grad_marks: list[tuple[int, Any]] = []
     handles = []
@@ -242,7 +254,7 @@ def profile_model(
     model.train()
     runs: list[dict[str, Any]] = []
     try:
-        for it in range(warmup + repeats):
+        for it in range(iterations):
             model.zero_grad(set_to_none=True)
             fwd_marks.clear()
             grad_marks.clear()
@@ -260,13 +272,43 @@ def profile_model(
             clock.sync()
             if it >= warmup:
                 runs.append(_segments(clock, (t0, t1, t2, t3, t4), fwd_marks, grad_marks))
+    except SchedoptError:
+        raise
+    except Exception as exc:  # the user's model fails on this input or device
+        raise SchedoptError(f"the model fails on this input on {dev} ({_one_line(exc)})",
+                            "input_shape", _shape_of(example_inputs)) from None
     finally:
         for h in handles:
             h.remove()
         model.zero_grad(set_to_none=True)
         model.train(was_training)
-    return _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
-                        torch.__version__)
+    return runs
+
+
+def _place(model: Any, device: Any) -> Any:
+    """Move ``model`` to ``device`` (None: where its parameters are) and return the device."""
+    if device is None:
+        first = next(model.parameters(), None)
+        return resolve_device(first.device if first is not None else "cpu")
+    dev = resolve_device(device)
+    try:
+        model.to(dev)
+    except Exception as exc:  # the user's module refuses the device
+        raise SchedoptError(f"cannot move the model there: {_one_line(exc)}", "device",
+                            str(device)) from None
+    return dev
+
+
+def _shape_of(inputs: Any) -> Any:
+    """Shapes of the example inputs, for error messages."""
+    shape = getattr(inputs, "shape", None)
+    if shape is not None:
+        return ",".join(str(d) for d in shape)
+    if isinstance(inputs, dict):
+        return {k: _shape_of(v) for k, v in inputs.items()}
+    if isinstance(inputs, list | tuple):
+        return [_shape_of(v) for v in inputs]
+    return type(inputs).__name__
 
 
 def _segments(clock: _Clock, marks: tuple, fwd: list, grads: list) -> dict[str, Any]:
@@ -521,8 +563,9 @@ def load_factory(spec: str) -> Callable[[], Any]:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SchedoptError(f"cannot import: {exc}", "factory", spec) from None
+    except Exception as exc:  # any failure inside the user's module is the user's input
+        raise SchedoptError(f"cannot import module {module_name!r}: {_one_line(exc)}",
+                            "factory", spec) from None
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
@@ -543,8 +586,81 @@ def random_batch(shape: str, dtype: str = "float32") -> Any:
     if not dims or any(d < 1 for d in dims):
         raise SchedoptError("write the shape as comma-separated positive integers",
                             "input_shape", shape)
-    if dtype == "int64":
-        return torch.randint(0, 100, dims)
-    if dtype != "float32":
+    if math.prod(dims) > MAX_INPUT_ELEMENTS:
+        raise SchedoptError(f"more than {MAX_INPUT_ELEMENTS:,} elements in one batch",
+                            "input_shape", shape)
+    if dtype not in ("float32", "int64"):
         raise SchedoptError("must be float32 or int64", "input_dtype", dtype)
-    return torch.randn(dims)
+    try:
+        return torch.randint(0, 100, dims) if dtype == "int64" else torch.randn(dims)
+    except (RuntimeError, MemoryError) as exc:
+        raise SchedoptError(f"cannot allocate the batch: {_one_line(exc)}", "input_shape",
+                            shape) from None
+
+
+#: Largest input batch ``profile`` builds (elements).
+MAX_INPUT_ELEMENTS = 2**31
+#: Largest number of measured or discarded iterations.
+MAX_REPEATS = 10_000
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters)."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    out = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return out if len(out) <= 300 else out[:297] + "..."
+
+
+def check_profile_options(name: str, batch_size: int | None, repeats: int, warmup: int) -> None:
+    """Check ``profile``'s options before any work (a name, a batch, bounded repeats)."""
+    from ..validation import MAX_BATCH
+
+    if not name.strip():
+        raise SchedoptError("must not be empty", "--name", name)
+    if batch_size is not None and not 1 <= batch_size <= MAX_BATCH:
+        raise SchedoptError(f"must be between 1 and {MAX_BATCH:,}", "--batch-size", batch_size)
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise SchedoptError(f"must be between 1 and {MAX_REPEATS:,}", "--repeats", repeats)
+    if not 0 <= warmup <= MAX_REPEATS:
+        raise SchedoptError(f"must be between 0 and {MAX_REPEATS:,}", "--warmup", warmup)
+
+
+def build_model(spec: str) -> Any:
+    """Import ``MODULE:FACTORY``, call the factory and check that it returned a module.
+
+    Raises
+    ------
+    SchedoptError
+        Naming the factory: it does not import, raises, or returns no ``torch.nn.Module``.
+    """
+    factory = load_factory(spec)
+    torch = _torch()
+    try:
+        model = factory()
+    except Exception as exc:  # the user's factory failed
+        raise SchedoptError(f"the factory raised {_one_line(exc)}", "factory", spec) from None
+    if not isinstance(model, torch.nn.Module):
+        raise SchedoptError(f"the factory returned {type(model).__name__}, not a "
+                            "torch.nn.Module", "factory", spec)
+    return model
+
+
+def resolve_device(device: Any) -> Any:
+    """A torch device the measurement can run on: a valid name, available, not ``meta``."""
+    torch = _torch()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise SchedoptError(f"not a device name ({_one_line(exc)})", "device",
+                            str(device)) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SchedoptError("CUDA is not available on this machine", "device", str(device))
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise SchedoptError(f"this machine has {torch.cuda.device_count()} CUDA devices",
+                                "device", str(device))
+    elif dev.type != "cpu":
+        raise SchedoptError("cannot time a model there (use cpu or cuda)", "device",
+                            str(device))
+    return dev

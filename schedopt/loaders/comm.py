@@ -16,14 +16,15 @@ Fitting a cost model to the samples is :mod:`schedopt.commfit`'s job.
 
 from __future__ import annotations
 
-import math
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import SchedoptError
+from ..validation import MAX_BYTES, MAX_SECONDS
 
 __all__ = [
     "OSU_MIN_BYTES",
@@ -40,6 +41,7 @@ OSU_MIN_BYTES = 65536
 
 _NUM = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 _RANK_LINE = re.compile(r"^#?\s*Rank\s+\d+\b.*\bdevice\b")
+_OSU_BANNER = re.compile(r"^#\s*OSU\b", re.IGNORECASE)
 _NCCL_MARKERS = ("out-of-place", "algbw", "busbw", "nThread", "nccl-tests")
 
 
@@ -88,7 +90,10 @@ def _is_num(token: str) -> bool:
 
 
 def _detect(lines: list[str]) -> str:
-    """``nccl-tests`` or ``osu`` (headers first, then the shape of the data rows)."""
+    """``nccl-tests`` or ``osu``: an OSU banner first (a comment may mention busbw), then the
+    nccl-tests headers, then the shape of the data rows."""
+    if any(_OSU_BANNER.search(line) for line in lines):
+        return "osu"
     for line in lines:
         if any(marker in line for marker in _NCCL_MARKERS):
             return "nccl-tests"
@@ -113,6 +118,8 @@ def _parse_osu(lines: list[str], where: str) -> tuple[list[int], list[float], in
         try:
             if len(tok) >= 4 and tok[1] == ",":  # N,size latency
                 n_ranks, size, latency = int(tok[0]), int(tok[2]), float(tok[3])
+                if n_ranks < 1:
+                    raise ValueError
                 ranks.add(n_ranks)
             else:
                 size, latency = int(tok[0]), float(tok[1])
@@ -120,8 +127,9 @@ def _parse_osu(lines: list[str], where: str) -> tuple[list[int], list[float], in
             raise SchedoptError(
                 "expected `size latency_us` or `ranks,size latency_us`", f"{where}:{lineno}", line
             ) from None
-        if size < 0 or not math.isfinite(latency) or latency < 0:
-            raise SchedoptError("negative or non-finite value", f"{where}:{lineno}", line)
+        if not 0 <= size <= MAX_BYTES or not 0 <= latency <= MAX_SECONDS * 1e6:
+            raise SchedoptError("size or time negative, not finite or too large",
+                                f"{where}:{lineno}", line)
         sizes.append(size)
         times.append(latency * 1e-6)
     if len(ranks) > 1:
@@ -170,8 +178,9 @@ def _parse_nccl(lines: list[str], where: str) -> tuple[list[int], list[float], i
                 f"{where}:{lineno}",
                 line,
             ) from None
-        if size < 0 or not math.isfinite(t_us) or t_us < 0:
-            raise SchedoptError("negative or non-finite value", f"{where}:{lineno}", line)
+        if not 0 <= size <= MAX_BYTES or not 0 <= t_us <= MAX_SECONDS * 1e6:
+            raise SchedoptError("size or time negative, not finite or too large",
+                                f"{where}:{lineno}", line)
         if size == 0:
             continue  # zero-byte rows time only the launch
         sizes.append(size)
@@ -234,6 +243,8 @@ def parse_comm_file(path: str | Path, *, fmt: str | None = None) -> CommSamples:
     """
     p = Path(path)
     try:
+        if not stat.S_ISREG(p.stat().st_mode):
+            raise SchedoptError("cannot read: not a regular file", "file", str(p))
         text = p.read_text(errors="replace")
     except OSError as exc:
         raise SchedoptError(f"cannot read file: {exc.strerror or exc}", "file", str(p)) from None

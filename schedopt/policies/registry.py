@@ -10,7 +10,8 @@ from typing import Any
 from ..cluster import Cluster
 from ..errors import SchedoptError
 from ..plan import Plan
-from ..trace import Trace
+from ..trace import DTYPE_BYTES, Trace
+from ..validation import check_knob_work, check_knobs, strict_int
 from .bytescheduler import bytescheduler
 from .caffe_mpi import caffe_mpi
 from .cntk import cntk
@@ -59,7 +60,9 @@ def policy_names() -> list[str]:
 def _parse_value(text: str) -> Any:
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except RecursionError:
+        raise SchedoptError("knob value nested too deeply", "policy", text[:40]) from None
+    except ValueError:  # not JSON (or an integer of more than 4,300 digits): text
         low = text.lower()
         if low in ("true", "false"):
             return low == "true"
@@ -118,12 +121,20 @@ def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
             raise SchedoptError(
                 f"unknown knob for {name} (knobs: {', '.join(allowed)})", f"{name}.knob", key
             )
-    if common["prefetch"] not in (0, 1):
+    try:
+        prefetch = strict_int(common["prefetch"])
+    except ValueError:
+        prefetch = None
+    if prefetch not in (0, 1):
         raise SchedoptError("must be 0 or 1", f"{name}.prefetch", common["prefetch"])
+    check_knobs(name, fn, {k: v for k, v in knobs.items() if k not in extra})
+    if name in ("horovod", "bytescheduler"):
+        check_knob_work(name, knobs, [(t.bytes, DTYPE_BYTES[t.dtype])
+                                      for t in trace.tensor_list])
     try:
         plan = fn(trace, cluster, **knobs)
     except (TypeError, ValueError) as exc:
         if isinstance(exc, SchedoptError):
             raise
         raise SchedoptError(str(exc), f"{name}.knobs", knobs) from exc
-    return plan.model_copy(update={"prefetch": common["prefetch"]})
+    return plan.model_copy(update={"prefetch": prefetch})
