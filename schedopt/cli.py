@@ -573,6 +573,11 @@ def optimize_cmd(
         typer.echo(f"wrote {out}")
 
 
+from .sweep.cli import app as _sweep_app  # noqa: E402  (sweep run / sweep report)
+
+app.add_typer(_sweep_app, name="sweep")
+
+
 def main() -> None:
     """Entry point of the ``schedopt`` console script."""
     app(prog_name="schedopt")

@@ -209,7 +209,8 @@ def expand_rows(spec: SweepSpec) -> list[Row]:
     rows: list[Row] = []
     seen: set[str] = set()
     for entry in spec.clusters:
-        for nodes in entry.nodes or [None]:
+        sizes: list[int | None] = list(entry.nodes) if entry.nodes else [None]
+        for nodes in sizes:
             cluster_fp = load_cluster(entry.cluster, nodes).fingerprint()
             for trace, trace_fp in trace_fps.items():
                 for pol in spec.policies:

@@ -34,6 +34,8 @@ COLUMNS: dict[str, str] = {
     "iteration_time_s": "REAL",
     "first_iteration_s": "REAL",
     "breakdown": "TEXT",
+    "comm_busy_s": "REAL",
+    "tail": "TEXT",
     "buckets": "INTEGER",
     "status": "TEXT",
     "objective_s": "REAL",
@@ -47,7 +49,7 @@ COLUMNS: dict[str, str] = {
     "error": "TEXT",
     "finished_at": "TEXT",
 }
-_JSON_COLUMNS = ("options", "breakdown")
+_JSON_COLUMNS = ("options", "breakdown", "tail")
 
 
 class Store:

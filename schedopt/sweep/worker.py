@@ -24,7 +24,7 @@ def _policy_fields(row: dict[str, Any], trace: Any, cluster: Any) -> dict[str, A
     from ..simulate import simulate
 
     plan = make_plan(row["policy"], trace, cluster)
-    sched = simulate(trace, cluster, plan)
+    sched = simulate(trace, cluster, plan, record=True)
     return {"plan": plan, "sched": sched}
 
 
@@ -33,7 +33,7 @@ def _optimize_fields(row: dict[str, Any], trace: Any, cluster: Any) -> dict[str,
     from ..simulate import simulate
 
     res = solve(trace, cluster, SolveOptions.model_validate(row["options"]))
-    sched = simulate(trace, cluster, res.plan)
+    sched = simulate(trace, cluster, res.plan, record=True)
     return {
         "plan": res.plan,
         "sched": sched,
@@ -44,6 +44,42 @@ def _optimize_fields(row: dict[str, Any], trace: Any, cluster: Any) -> dict[str,
         "solve_time_s": res.solve_time_s,
         "method": res.method,
     }
+
+
+def _tail(trace: Any, plan: Any, sched: Any) -> dict[str, Any] | None:
+    """The bucket whose communication is exposed longest after the last backward ends.
+
+    Looks at the last simulated iteration: ``exposed_s`` is the part of that bucket's
+    communication after the end of the backward; ``num_layers`` counts the layers its members
+    hold, ``heaviest_layer`` the one with the most gradient bytes. None when no communication
+    outlasts the backward.
+    """
+    from ..plan import split_member
+
+    last = sched.iterations - 1
+    bwd_end = max((end for key, (_, end) in sched.tasks.items()
+                   if key[0] == "bwd" and key[1] == last), default=None)
+    if bwd_end is None:
+        return None
+    best: tuple[float, int] | None = None
+    for key, (start, end) in sched.tasks.items():
+        if key[0] == "comm" and key[1] == last and end > bwd_end:
+            exposed = end - max(start, bwd_end)
+            if best is None or exposed > best[0]:
+                best = (exposed, key[2])
+    if best is None:
+        return None
+    layer_of: dict[str, int] = {}  # a tied weight belongs to its earliest layer
+    layer_bytes: dict[int, int] = {}
+    for i, la in enumerate(trace.layers):
+        layer_bytes[i] = sum(t.bytes for t in la.tensors)
+        for t in la.tensors:
+            layer_of.setdefault(t.name, i)
+    layers = {layer_of[split_member(m)[0]] for m in plan.buckets[best[1]]}
+    heaviest = max(sorted(layers), key=lambda i: layer_bytes[i])
+    return {"bucket": best[1], "exposed_s": best[0],
+            "bytes": int(plan.bucket_bytes(trace)[best[1]]), "num_layers": len(layers),
+            "heaviest_layer": trace.layers[heaviest].name}
 
 
 def _describe(row: dict[str, Any], cluster: Any | None) -> dict[str, Any]:
@@ -85,6 +121,8 @@ def run_row(row: dict[str, Any]) -> dict[str, Any]:
             iteration_time_s=_finite("iteration_time_s", sched.iteration_time_s),
             first_iteration_s=_finite("first_iteration_s", sched.first_iteration_s),
             breakdown=sched.breakdown.as_dict(),
+            comm_busy_s=sched.comm_busy_s,
+            tail=_tail(trace, plan, sched),
             buckets=plan.num_buckets,
         )
         got.setdefault("status", "SIMULATED")
