@@ -207,7 +207,7 @@ def _efficiency_plot(rows: list[dict[str, Any]], path: Path) -> Path:
     for e in eff:
         series[(e["trace"], e["bandwidth"])].append((e["world_size"], e["efficiency"]))
     for (trace, bw), pts in sorted(series.items()):
-        best = {}
+        best: dict[int, float] = {}
         for ws, v in pts:
             best[ws] = max(best.get(ws, 0.0), v)
         xs = sorted(best)
