@@ -101,10 +101,15 @@ def _run_ray(rows: list[Row], workers: int, address: str | None, on_record: OnRe
                             "--executor", "ray") from None
     started = not ray.is_initialized()
     if started:
-        if address:
-            ray.init(address=address, log_to_driver=False)
-        else:
-            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # Ray raises plain Exceptions (startup timeouts, bad address)
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise SchedoptError(f"cannot start Ray: {first}", "--ray-address",
+                                address or "local") from None
     try:
         task = ray.remote(run_row)
         refs = {task.options(num_cpus=row.cpus(), max_retries=0).remote(row.as_dict()): row
