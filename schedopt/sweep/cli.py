@@ -44,7 +44,8 @@ def run_cmd(
         str, typer.Option("--executor", help="local (process pool) or ray (one task per row).")
     ] = "local",
     workers: Annotated[
-        int, typer.Option("--workers", help="Rows at once (local) or CPUs of a local Ray.")
+        int, typer.Option("--workers", help="Rows at once (local) or CPUs of a local Ray; "
+                          "a solve takes its own `workers` CPUs.")
     ] = 2,
     ray_address: Annotated[
         str | None, typer.Option("--ray-address", help="Address of a running Ray cluster.")
