@@ -147,6 +147,28 @@ def test_concurrent_writers(tmp_path: Path) -> None:
     assert mode == "wal"
 
 
+def test_concurrent_sweeps_on_one_database(tmp_path: Path) -> None:
+    spec = write_spec(tmp_path / "s.json", {**SMALL, "optimize": []})  # 24 policy rows
+    db = tmp_path / "r.sqlite"
+    cmd = [sys.executable, "-m", "schedopt", "sweep", "run", str(spec), "--db", str(db),
+           "--workers", "1", "--no-progress"]
+    procs = [subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    with Store(db) as s:
+        assert s.integrity_ok()
+        rows = s.rows()
+    assert len(rows) == 24 and all(r["error"] is None for r in rows)
+
+
+def test_json_spec_needs_no_yaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "yaml", None)  # as if pyyaml were not installed
+    assert parse_spec_text(json.dumps(SMALL), "json").traces == SMALL["traces"]
+    with pytest.raises(SchedoptError, match="pyyaml"):
+        parse_spec_text("traces: [a]", "yaml")
+
+
 def test_put_writes_a_key_once(tmp_path: Path) -> None:
     with Store(tmp_path / "r.sqlite") as s:
         assert s.put({"key": "a", "iteration_time_s": 1.0})
@@ -198,7 +220,8 @@ def test_failed_row_is_stored_and_sweep_goes_on(tmp_path: Path) -> None:
         assert len(st.rows()) == 2
 
 
-def test_kill_and_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["crash", "ctrl-c"])
+def test_kill_and_resume(tmp_path: Path, sig: signal.Signals) -> None:
     # rows that take a few tenths of a second each, one at a time
     spec = write_spec(tmp_path / "slow.json", {
         "traces": ["vgg16-k80-b32"], "clusters": ["k80-4x4-10gbe"],
@@ -209,7 +232,7 @@ def test_kill_and_resume(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "schedopt", "sweep", "run", str(spec), "--db", str(db),
            "--workers", "1", "--no-progress"]
     proc = subprocess.Popen(cmd, env=env(), cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     stored = 0
     try:
         deadline = time.monotonic() + 120
@@ -224,8 +247,12 @@ def test_kill_and_resume(tmp_path: Path) -> None:
                     break
             time.sleep(0.05)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the sweep and its pool, mid-sweep
-        proc.wait(timeout=30)
+        os.killpg(proc.pid, sig)  # the sweep and its pool, mid-sweep
+        _, err = proc.communicate(timeout=60)
+    if sig == signal.SIGINT:  # one line, no traceback from the parent or its workers
+        assert proc.returncode == 130, err
+        assert err.strip().splitlines() == [
+            "interrupted: finished rows are stored; rerun to resume"], err
     with Store(db) as s:
         before = {r["key"]: r["finished_at"] for r in s.rows()}
     assert 2 <= len(before) < 12, f"stored {len(before)} rows before the kill"

@@ -9,6 +9,8 @@ flight, and a rerun runs exactly the rows that are missing.
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -75,9 +77,15 @@ def _failure(row: Row, exc: BaseException) -> dict[str, Any]:
             "error": (f"{type(exc).__name__}: {exc}".splitlines() or ["error"])[0]}
 
 
+def _quiet_interrupt() -> None:
+    """Pool worker set-up: on Ctrl-C leave at once and silently (the parent reports it)."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+
+
 def _run_local(rows: list[Row], workers: int, on_record: OnRecord) -> None:
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                             initializer=_quiet_interrupt) as pool:
         futures: dict[Future[dict[str, Any]], Row] = {
             pool.submit(run_row, row.as_dict()): row for row in rows
         }
