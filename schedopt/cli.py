@@ -821,6 +821,11 @@ def validate_cmd(
                f"{data['max_abs_error'] * 100:.2f}%")
 
 
+from .sweep.cli import app as _sweep_app  # noqa: E402  (sweep run / sweep report)
+
+app.add_typer(_sweep_app, name="sweep")
+
+
 def main() -> None:
     """Entry point of the ``schedopt`` console script."""
     sys.exit(run(sys.argv[1:]))
