@@ -42,7 +42,7 @@ SIZES = (500_000_000, 20_000_000, 1_000_000)
 
 
 def small_mixed() -> Trace:
-    """w0 float32, w1 float16, w2 float32 of 1000 elements (the stage-0 case of issue 19)."""
+    """w0 float32, w1 float16, w2 float32 of 1000 elements (the stage-0 case)."""
     return Trace.model_validate({"name": "small", "batch_size": 1, "layers": [
         {"name": f"L{i}", "forward_s": 0.0, "backward_s": 0.001,
          "tensors": [{"name": f"w{i}", "bytes": 1000 * (2 if i == 1 else 4),
@@ -218,7 +218,7 @@ def test_deepspeed_engine_splits_calls_at_partition_boundaries(
 
 
 def test_deepspeed_engine_cases_that_differed(engine_results: tuple) -> None:
-    """The issue's cases, as the engine formed them (expected buckets written out)."""
+    """The pinned cases, as the engine formed them (expected buckets written out)."""
     todo, results, _ = engine_results
     got = {(n, spec): r["buckets"] for (n, spec, _), r in zip(todo, results, strict=True)}
     # stage 0 ignores the configured size and reduces float32 before float16

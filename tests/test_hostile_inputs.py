@@ -1,4 +1,4 @@
-"""Hostile input, table-driven: every kind of bad input of issue 18 over every command.
+"""Hostile input, table-driven: every kind of bad input over every command.
 
 Each row builds its input files in a fresh folder and runs the command line in-process through
 :func:`schedopt.cli.run` (the entry point's own error plumbing). The promise checked for every
