@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from .plan import Plan, Schedule
 from .policies import POLICIES, make_plan
 from .simulate import simulate
 from .trace import Trace
+
+if TYPE_CHECKING:
+    from .optimize import SolveResult
 
 app = typer.Typer(
     rich_markup_mode="rich",
@@ -551,7 +554,15 @@ def optimize_cmd(
             write_json_atomic(out, data)
     if as_json:
         print_json(data)
-        return
+    else:
+        _print_optimized(res, tr, cl, next_forward, reorder, partition, out)
+    if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130
+        raise typer.Exit(130)
+
+
+def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, next_forward: str,
+                     reorder: bool, partition: int | None, out: Path | None) -> None:
+    """The table of ``optimize``: the optimized plan against every baseline, then the status."""
     table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {next_forward}"
                         f"{', reorder' if reorder else ''}"
                         f"{f', partition {partition} B' if partition else ''}")

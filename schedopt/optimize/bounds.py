@@ -28,10 +28,11 @@ __all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", 
 
 
 def constant_bound(inst: Instance) -> int:
-    """Bounds that do not depend on the plan (ticks)."""
+    """Bounds that do not depend on the plan (ticks); with several communication stages (whose
+    summed cost bounds nothing) only the compute and the data path."""
     c = inst.consts
     data = c["io"] + c["h2d"]
-    comm = inst.a + int(inst.p.sum()) if inst.stages else 0
+    comm = inst.a + int(inst.p.sum()) if len(inst.stages) == 1 else 0
     if not inst.per_layer:
         cyc = c["F"] + max(c["B"], comm) + c["U"]
         if inst.prefetch == 0:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from ortools.sat.python import cp_model
 from ..errors import SchedoptError
 from ..simulate import chain_ends
 from .constraints import Constraints
+from .control import Control
 from .instance import Instance, Segments
 from .objective import add_objective
 from .variables import ModelVariables, make_variables, shared_stage_pairs
@@ -292,7 +294,9 @@ class CommModel:
     # ---------------------------------------------------------------------------- solve
     def solve(self, *, time_limit_s: float, workers: int = 1, seed: int = 0,
               relative_gap: float = 0.0, extra: dict[str, Any] | None = None,
-              log_search: bool = False, stop_at: int | None = None) -> ModelSolution:
+              log_search: bool = False, stop_at: int | None = None,
+              control: Control | None = None,
+              on_improve: Callable[[Segments, int], None] | None = None) -> ModelSolution:
         """Run CP-SAT; return the best plan, the objective and the bound (ticks).
 
         Every incumbent is judged by the exact period (:meth:`Instance.evaluate`), whose
@@ -300,11 +304,14 @@ class CommModel:
         and the search stops as soon as one reaches ``stop_at`` (a proven bound: the plan is
         then optimal although CP-SAT's own objective is not yet down to it).
 
-        CP-SAT catches Ctrl-C itself (``catch_sigint_signal``) and returns its best solution, as
-        on a time limit; the result is then marked ``interrupted``.
+        With a ``control`` (:class:`~.control.Control`), Ctrl-C and the solve's deadline stop
+        the search, which returns its best solution as on a time limit; the result is then
+        marked ``interrupted`` (the caller stops searching too). ``on_improve``, when given, is
+        called in this thread with each better plan and its period (ticks), as found.
         """
         solver = cp_model.CpSolver()
         judge = _Judge(self, stop_at)
+        judge.on_improve = on_improve
         prm = solver.parameters
         prm.max_time_in_seconds = max(0.01, time_limit_s)
         prm.num_workers = workers
@@ -316,17 +323,17 @@ class CommModel:
         if prm.log_search_progress:
             prm.log_to_stdout = False
             solver.log_callback = lambda line: log.debug("cp-sat: %s", line)
-        status = solver.solve(self.m, judge)
+        if control is not None:
+            status = control.run_solver(solver, self.m, judge, poll=judge.poll)
+        else:
+            status = solver.solve(self.m, judge)
+        judge.poll()
         name = _STATUS.get(status, "UNKNOWN")
         if name == "MODEL_INVALID":
             raise SchedoptError(f"CP-SAT rejected the model: {self.m.validate()}",
                                 "optimize.model", self.inst.trace.name)
         bound = int(np.floor(solver.best_objective_bound + 1e-9)) if name != "INFEASIBLE" else 0
-        # a run that ends long before its limit without proof (and without a gap or
-        # deterministic limit) was interrupted
-        early = prm.max_time_in_seconds >= 1.0 and solver.wall_time < 0.5 * prm.max_time_in_seconds
-        interrupted = name in ("FEASIBLE", "UNKNOWN") and early and relative_gap == 0.0 and (
-            "max_deterministic_time" not in (extra or {})) and not judge.reached
+        interrupted = control is not None and control.halted
         if name not in ("OPTIMAL", "FEASIBLE"):
             return ModelSolution(name, None, None, bound, solver.wall_time, interrupted)
         segs = self.read_plan(solver)
@@ -353,15 +360,34 @@ class _Judge(cp_model.CpSolverSolutionCallback):
         super().__init__()
         self.model = model
         self.stop_at = stop_at
-        self.best_value = np.inf
-        self.segs: Segments | None = None
+        # (period, plan), replaced as one object: the waiting thread reads it meanwhile
+        self._best: tuple[float, Segments | None] = (np.inf, None)
         self.reached = False
+        self.on_improve: Callable[[Segments, int], None] | None = None
+        self._told = np.inf
+
+    @property
+    def best_value(self) -> float:
+        """Exact period of the best incumbent (ticks; inf before the first)."""
+        return self._best[0]
+
+    @property
+    def segs(self) -> Segments | None:
+        """The best incumbent's plan."""
+        return self._best[1]
+
+    def poll(self) -> None:
+        """Report a better plan to ``on_improve`` (called from the waiting thread)."""
+        best, segs = self._best
+        if self.on_improve is not None and segs is not None and best < self._told:
+            self._told = best
+            self.on_improve(segs, int(best))
 
     def on_solution_callback(self) -> None:
         segs = self.model.read_plan(self)
         value = self.model.inst.evaluate(segs).period
-        if value < self.best_value:
-            self.best_value, self.segs = value, segs
+        if value < self._best[0]:
+            self._best = (value, segs)
         if self.stop_at is not None and value <= self.stop_at:
             self.reached = True
             self.stop_search()
