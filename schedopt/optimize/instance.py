@@ -37,7 +37,7 @@ import numpy as np
 
 from ..cluster import Cluster, CommStage
 from ..errors import SchedoptError
-from ..plan import Plan, interleave, piece_name, split_member
+from ..plan import Plan, interleave, parse_member, piece_name
 from ..simulate import chain_ends, serve_in_sequence
 from ..trace import DTYPE_BYTES, Trace
 from .options import SolveOptions
@@ -497,9 +497,7 @@ class Instance:
         hits = np.zeros(n_base, dtype=np.int64)
         for k, bucket in enumerate(plan.buckets):
             for member in bucket:
-                name, piece = split_member(member) if "#" in member else (member, None)
-                if piece is not None and name not in plan.partition:
-                    name, piece = member, None
+                name, piece = parse_member(member, plan.partition)
                 t = pos.get(name)
                 if t is None:
                     return [], f"unknown tensor {name!r}"
