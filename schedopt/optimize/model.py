@@ -88,12 +88,8 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     period = int(inst.evaluate(segs).period)
     c = inst.consts
     link_free = None
-    if inst.pcie_coupled and inst.prefetch == 1:
-        # the least link_free the period allows; the chain then starts from it
-        data = c["io"] + c["h2d"]
-        c_max = int(ends.max())
-        base = c["B"] + data if inst.per_layer else max(c["B"], c_max) + c["U"] + data
-        link_free = max(base - period, c_max - period + c["h2d"])
+    if inst.terms.shared:  # the least link_free the period allows; the chain starts from it
+        link_free = inst.terms.link_free_hint(int(ends.max()), period)
         ends = np.rint(chain_ends(float(link_free), dur.astype(float), rel)).astype(np.int64)
     start = np.empty(n, dtype=np.int64)
     end = np.empty(n, dtype=np.int64)
@@ -113,33 +109,46 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     if several:
         out.update(_stage_values(inst, segs, *stage_times))
         done, last_ends = out["stage_end"][-1], stage_times[1][-1]
-    out["makespan"] = int(max(c["B"], last_ends.max()))
-    if inst.per_layer and c["U"] > 0:
-        upd = inst.upd_prefix
-        before = np.zeros(n + 1, dtype=np.int64)
-        for i in range(n):
-            before[i + 1] = upd[i] if cut[i] else before[i]
-        out["upd_before"] = before
-        fwd = inst.fwd_before.tolist()
-        us, ue, fs = {}, {}, {}
-        prev_layer, prev_fs = None, 0
-        for lay, (a_l, z_l) in inst.gate_runs:
-            window = c["B"] + fwd[lay] if prev_layer is None else prev_fs + fwd[lay] - fwd[
-                prev_layer]
-            t = window
-            ends_here = sorted((int(done[i]), i) for i in range(a_l, z_l + 1) if cut[i])
-            for e_i, i in ends_here:
-                s_i = max(t, e_i)
-                us[i] = s_i
-                t = s_i + int(upd[i] - before[i])
-                ue[i] = t
-            for i in range(a_l, z_l + 1):
-                if i not in us:  # absent interval: its constraints are not enforced
-                    us[i] = 0
-                    ue[i] = 0
-            fs[lay] = int(max(t, window + before[z_l + 1] - before[a_l]))
-            prev_layer, prev_fs = lay, fs[lay]
-        out["update_start"], out["update_end"], out["fwd_start"] = us, ue, fs
+    out["makespan"] = int(max(c.B, last_ends.max()))
+    if inst.per_layer and c.U > 0:
+        out.update(_update_values(inst, cut, done))
+    out.update(_front_values(inst, segs, cut, end))
+    return out
+
+
+def _update_values(inst: Instance, cut: np.ndarray, done: np.ndarray) -> dict[str, Any]:
+    """Values of the update-window variables (per-layer mode with an update step): the
+    updates run by gating layer, each bucket's once it is done and the window is free."""
+    n, c = inst.n, inst.consts
+    upd = inst.upd_prefix
+    before = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        before[i + 1] = upd[i] if cut[i] else before[i]
+    fwd = inst.fwd_before.tolist()
+    us, ue, fs = {}, {}, {}
+    prev_layer, prev_fs = None, 0
+    for lay, (a_l, z_l) in inst.gate_runs:
+        window = c.B + fwd[lay] if prev_layer is None else prev_fs + fwd[lay] - fwd[prev_layer]
+        t = window
+        ends_here = sorted((int(done[i]), i) for i in range(a_l, z_l + 1) if cut[i])
+        for e_i, i in ends_here:
+            s_i = max(t, e_i)
+            us[i] = s_i
+            t = s_i + int(upd[i] - before[i])
+            ue[i] = t
+        for i in range(a_l, z_l + 1):
+            if i not in us:  # absent interval: its constraints are not enforced
+                us[i] = 0
+                ue[i] = 0
+        fs[lay] = int(max(t, window + before[z_l + 1] - before[a_l]))
+        prev_layer, prev_fs = lay, fs[lay]
+    return {"upd_before": before, "update_start": us, "update_end": ue, "fwd_start": fs}
+
+
+def _front_values(inst: Instance, segs: Segments, cut: np.ndarray, end: np.ndarray
+                  ) -> dict[str, Any]:
+    """Values of the unimodal-order variables: the launch side of every unit and the fronts."""
+    n = inst.n
     peak = next((k for k, sg in enumerate(segs) if sg[1] == n - 1), len(segs) - 1)
     early = np.zeros(n, dtype=bool)
     for lo_k, hi_k in segs[: peak + 1]:
@@ -157,8 +166,7 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     need = np.zeros(n, dtype=np.int64)
     for i in range(n - 1, -1, -1):
         need[i] = lf[i + 1] if (i == n - 1 or cut[i]) else need[i + 1]
-    out.update({"early": early, "early_front": ef, "late_front": lf, "late_need": need})
-    return out
+    return {"early": early, "early_front": ef, "late_front": lf, "late_need": need}
 
 
 def _stage_values(inst: Instance, segs: Segments, st_start: np.ndarray,

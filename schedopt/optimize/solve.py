@@ -403,7 +403,7 @@ def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
             break
         if step.applies(search, inst):
             step.run(search, inst)
-    if search.opts.reorder and inst.per_layer and inst.consts["U"] > 0 and not best.solved:
+    if search.opts.reorder and inst.per_layer and inst.consts.U > 0 and not best.solved:
         search.notes.append("bound from relaxed update tails (the updates of same-layer "
                             "buckets launched after a bucket left out, and a late bucket's own "
                             "when a later-ready bucket of its layer is late too); plans judged "
@@ -490,7 +490,7 @@ def _passes(search: Search, inst: Instance) -> list[Pass]:
     """The CP-SAT passes: one model, or with relaxed update tails (reordering, per-layer, an
     update step) the unimodal model then the general one."""
     reorder = search.opts.reorder
-    if not (reorder and inst.per_layer and inst.consts["U"] > 0):
+    if not (reorder and inst.per_layer and inst.consts.U > 0):
         return [Pass("unimodal" if reorder else "fifo", True, Share(1.0), True)]
     if search.programme_done:
         return [Pass("unimodal", True, Share(0.5), False), Pass("any", True, Share(1.0), True)]

@@ -422,7 +422,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     if inst.n > MAX_UNITS or not inst.per_layer or not inst.stages:
         return None
     c = inst.consts
-    exact = c["U"] == 0 and c["io"] + c["h2d"] == 0 and not inst.pcie_coupled
+    exact = c.U == 0 and c.io + c.h2d == 0 and not inst.pcie_coupled
     segs: Segments = []
     found = None
     overflowed = [False, False]  # the exact / update-level tests have overflowed
