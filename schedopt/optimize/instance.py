@@ -95,7 +95,6 @@ class Instance:
     unit_start: np.ndarray
     layer: np.ndarray
     nbytes: np.ndarray
-    merged: bool
     tick: float
 
     # ----------------------------------------------------------------------------- sizes
@@ -108,11 +107,6 @@ class Instance:
     def per_layer(self) -> bool:
         """True in per-layer next-forward mode."""
         return self.mode == "per-layer"
-
-    @property
-    def single_stage(self) -> bool:
-        """True when a bucket's communication is one task (the model's class)."""
-        return len(self.stages) == 1
 
     @cached_property
     def layer_first_unit(self) -> np.ndarray:
@@ -374,7 +368,7 @@ class Instance:
             base_tensor=self.base_tensor, base_offset=self.base_offset,
             base_bytes=self.base_bytes, unit_start=unit_start,
             layer=self.trace.ready_layer[self.base_tensor[last]],
-            nbytes=np.add.reduceat(self.base_bytes, unit_start[:-1]), merged=True,
+            nbytes=np.add.reduceat(self.base_bytes, unit_start[:-1]),
             tick=self.tick,
         )
         return inst
@@ -581,7 +575,7 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
         trace=trace, cluster=cluster, mode=opts.next_forward, prefetch=opts.prefetch,
         stages=stages, alpha=alpha, beta=beta, tensors=tensors, base_tensor=base_tensor,
         base_offset=base_offset, base_bytes=base_bytes, unit_start=unit_start, layer=layer,
-        nbytes=nbytes, merged=merge, tick=1.0,
+        nbytes=nbytes, tick=1.0,
     )
     # rounding errors of half a tick per piece, release and forward sum, one tick per bucket
     # start-up (see ``Instance.a``) and per update share
