@@ -185,3 +185,29 @@ def test_time_limit_during_the_baselines_keeps_those_done(monkeypatch: pytest.Mo
     assert 1 <= len(res.baselines) < 11
     assert any("baselines stopped" in note for note in res.notes)
     check_stopped(trace, cluster, res)
+
+
+def test_solve_outside_the_main_thread_needs_no_signals(tiny_trace: Trace) -> None:
+    """Signal handlers can only be installed in the main thread: elsewhere the deadline is
+    kept between steps, and the result is the same as in the main thread."""
+    import threading
+
+    cluster = load_cluster("k80-4x4-10gbe")
+    opts = SolveOptions(time_limit_s=2.0, **PER_LAYER)
+    out: dict[str, SolveResult] = {}
+    worker = threading.Thread(target=lambda: out.update(res=solve(tiny_trace, cluster, opts)))
+    worker.start()
+    worker.join(30)
+    assert "res" in out and not out["res"].interrupted
+    check_stopped(tiny_trace, cluster, out["res"])
+    here = solve(tiny_trace, cluster, opts)
+    assert here.iteration_time_s == out["res"].iteration_time_s
+
+
+def test_budget_shares_take_their_fraction_of_the_time_left() -> None:
+    budget = solve_mod.Budget(10.0)
+    share = solve_mod.Share(0.1, 2.0)
+    now = time.perf_counter()
+    assert budget.until(share) - now == pytest.approx(min(2.0, 0.1 * budget.left()), abs=0.05)
+    assert budget.of_limit(solve_mod.BASELINES) == pytest.approx(budget.t0 + 5.0)
+    assert budget.until(solve_mod.Share(1.0)) <= budget.deadline

@@ -13,7 +13,8 @@ main thread it installs a SIGINT handler and a real-time timer (``SIGALRM``) at 
 
 A second Ctrl-C raises :class:`KeyboardInterrupt` at once. Interruption is thus known from the
 signal itself (:attr:`Control.interrupted`), never guessed from wall time. Outside the main
-thread no handler can be installed: the deadline is then checked between steps only.
+thread (or without SIGALRM) no handler is installed: the deadline is then checked between
+steps, and each step keeps its own share.
 """
 
 from __future__ import annotations
@@ -79,7 +80,8 @@ class Control:
 
     # ------------------------------------------------------------------ the context
     def __enter__(self) -> Control:
-        if threading.current_thread() is threading.main_thread():
+        # a timer needs SIGALRM (not on Windows): without it, the deadline is cooperative
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "SIGALRM"):
             self._old = {signal.SIGINT: signal.signal(signal.SIGINT, self._on_sigint),
                          signal.SIGALRM: signal.signal(signal.SIGALRM, self._on_alarm)}
             self._installed = True
