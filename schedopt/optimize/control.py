@@ -9,7 +9,9 @@ main thread it installs a SIGINT handler and a real-time timer (``SIGALRM``) at 
 * elsewhere (the baselines, the programmes, the bounds) the handler raises :class:`Halt`, which
   the portfolio catches: the step is abandoned and the best plan known so far is returned;
 * inside :meth:`Control.shield` (the few lines that record a new best plan) the signal is
-  only recorded, and :class:`Halt` is raised when the shield ends.
+  only recorded, and :class:`Halt` is raised when the shield ends;
+* once stopped, the timer repeats the stop every :data:`REPEAT_S` seconds, in case Python
+  swallowed it (an exception raised inside a garbage-collector callback or a finaliser).
 
 A second Ctrl-C raises :class:`KeyboardInterrupt` at once. Interruption is thus known from the
 signal itself (:attr:`Control.interrupted`), never guessed from wall time. Outside the main
@@ -30,6 +32,10 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 __all__ = ["Control", "Halt", "StepTimeout"]
+
+
+#: Once stopped, the stop is repeated this often (s) until the search has heard it.
+REPEAT_S = 0.1
 
 
 class Halt(BaseException):
@@ -60,6 +66,9 @@ class Control:
         self._solver: cp_model.CpSolver | None = None
         self._installed = False
         self._old: dict[int, Any] = {}
+        #: :class:`Halt` is raised only while this is set (the search); afterwards a stop is
+        #: only recorded, so that the result is always built.
+        self.searching = False
         #: Called about ten times a second while CP-SAT runs (in the waiting thread).
         self.heartbeat: Callable[[], None] | None = None
 
@@ -75,7 +84,7 @@ class Control:
 
     def check(self) -> None:
         """Raise :class:`Halt` when the search must stop (cooperative loops call this)."""
-        if self.halted and not self._shield:
+        if self.halted and not self._shield and self.searching:
             raise Halt
 
     # ------------------------------------------------------------------ the context
@@ -98,27 +107,34 @@ class Control:
     def _arm(self, at: float) -> None:
         self._armed = at
         if self._installed:
-            signal.setitimer(signal.ITIMER_REAL, max(1e-3, at - time.perf_counter()))
+            # once stopped, the timer repeats the stop until it is heard (an exception raised
+            # in a garbage-collector callback or a finaliser is swallowed by Python)
+            stopped = self.interrupted or self._fired
+            delay = REPEAT_S if stopped else max(1e-3, at - time.perf_counter())
+            signal.setitimer(signal.ITIMER_REAL, delay)
 
     # -------------------------------------------------------------------- handlers
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         if self.interrupted:  # the second Ctrl-C: leave now
             raise KeyboardInterrupt
         self.interrupted = True
+        self._arm(self._armed)
         self._stop()
 
     def _on_alarm(self, signum: int, frame: FrameType | None) -> None:
-        if time.perf_counter() >= self.deadline - 1e-3:
-            self._fired = True
+        if self.interrupted or time.perf_counter() >= self.deadline - 1e-3:
+            self._fired = self._fired or not self.interrupted
+            self._arm(self._armed)
             self._stop()
-        elif (self._solver is None and not self._shield
+        elif (self.searching and self._solver is None and not self._shield
               and time.perf_counter() >= self._armed - 1e-3):  # not a late, stale alarm
+            signal.setitimer(signal.ITIMER_REAL, REPEAT_S)  # again, until heard
             raise StepTimeout
 
     def _stop(self) -> None:
         if self._solver is not None:
             self._solver.stop_search()
-        elif self._shield:
+        elif self._shield or not self.searching:
             self._pending = True
         else:
             raise Halt
@@ -133,7 +149,7 @@ class Control:
             yield
         finally:
             self._shield -= 1
-        if not final and not self._shield and self._pending:
+        if not final and not self._shield and self._pending and self.searching:
             self._pending = False
             raise Halt
 

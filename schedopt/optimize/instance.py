@@ -23,7 +23,7 @@ from ..cluster import Cluster, CommStage
 from ..errors import SchedoptError
 from ..plan import Plan, interleave, parse_member, piece_name
 from ..simulate import chain_ends, serve_in_sequence
-from ..trace import DTYPE_BYTES, Trace
+from ..trace import DTYPE_BYTES, Tensor, Trace
 from .options import SolveOptions
 from .period import BucketTimes, Consts, PeriodTerms, period_terms
 
@@ -489,12 +489,23 @@ class Instance:
         return all(segs[k][0] > segs[k - 1][1] for k in range(1, len(segs)))
 
 
-def _pieces(nbytes: int, unit: int) -> list[int]:
-    """Cut ``nbytes`` into pieces of ``unit`` bytes, the last taking the rest."""
-    if nbytes <= unit:
-        return [nbytes]
-    full, rest = divmod(nbytes, unit)
-    return [unit] * full + ([rest] if rest else [])
+def _base_pieces(order: list[Tensor], partition_bytes: int | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The finest pieces of the tensors ``order`` (ready order): every tensor cut into pieces of
+    ``partition_bytes`` rounded down to whole elements (at least one), the last taking the
+    rest; whole tensors without ``partition_bytes``. Returns the owning tensor (index into
+    ``order``), the byte offset in it and the bytes of every piece (arrays, no Python loop over
+    pieces)."""
+    nbytes = np.array([t.bytes for t in order], dtype=np.int64)
+    if partition_bytes is None:
+        return np.arange(len(order), dtype=np.int64), np.zeros(len(order), np.int64), nbytes
+    item = np.array([DTYPE_BYTES[t.dtype] for t in order], dtype=np.int64)
+    unit = np.maximum(item, partition_bytes // item * item)
+    count = -(-nbytes // unit)
+    tensor = np.repeat(np.arange(len(order), dtype=np.int64), count)
+    first = np.r_[0, np.cumsum(count)[:-1]]
+    offset = (np.arange(len(tensor), dtype=np.int64) - first[tensor]) * unit[tensor]
+    return tensor, offset, np.minimum(unit[tensor], nbytes[tensor] - offset)
 
 
 def one_chain(stages: tuple[CommStage, ...]) -> tuple[CommStage, ...]:
@@ -546,23 +557,8 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
     order = trace.ready_order
     tensors = [t.name for t in order]
     owner = trace.ready_layer
-    b_t, b_off, b_bytes = [], [], []
-    for i, t in enumerate(order):
-        if opts.partition_bytes is not None and not merge:
-            size = DTYPE_BYTES[t.dtype]
-            unit = max(size, opts.partition_bytes // size * size)
-            sizes = _pieces(t.bytes, unit)
-        else:
-            sizes = [t.bytes]
-        off = 0
-        for s in sizes:
-            b_t.append(i)
-            b_off.append(off)
-            b_bytes.append(s)
-            off += s
-    base_tensor = np.array(b_t, dtype=np.int64)
-    base_offset = np.array(b_off, dtype=np.int64)
-    base_bytes = np.array(b_bytes, dtype=np.int64)
+    base_tensor, base_offset, base_bytes = _base_pieces(
+        order, None if merge else opts.partition_bytes)
     base_layer = owner[base_tensor]
     if merge:
         unit_start = np.r_[np.flatnonzero(np.r_[True, base_layer[1:] != base_layer[:-1]]),

@@ -266,9 +266,10 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
         search = Search(trace, cluster, opts, budget, control, progress)
         control.heartbeat = search.heartbeat
         try:
-            _prepare(search)
-            _dispatch(search)
-        except Halt:
+            _search(search)
+        except Halt:  # a stop that came as the search ended
+            control.searching = False
+        if control.halted:
             log.warning("%s: returning the best plan known so far",
                         "interrupted" if control.interrupted else "time limit reached")
         with control.shield(final=True):
@@ -277,6 +278,19 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
             if control.interrupted:
                 search.notes.append("interrupted: the best plan found so far")
             return _result(search)
+
+
+def _search(search: Search) -> None:
+    """Prepare and run the method of the instance's class until done or stopped."""
+    control = search.control
+    try:
+        control.searching = True
+        _prepare(search)
+        _dispatch(search)
+    except Halt:
+        pass
+    finally:
+        control.searching = False
 
 
 def _prepare(search: Search) -> None:
