@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -31,7 +31,7 @@ from .files import (
 )
 from .plan import Plan, Schedule
 from .policies import POLICIES, make_plan
-from .report import split_policy_specs
+from .report import SolveProgress, split_policy_specs
 from .simulate import simulate
 from .trace import Trace
 from .validation import (
@@ -43,6 +43,9 @@ from .validation import (
     check_int_option,
     check_pieces,
 )
+
+if TYPE_CHECKING:
+    from .optimize import SolveResult
 
 app = typer.Typer(
     rich_markup_mode="rich",
@@ -685,14 +688,24 @@ def optimize_cmd(
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
         log.info("solving %s on %s: %s", tr.name, cl.name, cls)
-        res = solve(tr, cl, opts)
+        with SolveProgress(enabled=not as_json and sys.stderr.isatty()) as progress:
+            res = solve(tr, cl, opts, progress=progress)
         log.info("solved: %s in %.2f s (%s)", res.status, res.solve_time_s, res.method)
         data = res.to_dict()
         if out is not None:
             files.write_json(out, data)
     if as_json:
         print_json(data)
-        return
+    else:
+        _print_optimized(res, tr, cl, cls, out)
+    if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130
+        raise typer.Exit(130)
+
+
+def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, cls: dict[str, Any],
+                     out: Path | None) -> None:
+    """The table of ``optimize``: the optimized plan against every baseline, then the status."""
+    next_forward, reorder, partition = cls["next_forward"], cls["reorder"], cls["partition_bytes"]
     table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {next_forward}"
                         f"{', reorder' if reorder else ''}"
                         f"{f', partition {partition} B' if partition else ''}")

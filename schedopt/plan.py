@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import SchedoptError
-from .trace import SCHEMA_VERSION, Trace
+from .trace import PIECE_SEPARATOR, SCHEMA_VERSION, Trace
 from .validation import Bool, Int, check_depth, check_pieces, strict_int
 
-__all__ = ["Breakdown", "Members", "Plan", "Schedule", "interleave", "piece_name",
-           "split_member"]
+__all__ = ["Breakdown", "Member", "Members", "Plan", "Schedule", "interleave", "parse_member",
+           "piece_name", "split_member"]
 
 NextForward = Literal["wait-for-all", "per-layer"]
 
@@ -31,17 +32,31 @@ def interleave(orders: list[list[int]]) -> list[tuple[int, int]]:
     return sorted(key, key=lambda sk: (key[sk], sk[0]))
 
 
+class Member(NamedTuple):
+    """A bucket member: a whole tensor (``piece`` None) or piece ``piece`` of a tensor."""
+
+    tensor: str
+    piece: int | None
+
+
 def piece_name(tensor: str, index: int) -> str:
     """Name of piece ``index`` of a partitioned tensor (``name#index``)."""
-    return f"{tensor}#{index}"
+    return f"{tensor}{PIECE_SEPARATOR}{index}"
+
+
+def parse_member(member: str, partition: Mapping[str, Any] | None = None) -> Member:
+    """The one parser of bucket members: ``name#i`` is piece ``i`` of tensor ``name``, anything
+    else a whole tensor. With ``partition``, only tensors it lists have pieces."""
+    head, sep, tail = member.rpartition(PIECE_SEPARATOR)
+    if sep and tail.isdigit() and (partition is None or head in partition):
+        return Member(head, int(tail))
+    return Member(member, None)
 
 
 def split_member(member: str) -> tuple[str, int | None]:
-    """Split a bucket member into ``(tensor, piece index or None)``."""
-    head, sep, tail = member.rpartition("#")
-    if sep and tail.isdigit():
-        return head, int(tail)
-    return member, None
+    """Split a bucket member into ``(tensor, piece index or None)`` (:func:`parse_member`)."""
+    tensor, piece = parse_member(member)
+    return tensor, piece
 
 
 class Plan(BaseModel):
@@ -169,7 +184,7 @@ class Plan(BaseModel):
         i = 0
         for k, bucket in enumerate(self.buckets):
             for member in bucket:
-                tensor, piece = split_member(member) if "#" in member else (member, None)
+                tensor, piece = parse_member(member)
                 sizes = self.partition.get(tensor)
                 if tensor not in size:
                     raise SchedoptError("unknown tensor", f"plan.buckets[{k}]", member)

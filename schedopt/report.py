@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import TracebackType
 from typing import Any
 
 from rich import box
+from rich.console import Console
+from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 __all__ = [
+    "SolveProgress",
     "compare_hint",
     "compare_table",
     "fmt_bytes",
@@ -259,3 +264,55 @@ def quiet_flag_metavars() -> None:
 
     display_type_rich._schedopt = True  # type: ignore[attr-defined]
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+class SolveProgress:
+    """Progress of a solve on stderr: elapsed time, best plan, bound and gap.
+
+    A callable for :func:`schedopt.optimize.solve`'s ``progress`` hook and a context manager.
+    Nothing is shown for solves shorter than ``after_s`` seconds, nor when ``enabled`` is false
+    (``--json``, or stderr not a terminal); the line is removed when the solve ends.
+
+    Parameters
+    ----------
+    enabled
+        Whether to show anything.
+    after_s
+        Seconds of solving before the line appears.
+    """
+
+    def __init__(self, enabled: bool, after_s: float = 2.0) -> None:
+        self.enabled = enabled
+        self.after_s = after_s
+        self._live: Live | None = None
+
+    def __call__(self, elapsed_s: float, best_s: float | None, bound_s: float | None) -> None:
+        if not self.enabled or elapsed_s < self.after_s:
+            return
+        line = self.line(elapsed_s, best_s, bound_s)
+        if self._live is None:
+            self._live = Live(line, console=Console(stderr=True), transient=True,
+                              auto_refresh=False)
+            self._live.start()
+        self._live.update(line, refresh=True)
+
+    @staticmethod
+    def line(elapsed_s: float, best_s: float | None, bound_s: float | None) -> Text:
+        """The progress line: ``solving 12.3 s  best 185.642 ms  bound 185.600 ms  gap 0.02%``."""
+        parts = [f"solving {elapsed_s:.1f} s"]
+        if best_s is not None:
+            parts.append(f"best {best_s * 1e3:.3f} ms")
+        if bound_s is not None:
+            parts.append(f"bound {bound_s * 1e3:.3f} ms")
+        if best_s and bound_s is not None:
+            parts.append(f"gap {fmt_gap(max(0.0, 1.0 - bound_s / best_s))}")
+        return Text("  ".join(parts))
+
+    def __enter__(self) -> SolveProgress:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

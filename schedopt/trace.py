@@ -39,6 +39,10 @@ DTYPE_BYTES: dict[str, int] = {
 Dtype = Literal["float64", "float32", "float16", "bfloat16", "float8", "int64", "int32", "int8"]
 
 
+#: Separates a tensor name from a piece index in plan members (``name#i``); refused in names.
+PIECE_SEPARATOR = "#"
+
+
 def fingerprint(model: BaseModel) -> str:
     """Return a short, stable hash of a model's content (16 hex digits)."""
     return hashlib.sha256(model.model_dump_json().encode()).hexdigest()[:16]
@@ -152,6 +156,13 @@ class Trace(BaseModel):
                         t.bytes,
                     )
                 seen.setdefault(t.name, t)
+                if PIECE_SEPARATOR in t.name:
+                    raise SchedoptError(
+                        f"tensor name holds {PIECE_SEPARATOR!r}, which plans use for pieces "
+                        "(name#i); rename the tensor",
+                        f"layers[{i}].tensors[{j}].name",
+                        t.name,
+                    )
                 if t.bytes % DTYPE_BYTES[t.dtype]:
                     raise SchedoptError(
                         f"bytes is not a multiple of the {t.dtype} item size",

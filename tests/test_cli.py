@@ -231,3 +231,17 @@ def test_gap_is_never_shown_as_zero_unless_zero() -> None:
     assert fmt_gap(0.0) == "0%"
     assert fmt_gap(2e-7) == "2.0e-05%"
     assert fmt_gap(0.0123) == "1.230%"
+
+
+def test_solve_progress_shows_only_long_solves_on_a_terminal() -> None:
+    from schedopt.report import SolveProgress
+
+    quiet = SolveProgress(enabled=False, after_s=0.0)
+    quiet(5.0, 0.2, 0.1)
+    assert quiet._live is None
+    short = SolveProgress(enabled=True, after_s=2.0)
+    short(1.5, 0.2, 0.1)
+    assert short._live is None
+    line = SolveProgress.line(12.34, 0.185642, 0.1856).plain
+    assert line == "solving 12.3 s  best 185.642 ms  bound 185.600 ms  gap 0.023%"
+    assert SolveProgress.line(0.5, None, None).plain == "solving 0.5 s"

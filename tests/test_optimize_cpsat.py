@@ -96,7 +96,7 @@ def test_cp_sat_equals_brute_force_per_layer(trace: Trace, cluster: Cluster, pre
     if reorder:  # the unimodal launch order: as good without updates, a bound with relaxed ones
         status, obj, bound = solve_model(inst, reorder=True, start=start, order="unimodal")
         assert status == "OPTIMAL"
-        if inst.consts["U"] == 0:
+        if inst.consts.U == 0:
             assert obj == best
         else:
             assert obj >= best

@@ -7,10 +7,11 @@
 See docs/formulation.md for the model and :func:`solve` for the method chosen per class.
 """
 
-from .options import BaselineRow as BaselineRow
 from .options import SolveOptions as SolveOptions
-from .options import SolveResult as SolveResult
-from .options import Status as Status
+from .result import BaselineRow as BaselineRow
+from .result import Method as Method
+from .result import SolveResult as SolveResult
+from .result import Status as Status
 from .solve import solve as solve
 
-__all__ = ["BaselineRow", "SolveOptions", "SolveResult", "Status", "solve"]
+__all__ = ["BaselineRow", "Method", "SolveOptions", "SolveResult", "Status", "solve"]

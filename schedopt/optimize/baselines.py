@@ -19,9 +19,10 @@ from ..policies import POLICIES, make_plan
 from ..simulate import simulate
 from ..trace import Trace
 from .instance import Instance, Segments
-from .options import BaselineRow, SolveOptions
+from .options import SolveOptions
+from .result import BaselineRow
 
-__all__ = ["Baseline", "evaluate_baselines", "expressible"]
+__all__ = ["Baseline", "evaluate_baseline", "evaluate_baselines", "expressible"]
 
 log = logging.getLogger("schedopt.optimize")
 
@@ -56,21 +57,27 @@ def expressible(plan: Plan, inst: Instance, opts: SolveOptions,
     return segs, ""
 
 
+def evaluate_baseline(name: str, trace: Trace, cluster: Cluster, opts: SolveOptions,
+                      inst: Instance) -> Baseline | None:
+    """Simulate policy ``name``'s default plan and decide whether it is expressible (None when
+    the policy does not apply or fails)."""
+    try:
+        plan = make_plan(name, trace, cluster)
+        sched = simulate(trace, cluster, plan)
+    except SchedoptError as exc:  # a policy that does not apply to this cluster
+        log.info("baseline %s skipped: %s", name, exc)
+        return None
+    except Exception as exc:  # a failing baseline must not stop the optimizer
+        log.warning("baseline %s failed: %r", name, exc)
+        return None
+    segs, reason = expressible(plan, inst, opts, cluster)
+    row = BaselineRow(policy=name, iteration_time_s=sched.iteration_time_s,
+                      expressible=segs is not None, reason=reason)
+    return Baseline(row, plan, segs)
+
+
 def evaluate_baselines(trace: Trace, cluster: Cluster, opts: SolveOptions,
                        inst: Instance) -> list[Baseline]:
-    """Simulate every registered policy's default plan and decide whether it is expressible."""
-    out: list[Baseline] = []
-    for name in POLICIES:
-        try:
-            plan = make_plan(name, trace, cluster)
-            sched = simulate(trace, cluster, plan)
-        except SchedoptError as exc:  # a policy that does not apply to this cluster
-            log.info("baseline %s skipped: %s", name, exc)
-            continue
-        except Exception as exc:  # a failing baseline must not stop the optimizer
-            log.warning("baseline %s failed: %r", name, exc)
-            continue
-        segs, reason = expressible(plan, inst, opts, cluster)
-        row = BaselineRow(name, sched.iteration_time_s, segs is not None, reason)
-        out.append(Baseline(row, plan, segs))
-    return out
+    """Every registered policy that applies (:func:`evaluate_baseline`)."""
+    out = (evaluate_baseline(name, trace, cluster, opts, inst) for name in POLICIES)
+    return [b for b in out if b is not None]

@@ -28,31 +28,11 @@ __all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", 
 
 
 def constant_bound(inst: Instance) -> int:
-    """Bounds that do not depend on the plan (ticks)."""
-    c = inst.consts
-    data = c["io"] + c["h2d"]
-    comm = inst.a + int(inst.p.sum()) if inst.stages else 0
-    if not inst.per_layer:
-        cyc = c["F"] + max(c["B"], comm) + c["U"]
-        if inst.prefetch == 0:
-            return cyc + data
-        return max(cyc, c["io"], c["h2d"], -((-(cyc + data)) // 2))
-    k0 = c["B"] + c["F"] + c["U"]
-    lb = max(k0, comm)
-    if data > 0:
-        dterm = k0 + data - c["U"]  # U0 <= U
-        lb = max(lb, dterm) if inst.prefetch == 0 else max(lb, c["io"], c["h2d"],
-                                                          -((-dterm) // 2))
-    return int(lb)
-
-
-def _period_from_makespan(inst: Instance, makespan: int) -> int:
-    c = inst.consts
-    cyc = c["F"] + max(c["B"], makespan) + c["U"]
-    data = c["io"] + c["h2d"]
-    if inst.prefetch == 0:
-        return cyc + data
-    return max(cyc, c["io"], c["h2d"], -((-(cyc + data)) // 2))
+    """Bounds that do not depend on the plan (ticks): the mode's terms
+    (:meth:`.period.PeriodTerms.bound`) with one pass of all bytes; with several communication
+    stages (whose summed cost bounds nothing) only the compute and the data path."""
+    comm = inst.a + int(inst.p.sum()) if len(inst.stages) == 1 else 0
+    return inst.terms.bound(comm)
 
 
 def jackson_bound(inst: Instance) -> int:
@@ -64,7 +44,7 @@ def jackson_bound(inst: Instance) -> int:
     starts = np.array([lo for lo, _ in inst.layer_runs])
     vals = inst.r[starts] + p_suffix[starts] + inst.a
     if not inst.per_layer:
-        return _period_from_makespan(inst, int(vals.max()))
+        return inst.terms.bound(int(vals.max()))
     return int((vals + inst.fwd_from[inst.layer[starts]]).max())
 
 
@@ -104,7 +84,7 @@ def bucketing_bound(inst: Instance, hi: int) -> int:
     if not inst.per_layer:  # the wait-for-all class is solved exactly by the DP
         return jackson_bound(inst)
     c = inst.consts
-    lo = max(c["B"] + c["F"] + c["U"], jackson_bound(inst)) - 1
+    lo = max(c.B + c.F + c.U, jackson_bound(inst)) - 1
     if _fewest_buckets(inst, lo):
         return lo
     while hi - lo > 1:

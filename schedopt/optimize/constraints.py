@@ -183,7 +183,7 @@ class Constraints:
         that end in one layer never hurts (docs/formulation.md, "Dominance")."""
         if self.reorder:
             return False
-        return not self.inst.per_layer or self.inst.consts["U"] == 0
+        return not self.inst.per_layer or self.inst.consts.U == 0
 
     def _one_bucket_end_per_layer(self) -> None:
         """At most one bucket ends in each layer (dominance)."""
@@ -217,7 +217,7 @@ class Constraints:
         prev_layer, prev_fs = None, None
         for lay, (lo, hi) in inst.gate_runs:
             if prev_layer is None:
-                window = inst.consts["B"] + fwd[lay]
+                window = inst.consts.B + fwd[lay]
             else:
                 window = prev_fs + (fwd[lay] - fwd[prev_layer])
             fs = v.fwd_start[lay]

@@ -227,7 +227,7 @@ def solve_wait_for_all(inst: Instance) -> tuple[int, Segments]:
     if not (inst.pcie_coupled and inst.prefetch == 1):
         return best, segs
     c = inst.consts
-    base = max(c["io"] + c["h2d"] + c["U"], c["h2d"]) + int(inst.p.sum())
+    base = max(c.io + c.h2d + c.U, c.h2d) + int(inst.p.sum())
     best_segs = segs
 
     def stop(count: int) -> bool:
@@ -245,21 +245,21 @@ def min_max_tail(inst: Instance, lam: int) -> Segments | None:
     """A FIFO bucketing with one bucket end per layer whose period is at most ``lam`` ticks
     (per-layer mode), or None when there is none."""
     c = inst.consts
-    k0 = c["B"] + c["F"] + c["U"]
-    data = c["io"] + c["h2d"]
+    k0 = c.B + c.F + c.U
+    data = c.io + c.h2d
     if k0 > lam:
         return None
     last_ms = None
     if data > 0:
-        if inst.prefetch == 1 and max(c["io"], c["h2d"]) > lam:
+        if inst.prefetch == 1 and max(c.io, c.h2d) > lam:
             return None
         # D - U0 <= lam (prefetch 0) or <= 2 lam (prefetch 1); U0 is the update share of the
         # bucket that ends in layer 0 (the last one), i.e. of units i..n-1 for its first unit i
         limit = lam if inst.prefetch == 0 else 2 * lam
-        base = k0 + data - c["U"]
+        base = k0 + data - c.U
         first0 = inst.first_layer_units
         if first0 is None:
-            if base + c["U"] > limit:
+            if base + c.U > limit:
                 return None
         else:
             upref = np.r_[0, inst.upd_prefix]  # update ticks of units 0..i-1
@@ -287,7 +287,7 @@ def solve_fifo_per_layer(inst: Instance) -> tuple[int, Segments, bool]:
     best_segs = segs
     best = int(inst.evaluate(best_segs).period)
     c = inst.consts
-    lo = c["B"] + c["F"] + c["U"] - 1  # every period is at least K0
+    lo = c.B + c.F + c.U - 1  # every period is at least K0
     while best - lo > 1:
         mid = (lo + best) // 2
         segs_mid = min_max_tail(inst, mid)
@@ -299,5 +299,5 @@ def solve_fifo_per_layer(inst: Instance) -> tuple[int, Segments, bool]:
             lo = mid
             continue
         best, best_segs = val, segs_mid
-    exact = c["U"] == 0 and not (inst.pcie_coupled and inst.prefetch == 1)
+    exact = c.U == 0 and not (inst.pcie_coupled and inst.prefetch == 1)
     return best, best_segs, exact

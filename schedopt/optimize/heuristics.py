@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -56,7 +57,9 @@ def _value(inst: Instance, cuts: np.ndarray, reorder: bool) -> tuple[int, Segmen
 
 
 def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: float,
-                 seed: int = 0, max_rounds: int = 50) -> tuple[int, Segments]:
+                 seed: int = 0, max_rounds: int = 50,
+                 on_improve: Callable[[Segments, int], None] | None = None
+                 ) -> tuple[int, Segments]:
     """Hill-climb on the cut positions (add, remove, move a cut), each candidate launched by
     Schrage's rule when ``reorder``; keep the best plan found before ``deadline``.
 
@@ -74,6 +77,8 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
         Seed of the move order.
     max_rounds
         Rounds without limit on improvements, each a full pass over the moves.
+    on_improve
+        Called with every better plan and its period, as found (so that a stop loses none).
     """
     rng = np.random.default_rng(seed)
     n = inst.n
@@ -108,6 +113,8 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
                 if val < best_val:
                     best_val, best_segs, cuts = val, s, cand
                     improved = True
+                    if on_improve is not None:
+                        on_improve(best_segs, best_val)
                     break
         if not improved:
             break

@@ -5,44 +5,29 @@ A *unit* is the smallest thing a bucket holds: a tensor, a piece of a tensor (wi
 gradient-ready order; every bucket the optimizer builds is a contiguous run of units (a
 *segment*), and a plan is a list of segments in launch order.
 
-Times are measured from the start of the backward of one iteration. With a single communication
-stage of cost ``alpha + beta * n`` the simulator's period has a closed form (docs/formulation.md):
-
-* wait-for-all: with ``M`` the end of the last communication,
-  ``C = sum f + max(sum b, M) + update_s`` and the period is ``C + io + h2d`` (prefetch 0) or
-  ``max(C, io, h2d, (C + io + h2d) / 2)`` (prefetch 1);
-* per-layer: with ``C_k`` the end of bucket ``k``,
-  ``X = max(sum b + sum f + update_s, max_k (C_k + q_k))``, ``q_k`` the forward time from bucket
-  ``k``'s readiness layer to the end plus the updates that run after its own; the period is
-  ``max(X, D - U0)`` (prefetch 0) or ``max(X, io, h2d, (D - U0) / 2)`` (prefetch 1) with
-  ``D = sum b + sum f + update_s + io + h2d`` and ``U0`` the updates that run before the first
-  forward; with shared PCIe (prefetch 0) also ``max_k C_k + h2d + sum f + update_s - U0``.
-
-With shared PCIe and prefetch 1 the copy of the next batch runs on the link before this
-iteration's communication: the link is free only from a time ``L`` that follows the previous
-iteration's data path and last communication, which adds terms in the link's total work
-(docs/formulation.md, "Shared PCIe").
-
-:meth:`Instance.evaluate` computes it exactly for any list of segments, in integer ticks (the
-model's arithmetic) or in seconds.
+Times are measured from the start of the backward of one iteration. :meth:`Instance.evaluate`
+computes the simulator's period exactly for any list of segments, in integer ticks (the model's
+arithmetic) or in seconds: the ends of the buckets here (one stage: a chain with releases;
+several: :meth:`Instance.stage_schedule`), the next-forward mode's terms in :mod:`.period`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
 from ..cluster import Cluster, CommStage
 from ..errors import SchedoptError
-from ..plan import Plan, interleave, piece_name, split_member
+from ..plan import Plan, interleave, parse_member, piece_name
 from ..simulate import chain_ends, serve_in_sequence
-from ..trace import DTYPE_BYTES, Trace
+from ..trace import DTYPE_BYTES, Tensor, Trace
 from .options import SolveOptions
+from .period import BucketTimes, Consts, PeriodTerms, period_terms
 
-__all__ = ["Evaluation", "Instance", "Segments", "build_instance"]
+__all__ = ["Consts", "Evaluation", "Instance", "Segments", "build_instance"]
 
 #: Segments (lo, hi) of units, inclusive, in launch order.
 Segments = list[tuple[int, int]]
@@ -61,13 +46,10 @@ class Evaluation:
         Period (ticks or seconds).
     ends
         End of every bucket's communication (launch order), from the start of the backward.
-    comm_makespan
-        ``max(sum b, max ends)`` (the wait-for-all objective of the CP-SAT model).
     """
 
     period: float
     ends: np.ndarray
-    comm_makespan: float
 
 
 @dataclass
@@ -113,7 +95,6 @@ class Instance:
     unit_start: np.ndarray
     layer: np.ndarray
     nbytes: np.ndarray
-    merged: bool
     tick: float
 
     # ----------------------------------------------------------------------------- sizes
@@ -126,11 +107,6 @@ class Instance:
     def per_layer(self) -> bool:
         """True in per-layer next-forward mode."""
         return self.mode == "per-layer"
-
-    @property
-    def single_stage(self) -> bool:
-        """True when a bucket's communication is one task (the model's class)."""
-        return len(self.stages) == 1
 
     @cached_property
     def layer_first_unit(self) -> np.ndarray:
@@ -309,21 +285,26 @@ class Instance:
         if self.pcie_coupled and self.prefetch == 0:
             # the next batch's copy waits for the last communication on the shared resource
             c = self.consts
-            tail = np.maximum(tail, c["h2d"] + c["F"] + c["U"])
+            tail = np.maximum(tail, c.h2d + c.F + c.U)
         return tail
 
-    def _consts(self, ticks: bool) -> dict[str, float]:
+    def _consts(self, ticks: bool) -> Consts[Any]:
         tr = self.trace
         if ticks:
-            upd = int(self.upd_prefix[-1])
-            return {"F": int(self.ticks(self.F)), "B": int(self.ticks(self.B)), "U": upd,
-                    "io": int(self.ticks(tr.io_s)), "h2d": int(self.ticks(tr.h2d_s))}
-        return {"F": self.F, "B": self.B, "U": tr.update_s, "io": tr.io_s, "h2d": tr.h2d_s}
+            return Consts(F=int(self.ticks(self.F)), B=int(self.ticks(self.B)),
+                          U=int(self.upd_prefix[-1]), io=int(self.ticks(tr.io_s)),
+                          h2d=int(self.ticks(tr.h2d_s)))
+        return Consts(F=self.F, B=self.B, U=tr.update_s, io=tr.io_s, h2d=tr.h2d_s)
 
     @cached_property
-    def consts(self) -> dict[str, int]:
+    def consts(self) -> Consts[int]:
         """Iteration constants in ticks: F, B, U, io, h2d."""
-        return {k: int(v) for k, v in self._consts(True).items()}
+        return self._consts(True)
+
+    @cached_property
+    def consts_s(self) -> Consts[float]:
+        """Iteration constants in seconds."""
+        return self._consts(False)
 
     @property
     def first_layer_units(self) -> int | None:
@@ -334,7 +315,8 @@ class Instance:
 
     # ------------------------------------------------------------------------ evaluation
     def evaluate(self, segs: Segments, *, seconds: bool = False) -> Evaluation:
-        """Period of the plan made of ``segs`` (launch order), exactly as the simulator has it.
+        """Period of the plan made of ``segs`` (launch order), exactly as the simulator has it
+        (the bucket ends here, the mode's terms in :attr:`terms`).
 
         Parameters
         ----------
@@ -345,19 +327,14 @@ class Instance:
         """
         lo = np.fromiter((s[0] for s in segs), dtype=np.int64, count=len(segs))
         hi = np.fromiter((s[1] for s in segs), dtype=np.int64, count=len(segs))
-        c = self._consts(not seconds)
         if seconds:
             prefix_p = np.r_[0.0, np.cumsum(self.beta * self.nbytes)]
             dur = self.alpha + prefix_p[hi + 1] - prefix_p[lo]
             rel = self.release_s[hi]
-            upref = np.r_[0.0, self.trace.update_s * self.prefix_bytes / self.total_bytes]
-            fwd_from = self.forward_from_s
         else:
             prefix_p = np.r_[0, np.cumsum(self.p)]
             dur = self.a + prefix_p[hi + 1] - prefix_p[lo]
             rel = self.r[hi]
-            upref = np.r_[0, self.upd_prefix]
-            fwd_from = self.fwd_from
         if not self.stages:
             dur = dur * 0
         if len(self.stages) > 1:  # the end of every bucket's last stage
@@ -366,50 +343,13 @@ class Instance:
             ends = chain_ends(-np.inf, dur.astype(float), rel.astype(float))
             if not seconds:
                 ends = np.rint(ends).astype(np.int64)
-        makespan = max(c["B"], ends.max())
-        half: Callable[[float], float] = (lambda x: x / 2) if seconds else (
-            lambda x: -((-x) // 2))
-        data = c["io"] + c["h2d"]
-        shared = self.pcie_coupled and self.prefetch == 1
-        work = dur.sum()  # the link's busy time per iteration
-        if not self.per_layer:
-            cyc = c["F"] + makespan + c["U"]
-            if self.prefetch == 0:
-                period = cyc + data
-            else:
-                period = max(cyc, c["io"], c["h2d"], half(cyc + data))
-            if shared:  # the next batch's copy runs on the link before this communication
-                period = max(period, data + c["U"] + work, c["h2d"] + work)
-            return Evaluation(period, ends, makespan)
-        # per-layer: the next forward's chain runs the updates by gating layer, then launch
-        # order; a bucket's tail holds the updates from its own on and the forwards from its
-        # layer on
-        gl = self.layer[hi]
-        k0 = c["B"] + c["F"] + c["U"]
-        order = np.lexsort((np.arange(len(segs)), gl))
-        share = upref[hi + 1] - upref[lo]
-        suffix = np.cumsum(share[order][::-1])[::-1]
-        upart = np.empty_like(suffix)
-        upart[order] = suffix
-        tails = fwd_from[gl] + upart
-        x = max(k0, (ends + tails).max())
-        if data <= 0 and not self.pcie_coupled:
-            return Evaluation(x, ends, makespan)
-        u0 = share[gl == 0].sum() if np.any(gl == 0) else 0
-        first_fwd = c["F"] + c["U"] - u0  # from the first forward to the next backward
-        if self.prefetch == 0:
-            if self.pcie_coupled:  # the copy waits for the last communication
-                x = max(x, ends.max() + c["h2d"] + first_fwd)
-            return Evaluation(max(x, c["B"] + data + first_fwd), ends, makespan)
-        period = max(x, c["io"], c["h2d"], half(c["B"] + data + first_fwd))
-        if shared:
-            # the link is free only once the next batch is copied (time L): every bucket
-            # ends by L + its launch-order prefix of work, and L follows both the previous
-            # backward (through io) and the previous iteration's last communication
-            late = max(first_fwd, (np.cumsum(dur) + tails).max())
-            period = max(period, c["h2d"] + work, half(c["B"] + data + late),
-                         half(ends.max() + c["h2d"] + late))
-        return Evaluation(period, ends, makespan)
+        period = self.terms.value(BucketTimes(lo, hi, dur, ends), seconds=seconds)
+        return Evaluation(period, ends)
+
+    @cached_property
+    def terms(self) -> PeriodTerms:
+        """The period terms of the next-forward mode (:mod:`.period`)."""
+        return period_terms(self)
 
     def coarsen(self, groups: np.ndarray) -> Instance:
         """An instance whose units are runs of this one's: unit ``g`` of the result covers units
@@ -428,7 +368,7 @@ class Instance:
             base_tensor=self.base_tensor, base_offset=self.base_offset,
             base_bytes=self.base_bytes, unit_start=unit_start,
             layer=self.trace.ready_layer[self.base_tensor[last]],
-            nbytes=np.add.reduceat(self.base_bytes, unit_start[:-1]), merged=True,
+            nbytes=np.add.reduceat(self.base_bytes, unit_start[:-1]),
             tick=self.tick,
         )
         return inst
@@ -497,9 +437,7 @@ class Instance:
         hits = np.zeros(n_base, dtype=np.int64)
         for k, bucket in enumerate(plan.buckets):
             for member in bucket:
-                name, piece = split_member(member) if "#" in member else (member, None)
-                if piece is not None and name not in plan.partition:
-                    name, piece = member, None
+                name, piece = parse_member(member, plan.partition)
                 t = pos.get(name)
                 if t is None:
                     return [], f"unknown tensor {name!r}"
@@ -551,12 +489,23 @@ class Instance:
         return all(segs[k][0] > segs[k - 1][1] for k in range(1, len(segs)))
 
 
-def _pieces(nbytes: int, unit: int) -> list[int]:
-    """Cut ``nbytes`` into pieces of ``unit`` bytes, the last taking the rest."""
-    if nbytes <= unit:
-        return [nbytes]
-    full, rest = divmod(nbytes, unit)
-    return [unit] * full + ([rest] if rest else [])
+def _base_pieces(order: list[Tensor], partition_bytes: int | None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The finest pieces of the tensors ``order`` (ready order): every tensor cut into pieces of
+    ``partition_bytes`` rounded down to whole elements (at least one), the last taking the
+    rest; whole tensors without ``partition_bytes``. Returns the owning tensor (index into
+    ``order``), the byte offset in it and the bytes of every piece (arrays, no Python loop over
+    pieces)."""
+    nbytes = np.array([t.bytes for t in order], dtype=np.int64)
+    if partition_bytes is None:
+        return np.arange(len(order), dtype=np.int64), np.zeros(len(order), np.int64), nbytes
+    item = np.array([DTYPE_BYTES[t.dtype] for t in order], dtype=np.int64)
+    unit = np.maximum(item, partition_bytes // item * item)
+    count = -(-nbytes // unit)
+    tensor = np.repeat(np.arange(len(order), dtype=np.int64), count)
+    first = np.r_[0, np.cumsum(count)[:-1]]
+    offset = (np.arange(len(tensor), dtype=np.int64) - first[tensor]) * unit[tensor]
+    return tensor, offset, np.minimum(unit[tensor], nbytes[tensor] - offset)
 
 
 def one_chain(stages: tuple[CommStage, ...]) -> tuple[CommStage, ...]:
@@ -608,23 +557,8 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
     order = trace.ready_order
     tensors = [t.name for t in order]
     owner = trace.ready_layer
-    b_t, b_off, b_bytes = [], [], []
-    for i, t in enumerate(order):
-        if opts.partition_bytes is not None and not merge:
-            size = DTYPE_BYTES[t.dtype]
-            unit = max(size, opts.partition_bytes // size * size)
-            sizes = _pieces(t.bytes, unit)
-        else:
-            sizes = [t.bytes]
-        off = 0
-        for s in sizes:
-            b_t.append(i)
-            b_off.append(off)
-            b_bytes.append(s)
-            off += s
-    base_tensor = np.array(b_t, dtype=np.int64)
-    base_offset = np.array(b_off, dtype=np.int64)
-    base_bytes = np.array(b_bytes, dtype=np.int64)
+    base_tensor, base_offset, base_bytes = _base_pieces(
+        order, None if merge else opts.partition_bytes)
     base_layer = owner[base_tensor]
     if merge:
         unit_start = np.r_[np.flatnonzero(np.r_[True, base_layer[1:] != base_layer[:-1]]),
@@ -637,7 +571,7 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
         trace=trace, cluster=cluster, mode=opts.next_forward, prefetch=opts.prefetch,
         stages=stages, alpha=alpha, beta=beta, tensors=tensors, base_tensor=base_tensor,
         base_offset=base_offset, base_bytes=base_bytes, unit_start=unit_start, layer=layer,
-        nbytes=nbytes, merged=merge, tick=1.0,
+        nbytes=nbytes, tick=1.0,
     )
     # rounding errors of half a tick per piece, release and forward sum, one tick per bucket
     # start-up (see ``Instance.a``) and per update share

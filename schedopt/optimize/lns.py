@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from .control import Control
 from .instance import Instance, Segments
 from .model import CommModel, unimodal_order
 
@@ -70,7 +72,9 @@ def _window(inst: Instance, segs: Segments, w_lo: int, w_hi: int
 
 def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
                  deadline: float, lower: int, seed: int = 0, workers: int = 1,
-                 window_units: int = 120, exact_updates: bool = True) -> LnsResult:
+                 window_units: int = 120, exact_updates: bool = True,
+                 control: Control | None = None,
+                 on_improve: Callable[[Segments, int], None] | None = None) -> LnsResult:
     """Improve ``segs`` (period ``value`` ticks) window by window until ``deadline``.
 
     Parameters
@@ -89,6 +93,10 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         CP-SAT seed and workers.
     window_units
         Target number of units per window.
+    control
+        Stops the search on Ctrl-C or the solve's deadline (:class:`~.control.Control`).
+    on_improve
+        Called with every better plan and its period, as found (so that a stop loses none).
 
     With reordering the windows use the unimodal launch order with the update tails of
     ``exact_updates``; every candidate is judged by the exact period.
@@ -115,7 +123,8 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
                        exact_updates=exact_updates, fixed_cuts=fixed,
                        fixed_early=sides if reorder else None)
         cm.add_hint(coarse_segs)
-        sol = cm.solve(time_limit_s=limit, workers=workers, seed=int(rng.integers(1 << 30)))
+        sol = cm.solve(time_limit_s=limit, workers=workers, seed=int(rng.integers(1 << 30)),
+                       control=control)
         windows += 1
         if sol.interrupted:
             log.warning("lns: interrupted after %.2f s of %.2f s", sol.wall_s, limit)
@@ -128,6 +137,8 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
                 log.info("lns: window %d..%d: %d -> %d ticks", w_lo, w_hi, best_val, val)
                 best, best_val = new, val
                 improvements += 1
+                if on_improve is not None:
+                    on_improve(best, best_val)
                 stale = 0
                 continue
         stale += 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from ortools.sat.python import cp_model
 from ..errors import SchedoptError
 from ..simulate import chain_ends
 from .constraints import Constraints
+from .control import Control
 from .instance import Instance, Segments
 from .objective import add_objective
 from .variables import ModelVariables, make_variables, shared_stage_pairs
@@ -86,12 +88,8 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     period = int(inst.evaluate(segs).period)
     c = inst.consts
     link_free = None
-    if inst.pcie_coupled and inst.prefetch == 1:
-        # the least link_free the period allows; the chain then starts from it
-        data = c["io"] + c["h2d"]
-        c_max = int(ends.max())
-        base = c["B"] + data if inst.per_layer else max(c["B"], c_max) + c["U"] + data
-        link_free = max(base - period, c_max - period + c["h2d"])
+    if inst.terms.shared:  # the least link_free the period allows; the chain starts from it
+        link_free = inst.terms.link_free_hint(int(ends.max()), period)
         ends = np.rint(chain_ends(float(link_free), dur.astype(float), rel)).astype(np.int64)
     start = np.empty(n, dtype=np.int64)
     end = np.empty(n, dtype=np.int64)
@@ -111,33 +109,46 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     if several:
         out.update(_stage_values(inst, segs, *stage_times))
         done, last_ends = out["stage_end"][-1], stage_times[1][-1]
-    out["makespan"] = int(max(c["B"], last_ends.max()))
-    if inst.per_layer and c["U"] > 0:
-        upd = inst.upd_prefix
-        before = np.zeros(n + 1, dtype=np.int64)
-        for i in range(n):
-            before[i + 1] = upd[i] if cut[i] else before[i]
-        out["upd_before"] = before
-        fwd = inst.fwd_before.tolist()
-        us, ue, fs = {}, {}, {}
-        prev_layer, prev_fs = None, 0
-        for lay, (a_l, z_l) in inst.gate_runs:
-            window = c["B"] + fwd[lay] if prev_layer is None else prev_fs + fwd[lay] - fwd[
-                prev_layer]
-            t = window
-            ends_here = sorted((int(done[i]), i) for i in range(a_l, z_l + 1) if cut[i])
-            for e_i, i in ends_here:
-                s_i = max(t, e_i)
-                us[i] = s_i
-                t = s_i + int(upd[i] - before[i])
-                ue[i] = t
-            for i in range(a_l, z_l + 1):
-                if i not in us:  # absent interval: its constraints are not enforced
-                    us[i] = 0
-                    ue[i] = 0
-            fs[lay] = int(max(t, window + before[z_l + 1] - before[a_l]))
-            prev_layer, prev_fs = lay, fs[lay]
-        out["update_start"], out["update_end"], out["fwd_start"] = us, ue, fs
+    out["makespan"] = int(max(c.B, last_ends.max()))
+    if inst.per_layer and c.U > 0:
+        out.update(_update_values(inst, cut, done))
+    out.update(_front_values(inst, segs, cut, end))
+    return out
+
+
+def _update_values(inst: Instance, cut: np.ndarray, done: np.ndarray) -> dict[str, Any]:
+    """Values of the update-window variables (per-layer mode with an update step): the
+    updates run by gating layer, each bucket's once it is done and the window is free."""
+    n, c = inst.n, inst.consts
+    upd = inst.upd_prefix
+    before = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        before[i + 1] = upd[i] if cut[i] else before[i]
+    fwd = inst.fwd_before.tolist()
+    us, ue, fs = {}, {}, {}
+    prev_layer, prev_fs = None, 0
+    for lay, (a_l, z_l) in inst.gate_runs:
+        window = c.B + fwd[lay] if prev_layer is None else prev_fs + fwd[lay] - fwd[prev_layer]
+        t = window
+        ends_here = sorted((int(done[i]), i) for i in range(a_l, z_l + 1) if cut[i])
+        for e_i, i in ends_here:
+            s_i = max(t, e_i)
+            us[i] = s_i
+            t = s_i + int(upd[i] - before[i])
+            ue[i] = t
+        for i in range(a_l, z_l + 1):
+            if i not in us:  # absent interval: its constraints are not enforced
+                us[i] = 0
+                ue[i] = 0
+        fs[lay] = int(max(t, window + before[z_l + 1] - before[a_l]))
+        prev_layer, prev_fs = lay, fs[lay]
+    return {"upd_before": before, "update_start": us, "update_end": ue, "fwd_start": fs}
+
+
+def _front_values(inst: Instance, segs: Segments, cut: np.ndarray, end: np.ndarray
+                  ) -> dict[str, Any]:
+    """Values of the unimodal-order variables: the launch side of every unit and the fronts."""
+    n = inst.n
     peak = next((k for k, sg in enumerate(segs) if sg[1] == n - 1), len(segs) - 1)
     early = np.zeros(n, dtype=bool)
     for lo_k, hi_k in segs[: peak + 1]:
@@ -155,8 +166,7 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
     need = np.zeros(n, dtype=np.int64)
     for i in range(n - 1, -1, -1):
         need[i] = lf[i + 1] if (i == n - 1 or cut[i]) else need[i + 1]
-    out.update({"early": early, "early_front": ef, "late_front": lf, "late_need": need})
-    return out
+    return {"early": early, "early_front": ef, "late_front": lf, "late_need": need}
 
 
 def _stage_values(inst: Instance, segs: Segments, st_start: np.ndarray,
@@ -292,7 +302,9 @@ class CommModel:
     # ---------------------------------------------------------------------------- solve
     def solve(self, *, time_limit_s: float, workers: int = 1, seed: int = 0,
               relative_gap: float = 0.0, extra: dict[str, Any] | None = None,
-              log_search: bool = False, stop_at: int | None = None) -> ModelSolution:
+              log_search: bool = False, stop_at: int | None = None,
+              control: Control | None = None,
+              on_improve: Callable[[Segments, int], None] | None = None) -> ModelSolution:
         """Run CP-SAT; return the best plan, the objective and the bound (ticks).
 
         Every incumbent is judged by the exact period (:meth:`Instance.evaluate`), whose
@@ -300,11 +312,14 @@ class CommModel:
         and the search stops as soon as one reaches ``stop_at`` (a proven bound: the plan is
         then optimal although CP-SAT's own objective is not yet down to it).
 
-        CP-SAT catches Ctrl-C itself (``catch_sigint_signal``) and returns its best solution, as
-        on a time limit; the result is then marked ``interrupted``.
+        With a ``control`` (:class:`~.control.Control`), Ctrl-C and the solve's deadline stop
+        the search, which returns its best solution as on a time limit; the result is then
+        marked ``interrupted`` (the caller stops searching too). ``on_improve``, when given, is
+        called in this thread with each better plan and its period (ticks), as found.
         """
         solver = cp_model.CpSolver()
         judge = _Judge(self, stop_at)
+        judge.on_improve = on_improve
         prm = solver.parameters
         prm.max_time_in_seconds = max(0.01, time_limit_s)
         prm.num_workers = workers
@@ -316,17 +331,17 @@ class CommModel:
         if prm.log_search_progress:
             prm.log_to_stdout = False
             solver.log_callback = lambda line: log.debug("cp-sat: %s", line)
-        status = solver.solve(self.m, judge)
+        if control is not None:
+            status = control.run_solver(solver, self.m, judge, poll=judge.poll)
+        else:
+            status = solver.solve(self.m, judge)
+        judge.poll()
         name = _STATUS.get(status, "UNKNOWN")
         if name == "MODEL_INVALID":
             raise SchedoptError(f"CP-SAT rejected the model: {self.m.validate()}",
                                 "optimize.model", self.inst.trace.name)
         bound = int(np.floor(solver.best_objective_bound + 1e-9)) if name != "INFEASIBLE" else 0
-        # a run that ends long before its limit without proof (and without a gap or
-        # deterministic limit) was interrupted
-        early = prm.max_time_in_seconds >= 1.0 and solver.wall_time < 0.5 * prm.max_time_in_seconds
-        interrupted = name in ("FEASIBLE", "UNKNOWN") and early and relative_gap == 0.0 and (
-            "max_deterministic_time" not in (extra or {})) and not judge.reached
+        interrupted = control is not None and control.halted
         if name not in ("OPTIMAL", "FEASIBLE"):
             return ModelSolution(name, None, None, bound, solver.wall_time, interrupted)
         segs = self.read_plan(solver)
@@ -353,15 +368,34 @@ class _Judge(cp_model.CpSolverSolutionCallback):
         super().__init__()
         self.model = model
         self.stop_at = stop_at
-        self.best_value = np.inf
-        self.segs: Segments | None = None
+        # (period, plan), replaced as one object: the waiting thread reads it meanwhile
+        self._best: tuple[float, Segments | None] = (np.inf, None)
         self.reached = False
+        self.on_improve: Callable[[Segments, int], None] | None = None
+        self._told = np.inf
+
+    @property
+    def best_value(self) -> float:
+        """Exact period of the best incumbent (ticks; inf before the first)."""
+        return self._best[0]
+
+    @property
+    def segs(self) -> Segments | None:
+        """The best incumbent's plan."""
+        return self._best[1]
+
+    def poll(self) -> None:
+        """Report a better plan to ``on_improve`` (called from the waiting thread)."""
+        best, segs = self._best
+        if self.on_improve is not None and segs is not None and best < self._told:
+            self._told = best
+            self.on_improve(segs, int(best))
 
     def on_solution_callback(self) -> None:
         segs = self.model.read_plan(self)
         value = self.model.inst.evaluate(segs).period
-        if value < self.best_value:
-            self.best_value, self.segs = value, segs
+        if value < self._best[0]:
+            self._best = (value, segs)
         if self.stop_at is not None and value <= self.stop_at:
             self.reached = True
             self.stop_search()

@@ -1,30 +1,14 @@
-"""Solver options and results: :class:`SolveOptions`, :class:`Status`, :class:`SolveResult`."""
+"""Solver options: :class:`SolveOptions` (the results are in :mod:`.result`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..errors import SchedoptError
-from ..plan import Plan
 
-__all__ = ["BaselineRow", "SolveOptions", "SolveResult", "Status"]
-
-
-class Status(StrEnum):
-    """Outcome of :func:`~schedopt.optimize.solve`.
-
-    ``OPTIMAL`` is reported only when the plan's objective meets a proven lower bound.
-    """
-
-    OPTIMAL = "OPTIMAL"
-    FEASIBLE = "FEASIBLE"
-    INFEASIBLE = "INFEASIBLE"
-    UNKNOWN = "UNKNOWN"
-    MODEL_INVALID = "MODEL_INVALID"
+__all__ = ["SolveOptions"]
 
 
 class SolveOptions(BaseModel):
@@ -93,106 +77,3 @@ class SolveOptions(BaseModel):
             if key not in known:
                 raise SchedoptError("unknown CP-SAT parameter", "options.cp_sat", key)
         return self
-
-
-@dataclass(frozen=True)
-class BaselineRow:
-    """One baseline policy as the optimizer saw it.
-
-    Attributes
-    ----------
-    policy
-        Policy name.
-    iteration_time_s
-        Simulated iteration time of its default plan.
-    expressible
-        Whether the solve options can express the same plan (so it could serve as the hint).
-    reason
-        Why it is not expressible (empty when it is).
-    """
-
-    policy: str
-    iteration_time_s: float
-    expressible: bool
-    reason: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        """Plain dictionary."""
-        return {
-            "policy": self.policy,
-            "iteration_time_s": self.iteration_time_s,
-            "expressible": self.expressible,
-            "reason": self.reason,
-        }
-
-
-@dataclass
-class SolveResult:
-    """What :func:`~schedopt.optimize.solve` found.
-
-    Attributes
-    ----------
-    status
-        ``OPTIMAL`` (proven), ``FEASIBLE`` (a plan, with a gap), ...
-    plan
-        The best plan (policy ``optimal``), bound to the trace and cluster.
-    objective_s
-        The optimizer's own figure for ``plan``: its integer-tick period times the tick.
-    iteration_time_s
-        The simulator's verdict on ``plan``.
-    bound_s
-        Proven lower bound on the iteration time of every plan the options allow (same ticks).
-    gap
-        ``(objective - bound) / objective``.
-    solve_time_s
-        Wall-clock time of :func:`solve`.
-    method
-        Which method produced the plan and the bound (``dp``, ``cp-sat``, ``cp-sat+lns``, ...).
-    hint_policy, hint_iteration_time_s
-        The best baseline the options can express (the warm start), and its simulated time.
-    improvement_s
-        ``hint_iteration_time_s - iteration_time_s`` (0 when the hint was already optimal).
-    baselines
-        Every baseline with its simulated time and whether the options can express it.
-    tick_s
-        The time unit of the integer model.
-    notes
-        Remarks on the model class (restrictions, approximations) for this instance.
-    """
-
-    status: Status
-    plan: Plan
-    objective_s: float
-    iteration_time_s: float
-    bound_s: float
-    gap: float
-    solve_time_s: float
-    method: str
-    hint_policy: str | None = None
-    hint_iteration_time_s: float | None = None
-    improvement_s: float = 0.0
-    baselines: list[BaselineRow] = field(default_factory=list)
-    tick_s: float = 0.0
-    notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able dictionary (the plan as ``model_dump``)."""
-        from .. import __version__
-
-        return {
-            "status": str(self.status),
-            "iteration_time_s": self.iteration_time_s,
-            "objective_s": self.objective_s,
-            "bound_s": self.bound_s,
-            "gap": self.gap,
-            "solve_time_s": self.solve_time_s,
-            "method": self.method,
-            "hint_policy": self.hint_policy,
-            "hint_iteration_time_s": self.hint_iteration_time_s,
-            "improvement_s": self.improvement_s,
-            "tick_s": self.tick_s,
-            "notes": list(self.notes),
-            "baselines": [b.as_dict() for b in self.baselines],
-            "schedopt_version": __version__,
-            "plan": self.plan.model_dump(mode="json"),
-        }

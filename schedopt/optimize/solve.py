@@ -6,11 +6,11 @@ Method by class (``method="auto"``):
 * one stage, wait-for-all: the exact O(n) dynamic programme (:mod:`.dp`); reordering and
   partitioning cannot help in this class.
 * one stage, per-layer, readiness order, no update step: the exact bisected programme.
-* one stage, per-layer otherwise: the local search (:mod:`.heuristics`), the unimodal
-  programme (:mod:`.unimodal`, exact without update step and data path, a bound otherwise),
-  CP-SAT (:mod:`.model`) warm-started from the best plan so far, and the windowed LNS
-  (:mod:`.lns`) on large instances; the bound is the best of the programmes', CP-SAT's and the
-  DP lower bound over bucketings.
+* one stage, per-layer otherwise: a portfolio (:data:`SEARCH`) run under a :class:`Budget`:
+  the local search (:mod:`.heuristics`), the unimodal programme (:mod:`.unimodal`, exact
+  without update step and data path, a bound otherwise), the windowed LNS (:mod:`.lns`) on
+  large instances and CP-SAT (:mod:`.model`) warm-started from the best plan so far; the bound
+  is the best of the programmes', CP-SAT's and the DP lower bound over bucketings.
 * two stages that share a resource (parameter servers, colocated or after a local reduce):
   one task per bucket (:func:`.instance.one_chain`), solved as one stage;
 * other multi-stage layouts (dedicated servers without a local reduce, pipelined
@@ -20,33 +20,41 @@ Method by class (``method="auto"``):
   (:func:`.bounds.stage_bound`).
 
 Every plan is judged by the simulator; the result is never worse than the best baseline the
-options can express. ``SolveResult.method`` names what produced the plan returned (``dp``,
-``local-search``, ``cp-sat``, ``cp-sat+lns``, ``hint``, ``dp-heuristic``).
+options can express. ``SolveResult.method`` names what produced the plan returned and
+``SolveResult.bound_method`` what proved the bound (:class:`~.result.Method`).
+
+Ctrl-C and the time limit stop the search wherever it is (:mod:`.control`): the result is the
+best plan known at that moment (at least the best expressible baseline evaluated so far, or one
+bucket of everything), with status FEASIBLE and its gap.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..cluster import Cluster
+from ..policies import POLICIES
 from ..simulate import simulate
 from ..trace import Trace
-from .baselines import Baseline, evaluate_baselines
+from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
+from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
 from .heuristics import local_search, schrage_order
 from .instance import Instance, Segments, build_instance
 from .lns import windowed_lns
 from .model import CommModel, unimodal_order
-from .options import SolveOptions, SolveResult, Status
+from .options import SolveOptions
+from .result import Method, SolveResult, Status
 from .unimodal import unimodal_exact
 
-__all__ = ["solve"]
+__all__ = ["Budget", "Progress", "Share", "solve"]
 
 log = logging.getLogger("schedopt.optimize")
 
@@ -65,21 +73,165 @@ BOUND_DP_UNITS = 6000
 #: Relative tolerance of "objective and simulation agree".
 AGREE = 1e-3
 
+#: A search step needs at least this much time (s) to be worth starting.
+MIN_STEP_S = 0.05
 
+#: ``progress(elapsed_s, best_objective_s, best_bound_s)``: called on every better plan or
+#: bound, and every :data:`HEARTBEAT_S` while CP-SAT runs, in the thread that called
+#: :func:`solve`.
+Progress = Callable[[float, float, float], None]
+
+#: Seconds between two progress reports while CP-SAT runs without improving.
+HEARTBEAT_S = 0.5
+
+
+# ------------------------------------------------------------------------------------ budget
+@dataclass(frozen=True)
+class Share:
+    """A step's share of the time left: ``min(cap_s, fraction * left)`` seconds."""
+
+    fraction: float
+    cap_s: float = float("inf")
+
+
+#: The baselines may use this share of the whole limit (the rest is the search's).
+BASELINES = Share(0.5)
+#: The local search over cuts, before the programmes.
+LOCAL_SEARCH = Share(0.1, 2.0)
+#: The unimodal programme.
+UNIMODAL = Share(0.7)
+#: The windowed LNS when the full model follows it, and when it is the last step.
+LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
+#: The multi-stage local search when CP-SAT follows it, and when it is the last step.
+STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.2, 2.0), Share(0.5)
+
+
+class Budget:
+    """The time limit of one solve and the shares its steps get.
+
+    Parameters
+    ----------
+    limit_s
+        The time limit (s), counted from construction.
+    """
+
+    def __init__(self, limit_s: float) -> None:
+        self.t0 = time.perf_counter()
+        self.limit_s = limit_s
+        self.deadline = self.t0 + limit_s
+
+    def elapsed(self) -> float:
+        """Seconds since the start."""
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        """Seconds left (negative once the limit has passed)."""
+        return self.deadline - time.perf_counter()
+
+    def until(self, share: Share) -> float:
+        """The ``perf_counter`` deadline of a step taking ``share`` of the time left."""
+        now = time.perf_counter()
+        return now + min(share.cap_s, share.fraction * (self.deadline - now))
+
+    def of_limit(self, share: Share) -> float:
+        """The ``perf_counter`` deadline of ``share`` of the whole limit, from the start."""
+        return self.t0 + min(share.cap_s, share.fraction * self.limit_s)
+
+
+# ---------------------------------------------------------------------------------- the best
 @dataclass
-class _Outcome:
-    """A method's answer: plan, period and bound in ticks of ``inst``."""
+class Best:
+    """The best plan known (segments of ``inst``, period in its ticks) and the best bound."""
 
     inst: Instance
     segs: Segments
     value: int
-    bound: int
-    method: str
+    method: Method
+    bound: int = 0
+    bound_method: Method = Method.BOUNDS
+
+    @property
+    def solved(self) -> bool:
+        """The plan meets the bound."""
+        return self.value <= self.bound
+
+
+@dataclass
+class Search:
+    """State of one solve: options, budget, stop control, baselines and the best plan."""
+
+    trace: Trace
+    cluster: Cluster
+    opts: SolveOptions
+    budget: Budget
+    control: Control
+    progress: Progress | None = None
+    fine: Instance | None = None
+    baselines: list[Baseline] = field(default_factory=list)
+    best: Best | None = None
     notes: list[str] = field(default_factory=list)
+    programme_done: bool = False
+    _reported: float = 0.0
+
+    @property
+    def hint(self) -> Baseline | None:
+        """The best expressible baseline evaluated so far."""
+        expr = [b for b in self.baselines if b.row.expressible]
+        return min(expr, key=lambda b: b.row.iteration_time_s) if expr else None
+
+    def start(self, inst: Instance, segs: Segments, value: int, method: Method,
+              bound: int | None = None, bound_method: Method = Method.BOUNDS) -> Best:
+        """Make ``segs`` the best plan (the search's start, on ``inst``); the bound is the
+        closed-form one unless given."""
+        if bound is None:
+            bound = constant_bound(inst)
+        with self.control.shield():
+            self.best = Best(inst, list(segs), int(value), method, min(int(bound), int(value)),
+                             bound_method)
+        self._report()
+        return self.best
+
+    def offer(self, segs: Segments, value: int, method: Method) -> bool:
+        """Keep ``segs`` (period ``value`` ticks) when it is better than the best plan."""
+        best = self.best
+        assert best is not None
+        if value >= best.value:
+            return False
+        with self.control.shield():
+            best.segs, best.value, best.method = list(segs), int(value), method
+            best.bound = min(best.bound, best.value)
+        self._report()
+        return True
+
+    def prove(self, bound: int, method: Method) -> None:
+        """Keep ``bound`` (ticks) when it is better than the best bound."""
+        best = self.best
+        assert best is not None
+        bound = min(int(bound), best.value)
+        if bound > best.bound:
+            best.bound, best.bound_method = bound, method
+            self._report()
+
+    def _report(self) -> None:
+        best = self.best
+        if self.progress is not None and best is not None:
+            tick = best.inst.tick
+            self._reported = time.perf_counter()
+            self.progress(self.budget.elapsed(), best.value * tick, best.bound * tick)
+
+    def heartbeat(self) -> None:
+        """Report the best plan again when nothing was reported for :data:`HEARTBEAT_S`."""
+        if time.perf_counter() - self._reported >= HEARTBEAT_S:
+            self._report()
+
+    def left(self) -> float:
+        """Seconds left for the search."""
+        return min(self.budget.left(), self.control.left())
 
 
-def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None,
-          **kwargs: Any) -> SolveResult:
+# ------------------------------------------------------------------------------------ solve
+def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *,
+          progress: Progress | None = None, **kwargs: Any) -> SolveResult:
     """Find the best plan for ``trace`` on ``cluster`` under ``options``.
 
     Parameters
@@ -88,82 +240,164 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None,
         The instance.
     options
         A :class:`SolveOptions`; keyword arguments build one when it is None.
+    progress
+        Optional ``progress(elapsed_s, best_objective_s, best_bound_s)``, called in this
+        thread whenever the best plan or the bound improves, and every half second while
+        CP-SAT runs.
 
     Returns
     -------
     SolveResult
         Status (``OPTIMAL`` only when proven), the plan, the model's objective and the
-        simulator's verdict, bound, gap, time, method and the baselines.
+        simulator's verdict, bound, gap, time, method and the baselines. After Ctrl-C or the
+        time limit: the best plan known so far, FEASIBLE with its gap (``interrupted`` says
+        which).
 
     Raises
     ------
     SchedoptError
         Bad options, or a model CP-SAT rejects (with its validation message).
+    KeyboardInterrupt
+        On a second Ctrl-C.
     """
     opts = options if options is not None else SolveOptions(**kwargs)
-    t0 = time.perf_counter()
-    deadline = t0 + opts.time_limit_s
-    fine = build_instance(trace, cluster, opts, merge=False)
-    baselines = evaluate_baselines(trace, cluster, opts, fine) if opts.baselines else []
-    expr = [b for b in baselines if b.row.expressible]
-    hint = min(expr, key=lambda b: b.row.iteration_time_s) if expr else None
+    budget = Budget(opts.time_limit_s)
+    with Control(budget.deadline) as control:
+        search = Search(trace, cluster, opts, budget, control, progress)
+        control.heartbeat = search.heartbeat
+        try:
+            _search(search)
+        except Halt:  # a stop that came as the search ended
+            control.searching = False
+        if control.halted:
+            log.warning("%s: returning the best plan known so far",
+                        "interrupted" if control.interrupted else "time limit reached")
+        with control.shield(final=True):
+            if search.best is None:
+                _fallback(search)
+            if control.interrupted:
+                search.notes.append("interrupted: the best plan found so far")
+            return _result(search)
+
+
+def _search(search: Search) -> None:
+    """Prepare and run the method of the instance's class until done or stopped."""
+    control = search.control
     try:
-        if not fine.stages:
-            out = _solve_trivial(fine)
-        elif len(fine.stages) > 1:
-            out = _solve_multi_stage(trace, cluster, opts, hint, deadline)
-        else:
-            out = _solve_single(trace, cluster, opts, fine, hint, deadline)
-    except KeyboardInterrupt:  # the DP and the LNS loop: fall back to the hint
-        if hint is None:
-            raise
-        log.warning("interrupted: returning the best expressible baseline")
-        out = _Outcome(fine, hint.segs or [], int(fine.evaluate(hint.segs).period)
-                       if hint.segs else 0, int(constant_bound(fine)), "interrupted")
-    return _result(trace, cluster, opts, out, hint, baselines, t0)
+        control.searching = True
+        _prepare(search)
+        _dispatch(search)
+    except Halt:
+        pass
+    finally:
+        control.searching = False
+
+
+def _prepare(search: Search) -> None:
+    """The fine instance and the baselines (within their share of the limit)."""
+    opts = search.opts
+    search.fine = build_instance(search.trace, search.cluster, opts, merge=False)
+    if not opts.baselines:
+        return
+    stop = search.budget.of_limit(BASELINES)
+    try:
+        with search.control.limit(stop):
+            for name in POLICIES:
+                if time.perf_counter() >= stop:
+                    raise StepTimeout
+                baseline = evaluate_baseline(name, search.trace, search.cluster, opts,
+                                             search.fine)
+                if baseline is not None:
+                    search.baselines.append(baseline)
+    except StepTimeout:
+        search.notes.append(f"baselines stopped after {len(search.baselines)}: their share of "
+                            f"the time limit ({BASELINES.fraction:.0%}) was spent")
+
+
+def _dispatch(search: Search) -> None:
+    """Run the method of the instance's class."""
+    fine = search.fine
+    assert fine is not None
+    if not fine.stages:
+        segs = [(0, fine.n - 1)]
+        val = int(fine.evaluate(segs).period)
+        search.start(fine, segs, val, Method.DP, val, Method.DP)
+    elif len(fine.stages) > 1:
+        _solve_multi_stage(search)
+    else:
+        _solve_single(search)
+
+
+def _fallback(search: Search) -> None:
+    """Stopped before any plan: the best expressible baseline so far, else one bucket."""
+    inst = search.fine
+    if inst is None:  # stopped while cutting tensors: whole tensors are a valid plan too
+        plain = search.opts.model_copy(update={"partition_bytes": None})
+        inst = build_instance(search.trace, search.cluster, plain, merge=False)
+    hint = search.hint
+    segs, method = ([(0, inst.n - 1)], Method.DP_HEURISTIC)
+    if hint is not None and hint.segs:
+        segs, method = hint.segs, Method.HINT
+    search.start(inst, segs, int(inst.evaluate(segs).period), method)
+    search.notes.append("stopped before the search: the best expressible baseline so far"
+                        if method is Method.HINT else
+                        "stopped before the search: one bucket of every tensor")
 
 
 # ----------------------------------------------------------------------------------- methods
-def _solve_trivial(inst: Instance) -> _Outcome:
-    """One rank: no communication, every plan has the compute period."""
-    segs = [(0, inst.n - 1)]
-    val = int(inst.evaluate(segs).period)
-    return _Outcome(inst, segs, val, val, "dp")
-
-
-def _solve_single(trace: Trace, cluster: Cluster, opts: SolveOptions, fine: Instance,
-                  hint: Baseline | None, deadline: float) -> _Outcome:
-    """One communication stage: the DP where it is exact, CP-SAT otherwise."""
-    per_layer = opts.next_forward == "per-layer"
-    method = opts.method
-    notes: list[str] = []
-    if not per_layer:
+def _solve_single(search: Search) -> None:
+    """One communication stage: the DP where it is exact, the search portfolio otherwise."""
+    trace, cluster, opts, fine = search.trace, search.cluster, search.opts, search.fine
+    assert fine is not None
+    if opts.next_forward != "per-layer":
         merge = opts.merge_layers if opts.merge_layers is not None else True
         inst = build_instance(trace, cluster, opts, merge=merge) if merge else fine
         val, segs = solve_wait_for_all(inst)
-        if method != "cp-sat":
+        if opts.method != "cp-sat":
             if not merge:
-                notes.append("cuts inside layers never help in wait-for-all mode")
-            return _Outcome(inst, segs, val, val, "dp", notes)
-        return _cp_sat(inst, opts, segs, val, None, deadline, notes)
+                search.notes.append("cuts inside layers never help in wait-for-all mode")
+            search.start(inst, segs, val, Method.DP, val, Method.DP)
+            return
+        _portfolio(search, inst, segs, with_hint=False)
+        return
     inst = fine
     if opts.merge_layers:
         inst = build_instance(trace, cluster, opts, merge=True)
-        notes.append("merge_layers: buckets never cut a layer (a restriction in per-layer mode)")
+        search.notes.append("merge_layers: buckets never cut a layer (a restriction in "
+                            "per-layer mode)")
     val, segs, exact = solve_fifo_per_layer(inst)
-    if method == "dp" or (method == "auto" and not opts.reorder and exact):
+    if opts.method == "dp" or (opts.method == "auto" and not opts.reorder and exact):
         if exact and not opts.reorder:
-            return _Outcome(inst, segs, val, val, "dp", notes)
-        lb = lower_bound(inst, val)
-        notes.append("dp outside its exact class: best FIFO plan with one bucket end per layer")
-        return _Outcome(inst, segs, val, lb, "dp", notes)
-    return _cp_sat(inst, opts, segs, val, hint, deadline, notes)
+            search.start(inst, segs, val, Method.DP, val, Method.DP)
+            return
+        search.start(inst, segs, val, Method.DP)
+        search.prove(lower_bound(inst, val), Method.BOUNDS)
+        search.notes.append("dp outside its exact class: best FIFO plan with one bucket end "
+                            "per layer")
+        return
+    _portfolio(search, inst, segs)
 
 
-def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
-            hint: Baseline | None, deadline: float, notes: list[str]) -> _Outcome:
-    """CP-SAT (with the unimodal programme and the windowed LNS) from the best of the DP plan,
-    the hint and the local search.
+def _starts(search: Search, inst: Instance, dp_segs: Segments, with_hint: bool
+            ) -> list[tuple[Segments, Method]]:
+    """The starting plans: the DP's, the hint's and, with reordering, the DP buckets by
+    Schrage's rule, each also in unimodal order."""
+    cands: list[tuple[Segments, Method]] = [(dp_segs, Method.DP)]
+    hint = search.hint if with_hint else None
+    if hint is not None and hint.segs is not None:
+        hsegs, _ = inst.segments_of_plan(hint.plan)
+        if hsegs:
+            cands.append((hsegs, Method.HINT))
+    if search.opts.reorder:
+        cands.append((schrage_order(inst, dp_segs), Method.LIST_SCHEDULING))
+        cands += [(unimodal_order(inst, c), m) for c, m in list(cands)]
+    return cands
+
+
+def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
+               with_hint: bool = True) -> None:
+    """Start from the best of the DP plan, the hint and list scheduling, prove the closed-form
+    bounds, then run the steps of :data:`SEARCH` that apply while the plan misses the bound.
 
     With reordering, some optimal launch order is unimodal when tails grow with readiness
     (docs/formulation.md). The unimodal programme (:mod:`.unimodal`) then gives the optimum, or,
@@ -173,174 +407,237 @@ def _cp_sat(inst: Instance, opts: SolveOptions, dp_segs: Segments, dp_val: int,
     unimodal model with relaxed tails and the general model with exact windows both bound every
     launch order.
     """
-    reorder = opts.reorder
-    order = "unimodal" if reorder else "fifo"
-    cands, labels = [dp_segs], ["dp"]
-    if hint is not None and hint.segs is not None:
-        hsegs, _ = inst.segments_of_plan(hint.plan)
-        if hsegs:
-            cands.append(hsegs)
-            labels.append("hint")
-    if reorder:
-        cands.append(schrage_order(inst, dp_segs))
-        labels.append("dp")
-        cands += [unimodal_order(inst, c) for c in list(cands)]
-        labels += list(labels)
-    vals = [int(inst.evaluate(c).period) for c in cands]
+    cands = _starts(search, inst, dp_segs, with_hint)
+    vals = [int(inst.evaluate(c).period) for c, _ in cands]
     k = int(np.argmin(vals))
-    start, start_val = cands[k], vals[k]
-    lb = lower_bound(inst, start_val, with_dp=inst.n <= BOUND_DP_UNITS)
-    if start_val <= lb:
-        return _Outcome(inst, start, start_val, lb, "dp", notes)
-    # the method that produced the plan returned (the bound's sources are in the notes)
-    method = labels[k]
-    if reorder and inst.n <= LOCAL_SEARCH_UNITS:
-        left = deadline - time.perf_counter()
-        val, segs = local_search(inst, start, reorder=True, seed=opts.seed,
-                                 deadline=time.perf_counter() + min(2.0, 0.1 * left))
-        uni = unimodal_order(inst, segs)
-        uval = int(inst.evaluate(uni).period)
-        if uval <= val:
-            val, segs = uval, uni
-        log.info("local search: %d -> %d ticks", start_val, val)
-        if val < start_val:
-            start, start_val = segs, val
-            method = "local-search"
-    bound = lb
-    programme_done = False
-    if reorder and inst.per_layer:
-        left = deadline - time.perf_counter()
-        res_u = unimodal_exact(inst, lb - 1, start_val,
-                               deadline=time.perf_counter() + 0.7 * left)
-        if res_u is not None:
-            bound = max(bound, min(res_u.bound, start_val))
-            programme_done = res_u.segs != [] or res_u.bound >= start_val
-            if res_u.segs:
-                val = int(inst.evaluate(res_u.segs).period)
-                log.info("unimodal programme: bound %d, plan %d ticks", res_u.bound, val)
-                if val < start_val:
-                    start, start_val = res_u.segs, val
-                    method = "dp"
-    use_lns = opts.lns if opts.lns is not None else inst.n > LNS_UNITS
-    if use_lns and start_val > bound:
-        left = deadline - time.perf_counter()
-        share = 0.5 if inst.n <= FULL_MODEL_UNITS else 1.0
-        res = windowed_lns(inst, start, start_val, reorder=reorder,
-                           deadline=time.perf_counter() + share * left, lower=bound,
-                           seed=opts.seed, workers=opts.workers)
-        log.info("lns: %d windows, %d improvements, %d -> %d ticks", res.windows,
-                 res.improvements, start_val, res.value)
-        if res.value < start_val:
-            method = "cp-sat+lns"
-            start, start_val = res.segs, res.value
-    left = deadline - time.perf_counter()
-    if left <= 0.05 or start_val <= bound or inst.n > FULL_MODEL_UNITS:
-        return _Outcome(inst, start, start_val, bound, method, notes)
-    relaxed = reorder and inst.per_layer and inst.consts["U"] > 0
-    # (order, exact update windows, share of the time left, whether its bound is valid)
-    if not relaxed:
-        passes = [(order, True, 1.0, True)]
-    elif programme_done:
-        passes = [("unimodal", True, 0.5, False), ("any", True, 1.0, True)]
-    else:
-        passes = [("unimodal", False, 0.4, True), ("any", True, 1.0, True)]
-    for pass_order, exact_updates, share, valid in passes:
-        left = deadline - time.perf_counter()
-        if left <= 0.05 or start_val <= bound:
+    best = search.start(inst, cands[k][0], vals[k], cands[k][1])
+    search.prove(lower_bound(inst, vals[k], with_dp=inst.n <= BOUND_DP_UNITS), Method.BOUNDS)
+    for step in SEARCH:
+        if best.solved or search.control.halted:
             break
-        cm = CommModel(inst, order=pass_order, horizon=start_val,
-                       period_lb=bound if valid else 0, exact_updates=exact_updates)
-        cm.add_hint(start)
-        sol = cm.solve(time_limit_s=share * left, workers=opts.workers, seed=opts.seed,
-                       relative_gap=opts.relative_gap, extra=opts.cp_sat, stop_at=bound)
-        if valid:
-            bound = max(bound, min(sol.bound, start_val))
-        if sol.segs is not None:
-            val = int(inst.evaluate(sol.segs).period)
-            if val < start_val:
-                start, start_val = sol.segs, val
-                method = "cp-sat"
+        if step.applies(search, inst):
+            step.run(search, inst)
+    if search.opts.reorder and inst.per_layer and inst.consts.U > 0 and not best.solved:
+        search.notes.append("bound from relaxed update tails (the updates of same-layer "
+                            "buckets launched after a bucket left out, and a late bucket's own "
+                            "when a later-ready bucket of its layer is late too); plans judged "
+                            "exactly")
+
+
+# -------------------------------------------------------------------------- portfolio steps
+@dataclass(frozen=True)
+class Step:
+    """One method of the portfolio: when it applies, and how it runs (it offers plans and
+    proves bounds through the :class:`Search`)."""
+
+    method: Method
+    applies: Callable[[Search, Instance], bool]
+    run: Callable[[Search, Instance], None]
+
+
+def _run_local_search(search: Search, inst: Instance) -> None:
+    """Hill-climb on the cuts, launched by Schrage's rule; then the unimodal order."""
+    best = search.best
+    assert best is not None
+    start_val = best.value
+
+    def keep(segs: Segments, val: int) -> None:
+        search.offer(segs, val, Method.LOCAL_SEARCH)
+
+    val, segs = local_search(inst, best.segs, reorder=True, seed=search.opts.seed,
+                             deadline=search.budget.until(LOCAL_SEARCH), on_improve=keep)
+    uni = unimodal_order(inst, segs)
+    uval = int(inst.evaluate(uni).period)
+    if uval <= val:
+        val, segs = uval, uni
+    log.info("local search: %d -> %d ticks", start_val, val)
+    search.offer(segs, val, Method.LOCAL_SEARCH)
+
+
+def _run_unimodal(search: Search, inst: Instance) -> None:
+    """The unimodal programme between the bound and the best plan."""
+    best = search.best
+    assert best is not None
+    res = unimodal_exact(inst, best.bound - 1, best.value,
+                         deadline=search.budget.until(UNIMODAL))
+    if res is None:
+        return
+    search.programme_done = res.segs != [] or res.bound >= best.value
+    search.prove(res.bound, Method.UNIMODAL)
+    if res.segs:
+        val = int(inst.evaluate(res.segs).period)
+        log.info("unimodal programme: bound %d, plan %d ticks", res.bound, val)
+        search.offer(res.segs, val, Method.UNIMODAL)
+
+
+def _run_lns(search: Search, inst: Instance) -> None:
+    """The windowed LNS from the best plan."""
+    best = search.best
+    assert best is not None
+    share = LNS_THEN_MODEL if inst.n <= FULL_MODEL_UNITS else LNS_ALONE
+
+    def keep(segs: Segments, val: int) -> None:
+        search.offer(segs, val, Method.LNS)
+
+    res = windowed_lns(inst, best.segs, best.value, reorder=search.opts.reorder,
+                       deadline=search.budget.until(share), lower=best.bound,
+                       seed=search.opts.seed, workers=search.opts.workers,
+                       control=search.control,
+                       on_improve=keep)
+    log.info("lns: %d windows, %d improvements, %d ticks", res.windows, res.improvements,
+             res.value)
+    search.offer(res.segs, res.value, Method.LNS)
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One CP-SAT run: launch order, exact update windows, share of the time left, and
+    whether its bound holds for every plan the options allow."""
+
+    order: str
+    exact_updates: bool
+    share: Share
+    valid: bool
+
+
+def _passes(search: Search, inst: Instance) -> list[Pass]:
+    """The CP-SAT passes: one model, or with relaxed update tails (reordering, per-layer, an
+    update step) the unimodal model then the general one."""
+    reorder = search.opts.reorder
+    if not (reorder and inst.per_layer and inst.consts.U > 0):
+        return [Pass("unimodal" if reorder else "fifo", True, Share(1.0), True)]
+    if search.programme_done:
+        return [Pass("unimodal", True, Share(0.5), False), Pass("any", True, Share(1.0), True)]
+    return [Pass("unimodal", False, Share(0.4), True), Pass("any", True, Share(1.0), True)]
+
+
+def _run_cp_sat(search: Search, inst: Instance) -> None:
+    """The full CP-SAT model, warm-started from the best plan, pass by pass."""
+    best = search.best
+    assert best is not None
+    for p in _passes(search, inst):
+        if search.left() <= MIN_STEP_S or best.solved:
+            break
+        cm = CommModel(inst, order=p.order, horizon=best.value,
+                       period_lb=best.bound if p.valid else 0, exact_updates=p.exact_updates)
+        cm.add_hint(best.segs)
+        sol = _run_model(search, inst, cm, p.share, best.bound)
+        if p.valid:
+            search.prove(sol.bound, Method.CP_SAT)
         if sol.interrupted:
-            notes.append("interrupted: the best plan found so far")
             break
-    if relaxed and start_val > bound:
-        notes.append("bound from relaxed update tails (the updates of same-layer buckets "
-                     "launched after a bucket left out, and a late bucket's own when a "
-                     "later-ready bucket of its layer is late too); plans judged exactly")
-    return _Outcome(inst, start, start_val, bound, method, notes)
 
 
-def _solve_multi_stage(trace: Trace, cluster: Cluster, opts: SolveOptions,
-                       hint: Baseline | None, deadline: float) -> _Outcome:
+def _run_model(search: Search, inst: Instance, cm: CommModel, share: Share,
+               stop_at: int) -> Any:
+    """Solve ``cm`` for ``share`` of the time left; offer every better plan on the way."""
+    opts = search.opts
+
+    def seen(segs: Segments, val: int) -> None:
+        search.offer(segs, val, Method.CP_SAT)
+
+    sol = cm.solve(time_limit_s=share.fraction * search.left(), workers=opts.workers,
+                   seed=opts.seed, relative_gap=opts.relative_gap, extra=opts.cp_sat,
+                   stop_at=stop_at, control=search.control, on_improve=seen)
+    if sol.segs is not None:
+        search.offer(sol.segs, int(inst.evaluate(sol.segs).period), Method.CP_SAT)
+    return sol
+
+
+def _use_lns(search: Search, inst: Instance) -> bool:
+    use = search.opts.lns if search.opts.lns is not None else inst.n > LNS_UNITS
+    return bool(use)
+
+
+#: The search portfolio of the one-stage reordered or per-layer class, in the order it runs.
+SEARCH: tuple[Step, ...] = (
+    Step(Method.LOCAL_SEARCH, lambda s, i: s.opts.reorder and i.n <= LOCAL_SEARCH_UNITS,
+         _run_local_search),
+    Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
+    Step(Method.LNS, _use_lns, _run_lns),
+    Step(Method.CP_SAT, lambda s, i: s.left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
+         _run_cp_sat),
+)
+
+
+# ------------------------------------------------------------------------------ multi-stage
+def _solve_multi_stage(search: Search) -> None:
     """Several stages: the one-stage DP on the summed cost; where the period formula is exact
-    (no PCIe link shared with the batch copy) the local search over bucketings judged by the
-    exact multi-stage period, then CP-SAT with every stage in readiness order (a proof without
-    reordering, a plan with it); the bound also takes one-stage relaxations
+    (no PCIe link shared with the batch copy) the hint and the local search over bucketings
+    judged by the exact multi-stage period, then CP-SAT with every stage in readiness order (a
+    proof without reordering, a plan with it); the bound also takes one-stage relaxations
     (:func:`.bounds.stage_bound`)."""
+    trace, cluster, opts = search.trace, search.cluster, search.opts
     # cuts inside a layer can help a pipeline of stages: whole layers only when asked
     inst = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers))
     # CP-SAT models every stage in readiness order: a proof without --reorder, plans with it
     model = not inst.pcie_coupled and inst.n <= FULL_MODEL_UNITS
     exact = model and not opts.reorder
-    if exact:
-        notes = ["several communication stages: CP-SAT with every stage in readiness order, "
-                 "the stages through shared resources in the simulator's order"]
-    elif model:
-        notes = ["several communication stages: plans from the local search and from CP-SAT "
-                 "in readiness order; the bound from one-stage relaxations"]
-    else:
-        notes = ["several communication stages: heuristic plans (the DP on the summed stage "
-                 "costs, then a local search); the bound from one-stage relaxations"]
+    search.notes.append(
+        "several communication stages: CP-SAT with every stage in readiness order, the stages "
+        "through shared resources in the simulator's order" if exact else
+        "several communication stages: plans from the local search and from CP-SAT in "
+        "readiness order; the bound from one-stage relaxations" if model else
+        "several communication stages: heuristic plans (the DP on the summed stage costs, then "
+        "a local search); the bound from one-stage relaxations")
     if inst.per_layer:
         _, segs, _ = solve_fifo_per_layer(inst)
     else:
         _, segs = solve_wait_for_all(inst)
-    method = "dp-heuristic"
     if inst.pcie_coupled:  # the closed form is not exact there: the simulator judges
         sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
-        val = round(sim / inst.tick)
+        search.start(inst, segs, round(sim / inst.tick), Method.DP_HEURISTIC)
     else:
-        val = int(inst.evaluate(segs).period)
-        if hint is not None and hint.segs is not None:
-            hsegs, _ = inst.segments_of_plan(hint.plan)
-            hval = int(inst.evaluate(hsegs).period) if hsegs else val
-            if hval < val:
-                segs, val, method = hsegs, hval, "hint"
-        left = deadline - time.perf_counter()
-        share = min(2.0, 0.2 * left) if model else 0.5 * left
-        ls_val, ls_segs = local_search(inst, segs, reorder=opts.reorder, seed=opts.seed,
-                                       deadline=time.perf_counter() + share)
-        if ls_val < val:
-            segs, val, method = ls_segs, ls_val, "local-search"
-    bound = stage_bound(trace, cluster, opts, inst)
-    if model and val > bound and deadline - time.perf_counter() > 0.05:
-        start = sorted(segs)  # the same buckets in readiness order
+        _stages_local_search(search, inst, segs, model)
+    search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+    best = search.best
+    assert best is not None
+    if model and not best.solved and search.left() > MIN_STEP_S:
+        start = sorted(best.segs)  # the same buckets in readiness order
         start_val = int(inst.evaluate(start).period)
-        cm = CommModel(inst, order="fifo", horizon=max(val, start_val), period_lb=bound)
+        cm = CommModel(inst, order="fifo", horizon=max(best.value, start_val),
+                       period_lb=best.bound)
         cm.add_hint(start)
-        sol = cm.solve(time_limit_s=deadline - time.perf_counter(), workers=opts.workers,
-                       seed=opts.seed, relative_gap=opts.relative_gap, extra=opts.cp_sat,
-                       stop_at=bound)
+        sol = _run_model(search, inst, cm, Share(1.0), best.bound)
         if exact:
-            bound = max(bound, min(sol.bound, val))
-        sval = int(inst.evaluate(sol.segs).period) if sol.segs is not None else val
-        if sval < val:
-            segs, val, method = sol.segs, sval, "cp-sat"
-        if sol.interrupted:
-            notes.append("interrupted: the best plan found so far")
-    return _Outcome(inst, segs, val, min(bound, val), method, notes)
+            search.prove(sol.bound, Method.CP_SAT)
+
+
+def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: bool) -> None:
+    """The DP plan on the summed costs, the hint, and the local search judged by the exact
+    multi-stage period."""
+    search.start(inst, segs, int(inst.evaluate(segs).period), Method.DP_HEURISTIC)
+    hint = search.hint
+    if hint is not None and hint.segs is not None:
+        hsegs, _ = inst.segments_of_plan(hint.plan)
+        if hsegs:
+            search.offer(hsegs, int(inst.evaluate(hsegs).period), Method.HINT)
+    best = search.best
+    assert best is not None
+    share = STAGES_LOCAL_SEARCH if model else STAGES_LOCAL_SEARCH_ALONE
+
+    def keep(s: Segments, v: int) -> None:
+        search.offer(s, v, Method.LOCAL_SEARCH)
+
+    ls_val, ls_segs = local_search(inst, best.segs, reorder=search.opts.reorder,
+                                   seed=search.opts.seed, deadline=search.budget.until(share),
+                                   on_improve=keep)
+    search.offer(ls_segs, ls_val, Method.LOCAL_SEARCH)
 
 
 # ------------------------------------------------------------------------------------ result
-def _result(trace: Trace, cluster: Cluster, opts: SolveOptions, out: _Outcome,
-            hint: Baseline | None, baselines: list[Baseline], t0: float) -> SolveResult:
-    inst = out.inst
+def _result(search: Search) -> SolveResult:
+    """Simulate the best plan; fall back to the hint when it simulates better."""
+    best, opts = search.best, search.opts
+    assert best is not None
+    trace, cluster, inst = search.trace, search.cluster, best.inst
     tick = inst.tick
-    notes = list(out.notes)
-    plan = inst.to_plan(out.segs, knobs=_knobs(opts))
+    notes = list(search.notes)
+    hint = search.hint
+    plan = inst.to_plan(best.segs, knobs=_knobs(opts))
     sim = simulate(trace, cluster, plan).iteration_time_s
-    value_s = out.value * tick
-    method = out.method
+    value_s = best.value * tick
+    method = best.method
     if hint is not None and hint.row.iteration_time_s < sim * (1 - 1e-12):
         notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning it")
         plan = hint.plan.model_copy(update={"policy": "optimal",
@@ -351,8 +648,8 @@ def _result(trace: Trace, cluster: Cluster, opts: SolveOptions, out: _Outcome,
             hsegs, _ = inst.segments_of_plan(hint.plan)
             if hsegs:
                 value_s = int(inst.evaluate(hsegs).period) * tick
-        method = "hint"
-    bound_s = min(out.bound * tick, value_s)
+        method = Method.HINT
+    bound_s = min(best.bound * tick, value_s)
     agree = abs(value_s - sim) <= AGREE * sim
     if not agree:
         notes.append(f"model period {value_s:.6g} s and simulation {sim:.6g} s disagree: the "
@@ -361,20 +658,13 @@ def _result(trace: Trace, cluster: Cluster, opts: SolveOptions, out: _Outcome,
     status = Status.OPTIMAL if gap <= 0.0 and agree else Status.FEASIBLE
     hint_time = hint.row.iteration_time_s if hint is not None else None
     return SolveResult(
-        status=status,
-        plan=plan,
-        objective_s=value_s,
-        iteration_time_s=sim,
-        bound_s=bound_s,
-        gap=gap,
-        solve_time_s=time.perf_counter() - t0,
-        method=method,
+        status=status, plan=plan, objective_s=value_s, iteration_time_s=sim, bound_s=bound_s,
+        gap=gap, solve_time_s=search.budget.elapsed(), method=method,
+        bound_method=best.bound_method, interrupted=search.control.interrupted,
         hint_policy=hint.row.policy if hint is not None else None,
         hint_iteration_time_s=hint_time,
         improvement_s=max(0.0, hint_time - sim) if hint_time is not None else 0.0,
-        baselines=[b.row for b in baselines],
-        tick_s=tick,
-        notes=notes,
+        baselines=[b.row for b in search.baselines], tick_s=tick, notes=notes,
     )
 
 

@@ -47,21 +47,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import Enum, IntEnum
 
 import numpy as np
 
 from .instance import Instance, Segments
 
-__all__ = ["UnimodalResult", "pair_makespan", "unhidden_share", "unimodal_exact",
-           "unimodal_feasible"]
+__all__ = ["Outcome", "Promise", "UnimodalResult", "UnknownError", "feasibility",
+           "pair_makespan", "unhidden_share", "unimodal_exact", "unimodal_feasible"]
 
 _BIG = np.int64(1) << 60
-
-#: Promises of a cut inside a layer about the buckets after it (see
-#: :func:`unimodal_feasible`): the next one ends in a later layer; it ends in the same layer;
-#: it does, and every bucket still to end in this layer is early; it does, and one of the
-#: buckets still to end in this layer is late.
-_LEAVE, _STAY, _STAY_EARLY, _STAY_LATE = 1, 2, 3, 4
 
 #: Instances larger than this are left to the other bounds (the fronts grow with n).
 MAX_UNITS = 1500
@@ -136,11 +131,113 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     return order[keep]
 
 
-class _Buffer:
-    """Growing int64 columns of the states, appended position by position."""
+class Promise(IntEnum):
+    """What a cut inside a layer promised of the buckets after it (a state column)."""
 
-    def __init__(self, names: tuple[str, ...]) -> None:
-        self.cols = {k: np.zeros(1024, dtype=np.int64) for k in names}
+    #: A cut between layers: nothing.
+    NONE = 0
+    #: The next bucket ends in a later layer.
+    LEAVE = 1
+    #: The next bucket ends in the same layer.
+    STAY = 2
+    #: It does, and every bucket still to end in this layer is early.
+    STAY_EARLY = 3
+    #: It does, and one of the buckets still to end in this layer is late.
+    STAY_LATE = 4
+
+
+class Outcome(Enum):
+    """The answer of one feasibility test at ``lam``."""
+
+    FEASIBLE = "feasible"
+    INFEASIBLE = "infeasible"
+    #: The fronts outgrew the state limit (too much slack at this ``lam``): unknown.
+    TOO_MANY_STATES = "too many states"
+    #: The deadline passed: unknown.
+    TIMEOUT = "timeout"
+
+
+@dataclass(frozen=True)
+class _Tables:
+    """What the tests need of the instance, independent of ``lam`` (ticks; docs above)."""
+
+    n: int
+    r: np.ndarray  # release of every unit
+    q: np.ndarray  # forward tail of every unit's layer
+    pp: np.ndarray  # prefix of bandwidth parts (length n + 1)
+    p: np.ndarray  # bandwidth part of every unit
+    a: np.int64  # start-up cost of a bucket
+    rest: np.ndarray  # least work still to come after unit k
+    r_last: np.int64  # release of the last unit
+    peak_min: np.int64  # the peak ends no earlier
+    fit: np.ndarray  # the whole communication ends no earlier (max over later units)
+    upd_in: np.ndarray  # update part of a tail opened at unit k (maybe rounded to levels)
+    upd_own: np.ndarray  # exact update prefix (length n + 1)
+    layer: np.ndarray
+    first: np.ndarray  # first unit of every unit's layer
+    peak_need: np.int64  # the peak's work and tail beyond max(e, r_last)
+    inside: np.ndarray  # a cut after k splits a layer
+    one_left: np.ndarray  # ... and leaves one unit of it
+    rest_max: np.ndarray  # most work of buckets in the units of k's layer after k
+    rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
+    q_env: np.ndarray  # lower envelope of the forward tails from k on
+
+
+def _tables(inst: Instance, levels: int) -> _Tables:
+    """The lam-independent data of the tests (``levels``: update parts rounded down)."""
+    n = inst.n
+    r = inst.r.astype(np.int64)
+    q = inst.fwd_from[inst.layer].astype(np.int64)
+    a = np.int64(inst.a)
+    p = inst.p
+    # the whole communication ends no earlier than any later unit's release plus the work
+    # from it on: fit[k] = max over j > k of r[j] + a + p[j] + ... + p[n - 1]
+    suffix_p = np.cumsum(p[::-1])[::-1].astype(np.int64)
+    # update part of a tail: the updates of buckets gated by later layers (one value per
+    # gating layer, fixed by the bucket that opens it: the units before its first unit)
+    upd_in = np.r_[0, inst.upd_prefix].astype(np.int64)
+    if levels and upd_in[-1] > 0:
+        unit = max(1, int(upd_in[-1]) // levels)
+        upd_in = upd_in // unit * unit
+    # the last bucket of a gating layer (in readiness order) also counts its own update share
+    # (exact, not rounded): tails still grow with readiness
+    upd_own = np.r_[0, inst.upd_prefix].astype(np.int64)
+    inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]
+    upd_unit = np.diff(upd_own)
+    rest_max = np.zeros(n, dtype=np.int64)
+    rest_min_upd = np.zeros(n, dtype=np.int64)
+    for k in range(n - 2, -1, -1):
+        if inside[k]:
+            rest_max[k] = a + np.int64(p[k + 1]) + (rest_max[k + 1] if inside[k + 1] else 0)
+            rest_min_upd[k] = (min(upd_unit[k + 1], rest_min_upd[k + 1]) if inside[k + 1]
+                               else upd_unit[k + 1])
+    return _Tables(
+        n=n, r=r, q=q, pp=np.r_[0, np.cumsum(p)].astype(np.int64), p=p, a=a,
+        rest=np.r_[np.cumsum(p[::-1])[::-1][1:], 0].astype(np.int64) + a,
+        r_last=r[n - 1], peak_min=r[n - 1] + a + np.int64(p[-1]),
+        fit=np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a,
+        upd_in=upd_in, upd_own=upd_own, layer=inst.layer.astype(np.int64),
+        first=inst.layer_first_unit,
+        # the peak (the bucket of the last unit, the last of its gating layer) ends no earlier
+        # than max(e, r_last) + a + p[n - 1]; its tail holds the forward from its layer, its
+        # own share and the update part of the bucket that opens that layer
+        peak_need=a + np.int64(p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1],
+        inside=inside, one_left=inside & np.r_[~inside[1:], False],
+        rest_max=rest_max, rest_min_upd=rest_min_upd,
+        q_env=np.minimum.accumulate(q[::-1])[::-1],
+    )
+
+
+#: The columns of a state: end of the early chain, the late slack, the update part of the
+#: open layer, the cut position, the parent state, the side (1 early) and the promise.
+_COLUMNS = ("e", "nu", "ug", "pos", "parent", "early", "next")
+
+
+class _Store:
+    """Every state built so far, as growing int64 columns appended position by position."""
+
+    def __init__(self) -> None:
+        self.cols = {k: np.zeros(1024, dtype=np.int64) for k in _COLUMNS}
         self.size = 0
 
     def append(self, **cols: np.ndarray) -> None:
@@ -152,204 +249,232 @@ class _Buffer:
             self.cols[k][self.size:self.size + m] = v
         self.size += m
 
-    def view(self, start: int) -> dict[str, np.ndarray]:
-        return {k: v[start:self.size] for k, v in self.cols.items()}
+    def live(self, idx: np.ndarray) -> _Live:
+        c = self.cols
+        return _Live(idx, c["e"][idx], c["nu"][idx], c["ug"][idx], c["pos"][idx],
+                     c["next"][idx])
+
+
+@dataclass(frozen=True)
+class _Live:
+    """The states that may still start a bucket (``idx`` into the store) and their columns."""
+
+    idx: np.ndarray
+    e: np.ndarray
+    nu: np.ndarray
+    ug: np.ndarray
+    pos: np.ndarray
+    promise: np.ndarray
+
+    def keep(self, mask: np.ndarray) -> _Live:
+        return _Live(self.idx[mask], self.e[mask], self.nu[mask], self.ug[mask],
+                     self.pos[mask], self.promise[mask])
+
+
+def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
+    """Advance the first cut position that can still start a bucket ending at ``k``: a bucket
+    ``j+1..k`` is too long once it can be neither early nor late (both tests grow in k)."""
+    while first_live < k:
+        d_min = t.a + t.pp[k + 1] - t.pp[first_live]
+        if t.r[k] + d_min + t.q[k] <= lam or lam - t.q[k] - d_min >= t.peak_min:
+            break
+        first_live += 1
+    return first_live
+
+
+def _prune(t: _Tables, lam: int, k: int, first_live: int, live: _Live) -> _Live:
+    """Drop the states that can start no bucket ending at ``k`` or later: a bucket too long
+    (``first_live``); a promise about a layer already passed; an early chain too late for an
+    early bucket (its end and tail only grow with k) and for a late one (the late work from the
+    state on plus its tail must fit after e); or a peak too late."""
+    pos, e = live.pos, live.e
+    stay = live.promise >= Promise.STAY  # promises of a cut inside a layer, about that layer
+    rest_from = t.pp[t.n] - t.pp[pos + 1] + 2 * t.a
+    kill = (pos + 1 < first_live) | (stay & (t.layer[np.maximum(pos, 0)] != t.layer[k])) | (
+        (np.maximum(e, t.r[k]) + t.a + t.pp[k + 1] - t.pp[pos + 1] + t.q_env[k] > lam)
+        & (e + rest_from + t.q_env[k] > lam)) | (
+        ~stay & (np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam))
+    return live.keep(~kill) if kill.any() else live
+
+
+@dataclass(frozen=True)
+class _Bucket:
+    """A bucket from every live state to ``k``: its duration, the update part, tails with and
+    without its own share, the early chain's new end, and which sides the promises allow."""
+
+    d: np.ndarray
+    ug: np.ndarray
+    q_base: np.ndarray
+    q_own: np.ndarray
+    e_new: np.ndarray
+    allowed: np.ndarray
+    may_late: np.ndarray
+    may_close_early: np.ndarray
+
+
+def _bucket(t: _Tables, k: int, live: _Live) -> _Bucket:
+    """The bucket ``pos+1..k`` of every live state. A promise of early buckets forbids late
+    ones; an open debt of a late one forbids closing the layer with an early one."""
+    promise, pos = live.promise, live.pos
+    same = t.layer[np.maximum(pos, 0)] == t.layer[k]
+    allowed = (promise == Promise.NONE) | ((promise == Promise.LEAVE) & ~same) | (
+        (promise >= Promise.STAY) & same)
+    d = t.a + t.pp[k + 1] - t.pp[pos + 1]
+    ug = np.where(pos + 1 <= t.first[k], t.upd_in[pos + 1], live.ug)
+    q_base = t.q[k] + ug
+    return _Bucket(d=d, ug=ug, q_base=q_base,
+                   q_own=q_base + (t.upd_own[k + 1] - t.upd_own[pos + 1]),
+                   e_new=np.maximum(live.e, t.r[k]) + d, allowed=allowed,
+                   may_late=allowed & (promise != Promise.STAY_EARLY),
+                   may_close_early=allowed & (promise != Promise.STAY_LATE))
+
+
+#: One side of a transition: the tail of the new bucket and the mask of the states allowed.
+_Side = tuple[np.ndarray, np.ndarray] | None
+
+
+def _transitions(t: _Tables, k: int, live: _Live, b: _Bucket, pairs: bool
+                 ) -> list[tuple[Promise, _Side, _Side]]:
+    """Per promise of the cut after ``k``: the early side and the late side (None: not this
+    side).
+
+    An early bucket counts its own share unless it shares the peak's layer; a late one counts
+    it only as the last late bucket of its layer: the layer's last bucket, or one after which
+    the layer's buckets are all early (STAY_EARLY); otherwise a later bucket of the layer must
+    be late (STAY_LATE). A late bucket A followed by later late buckets of its layer: whatever
+    their order, the layer's forward waits for all their updates, which run one at a time
+    after their buckets (a two-machine flow shop). With one unit left (bucket B), A's tail
+    holds the best pair makespan beyond the pair's communication; with more, A's own share
+    less what the later buckets' communication can hide."""
+    if not t.inside[k]:
+        return [(Promise.NONE, (b.q_own, b.may_close_early), (b.q_own, b.may_late))]
+    q_early_stay = b.q_own if t.layer[k] != t.layer[t.n - 1] else b.q_base
+    q_late_stay = b.q_base
+    if pairs:
+        s_a = t.upd_own[k + 1] - t.upd_own[live.pos + 1]
+        if t.one_left[k]:
+            d_b = t.a + np.int64(t.p[k + 1])
+            s_b = t.upd_own[k + 2] - t.upd_own[k + 1]
+            q_late_stay = b.q_base + pair_makespan(b.d, s_a, d_b, s_b) - b.d - d_b
+        else:
+            q_late_stay = b.q_base + unhidden_share(s_a, t.rest_max[k], t.rest_min_upd[k])
+    return [(Promise.LEAVE, (b.q_own, b.may_close_early), (b.q_own, b.may_late)),
+            (Promise.STAY, (q_early_stay, b.allowed), None),
+            (Promise.STAY_EARLY, None, (b.q_own, b.may_late)),
+            (Promise.STAY_LATE, None, (q_late_stay, b.may_late))]
+
+
+def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket,
+            transitions: list[tuple[Promise, _Side, _Side]], grid: int) -> None:
+    """Append the Pareto front of the states after a cut at ``k``, per promise.
+
+    An early bucket: every remaining unit is early (before the peak) or late (after it), so
+    the whole communication ends no earlier than e + the remaining work, and it must end by
+    nu; without a late bucket so far, it ends with a later bucket, whose tail is at least that
+    of unit k + 1 with the updates so far. A late bucket: everything ends by nu."""
+    ugp = t.upd_in[k + 1] if k + 1 <= t.first[t.n - 1] else b.ug
+    peak_ok = np.maximum(live.e, t.r_last) + t.peak_need + ugp <= lam
+    for tag, early_side, late_side in transitions:
+        stay = tag not in (Promise.LEAVE, Promise.NONE)
+        ie = il = np.zeros(0, dtype=np.int64)
+        nu_l = np.zeros(0, dtype=np.int64)
+        if early_side is not None:
+            q_e, mask = early_side
+            ug_next = b.ug if stay else t.upd_in[k + 1]
+            nu_eff = np.where(live.nu >= _BIG, lam - t.q[k + 1] - ug_next, live.nu)
+            ok_e = mask & (b.e_new + q_e <= lam) & (
+                np.maximum(b.e_new + t.rest[k], t.fit[k]) <= nu_eff)
+            ok_e &= np.maximum(b.e_new, t.r_last) + t.peak_need + ugp <= lam
+            ie = np.flatnonzero(ok_e)
+        if late_side is not None:
+            q_l, mask = late_side
+            nu_new = np.minimum(live.nu, lam - q_l) - b.d
+            il = np.flatnonzero(mask & peak_ok & (
+                nu_new >= np.maximum(live.e + t.rest[k], t.fit[k])))
+            nu_l = nu_new[il]
+        # the remaining units are released at r[k + 1] or later: an early chain that ends
+        # before that is as good as one that ends then (more states coincide)
+        ce = np.maximum(np.r_[b.e_new[ie], live.e[il]], t.r[k + 1])
+        cn = np.r_[live.nu[ie], nu_l]
+        cs = live.idx[np.r_[ie, il]]
+        cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
+        cu = np.r_[b.ug[ie], b.ug[il]] if stay else np.zeros(len(cs), dtype=np.int64)
+        ct = np.full(len(cs), int(tag))
+        if tag == Promise.STAY:  # an early bucket inside a layer keeps the promise it found
+            found = live.promise[ie]
+            ct[:len(ie)] = np.where(found == Promise.STAY_EARLY, Promise.STAY_EARLY, np.where(
+                found == Promise.STAY_LATE, Promise.STAY_LATE, Promise.STAY))
+        if grid:
+            ce = ce // grid * grid
+            cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
+        for tg in np.unique(ct):
+            sel = np.flatnonzero(ct == tg)
+            keep = sel[_pareto3(ce[sel], cn[sel], cu[sel]) if stay else _pareto(
+                ce[sel], cn[sel])]
+            store.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
+                         parent=cs[keep], early=cl[keep], next=np.full(len(keep), tg))
+
+
+def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
+                deadline: float | None = None, levels: int = 0, grid: int = 0,
+                pairs: bool = True, max_states: int | None = None
+                ) -> tuple[Outcome, Segments]:
+    """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan,
+    with ``want_plan``), or why it is unknown (the deadline, or more than ``max_states``
+    live states, default :data:`MAX_STATES`). ``levels > 0`` rounds the update parts down
+    to that many levels; ``grid > 0`` rounds every state's ``e`` down and ``nu`` up to
+    multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
+    a proof, a plan found must be judged exactly). ``pairs=False`` leaves out the flow-shop
+    term of late pairs (a weaker bound, for the ablation)."""
+    limit = MAX_STATES if max_states is None else max_states
+    t = _tables(inst, levels)
+    store = _Store()
+    store.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
+                 pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
+                 next=np.array([0]))
+    first_live, seen = 0, 0
+    live_idx = np.zeros(0, dtype=np.int64)
+    for k in range(t.n):
+        if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
+            return Outcome.TIMEOUT, []
+        first_live = _first_live(t, lam, k, first_live)
+        live = _prune(t, lam, k, first_live, store.live(np.r_[live_idx,
+                                                               np.arange(seen, store.size)]))
+        live_idx, seen = live.idx, store.size
+        if len(live_idx) > limit:
+            return Outcome.TOO_MANY_STATES, []
+        b = _bucket(t, k, live)
+        if k < t.n - 1:
+            _extend(store, t, lam, k, live, b, _transitions(t, k, live, b, pairs), grid)
+            continue
+        # the peak closes the early chain; the late work must fit after it
+        ok = b.may_close_early & (b.e_new + b.q_own <= lam) & (b.e_new <= live.nu)
+        if not ok.any():
+            return Outcome.INFEASIBLE, []
+        if not want_plan:
+            return Outcome.FEASIBLE, []
+        src = int(live_idx[np.flatnonzero(ok)[0]])
+        cols = store.cols
+        return Outcome.FEASIBLE, _backtrack(src, k, cols["pos"], cols["parent"],
+                                            cols["early"] > 0)
+    return Outcome.INFEASIBLE, []  # pragma: no cover - the loop returns at k = n - 1
 
 
 def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
                       deadline: float | None = None, levels: int = 0,
                       grid: int = 0, pairs: bool = True,
                       max_states: int | None = None) -> tuple[bool, Segments]:
-    """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan);
-    raises an internal timeout past ``deadline``. ``levels > 0`` rounds the update parts down
-    to that many levels; ``grid > 0`` rounds every state's ``e`` down and ``nu`` up to
-    multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
-    a proof, a plan found must be judged exactly). ``pairs=False`` leaves out the flow-shop
-    term of late pairs (a weaker bound, for the ablation). The test gives up (an internal
-    exception) once more than ``max_states`` (default :data:`MAX_STATES`) states are live."""
-    limit = MAX_STATES if max_states is None else max_states
-    n = inst.n
-    r = inst.r.astype(np.int64)
-    q = inst.fwd_from[inst.layer].astype(np.int64)
-    pp = np.r_[0, np.cumsum(inst.p)].astype(np.int64)
-    a = np.int64(inst.a)
-    # the work still to come after unit k, at least: its bandwidth parts and one start-up
-    rest = np.r_[np.cumsum(inst.p[::-1])[::-1][1:], 0].astype(np.int64) + a
-    r_last = r[n - 1]
-    peak_min = r_last + a + np.int64(inst.p[-1])  # the peak ends no earlier
-    # the whole communication ends no earlier than any later unit's release plus the work from
-    # it on: fit[k] = max over j > k of r[j] + a + p[j] + ... + p[n - 1]
-    suffix_p = np.cumsum(inst.p[::-1])[::-1].astype(np.int64)
-    fit = np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a
-    # update part of a tail: the updates of buckets gated by later layers (one value per
-    # gating layer, fixed by the bucket that opens it: the units before its first unit)
-    upd_in = np.r_[0, inst.upd_prefix].astype(np.int64)
-    if levels and upd_in[-1] > 0:
-        unit = max(1, int(upd_in[-1]) // levels)
-        upd_in = upd_in // unit * unit
-    # the last bucket of a gating layer (in readiness order) also counts its own update share
-    # (exact, not rounded): tails still grow with readiness
-    upd_own = np.r_[0, inst.upd_prefix].astype(np.int64)
-    layer = inst.layer.astype(np.int64)
-    first = inst.layer_first_unit
-    # the peak (the bucket of the last unit, the last of its gating layer) ends no earlier than
-    # max(e, r_last) + a + p[n - 1] and its tail holds the forward from its layer, its own
-    # share and the update part of the bucket that opens that layer (not opened yet: at least
-    # that of the next unit)
-    peak_need = a + np.int64(inst.p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1]
-    inside = np.r_[inst.layer[1:] == inst.layer[:-1], False]  # a cut after k splits a layer
-    # ... and leaves one unit of it: a bucket after the cut that ends in the layer is that unit
-    one_left = inside & np.r_[~inside[1:], False]
-    # ... and more of it: the later late buckets of the layer (at least one) hold at most
-    # its remaining work, each at least one unit's update (see the general pair term below)
-    upd_unit = np.diff(upd_own)
-    rest_max = np.zeros(n, dtype=np.int64)  # most work of buckets in the units after k
-    rest_min_upd = np.zeros(n, dtype=np.int64)  # least update of one unit after k
-    for k in range(n - 2, -1, -1):
-        if inside[k]:
-            rest_max[k] = a + np.int64(inst.p[k + 1]) + (rest_max[k + 1] if inside[k + 1] else 0)
-            rest_min_upd[k] = (min(upd_unit[k + 1], rest_min_upd[k + 1]) if inside[k + 1]
-                               else upd_unit[k + 1])
-    # every state: e, nu, update part, cut position, parent state, side (1 early), and what a
-    # cut inside a layer promised of the buckets after it (0 nothing, or one of _LEAVE,
-    # _STAY, _STAY_EARLY, _STAY_LATE)
-    buf = _Buffer(("e", "nu", "ug", "pos", "parent", "early", "next"))
-    buf.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
-               pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
-               next=np.array([0]))
-    first_live = 0  # positions before it can no longer start a bucket
-    # the states that may still start a bucket (indices into buf), and a lower envelope of the
-    # forward tails from k on (q grows along the ready order; the envelope keeps the tests
-    # below valid for every later k without relying on it)
-    live = np.zeros(0, dtype=np.int64)
-    seen = 0
-    q_env = np.minimum.accumulate(q[::-1])[::-1]
-    for k in range(n):
-        if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
-            raise _Timeout
-        # a bucket j+1..k is too long once it cannot be early nor late: both tests grow in k
-        while first_live < k:
-            j = first_live - 1
-            d_min = a + pp[k + 1] - pp[j + 1]
-            if r[k] + d_min + q[k] <= lam or lam - q[k] - d_min >= peak_min:
-                break
-            first_live += 1
-        live = np.r_[live, np.arange(seen, buf.size)]
-        seen = buf.size
-        st = {c: buf.cols[c][live] for c in ("e", "nu", "ug", "pos", "next")}
-        pos_l, e_l, prom_l = st["pos"], st["e"], st["next"]
-        # drop the states that can start no bucket ending at k or later: a bucket too long
-        # (first_live); a promise about a layer already passed; an early chain too late for
-        # an early bucket (its end and tail only grow with k) and for a late one (the late
-        # work from the state on plus its tail must fit after e); or a peak too late
-        stay_l = prom_l >= _STAY  # the promises of a cut inside a layer, about that layer
-        rest_from = pp[n] - pp[pos_l + 1] + 2 * a
-        kill = (pos_l + 1 < first_live) | (
-            stay_l & (layer[np.maximum(pos_l, 0)] != layer[k])) | (
-            (np.maximum(e_l, r[k]) + a + pp[k + 1] - pp[pos_l + 1] + q_env[k] > lam)
-            & (e_l + rest_from + q_env[k] > lam)) | (
-            ~stay_l & (np.maximum(e_l, r_last) + peak_need + upd_in[pos_l + 1] > lam))
-        if kill.any():
-            live = live[~kill]
-            st = {c: v[~kill] for c, v in st.items()}
-        if len(live) > limit:
-            raise _TooManyStates
-        flat_e, flat_nu, flat_pos, promise = st["e"], st["nu"], st["pos"], st["next"]
-        same = layer[np.maximum(flat_pos, 0)] == layer[k]
-        stay_src = promise >= _STAY
-        allowed = (promise == 0) | ((promise == _LEAVE) & ~same) | (stay_src & same)
-        # a promise of early buckets forbids late ones; an open debt of a late one forbids
-        # closing the layer with an early one
-        may_late = allowed & (promise != _STAY_EARLY)
-        may_close_early = allowed & (promise != _STAY_LATE)
-        d = a + pp[k + 1] - pp[flat_pos + 1]
-        ug = np.where(flat_pos + 1 <= first[k], upd_in[flat_pos + 1], st["ug"])
-        q_base = q[k] + ug
-        q_own = q_base + (upd_own[k + 1] - upd_own[flat_pos + 1])
-        e_new = np.maximum(flat_e, r[k]) + d
-        if k == n - 1:  # the peak closes the early chain; the late work must fit after it
-            ok = may_close_early & (e_new + q_own <= lam) & (e_new <= flat_nu)
-            if not ok.any():
-                return False, []
-            if not want_plan:
-                return True, []
-            src = int(live[np.flatnonzero(ok)[0]])
-            cols = buf.view(0)
-            return True, _backtrack(src, k, cols["pos"], cols["parent"], cols["early"] > 0)
-        # (new promise, tail and mask if early, tail and mask if late; None: not this side).
-        # An early bucket counts its own share unless it shares the peak's layer; a late one
-        # counts it only as the last late bucket of its layer: the layer's last bucket, or
-        # one after which the layer's buckets are all early (_STAY_EARLY); otherwise a later
-        # bucket of the layer must be late (_STAY_LATE)
-        q_early_stay = q_own if layer[k] != layer[n - 1] else q_base
-        # a late bucket A (ending at k) followed by later late buckets of its layer: whatever
-        # their order, the layer's forward waits for all their updates, which run one at a
-        # time after their buckets (a two-machine flow shop). With one unit left (bucket B),
-        # A's tail holds the best pair makespan beyond the pair's communication; with more,
-        # A's own share less what the later buckets' communication can hide, at most their
-        # work less one unit's update
-        q_late_stay = q_base
-        if pairs and inside[k]:
-            s_a = upd_own[k + 1] - upd_own[flat_pos + 1]
-            if one_left[k]:
-                d_b = a + np.int64(inst.p[k + 1])
-                s_b = upd_own[k + 2] - upd_own[k + 1]
-                q_late_stay = q_base + pair_makespan(d, s_a, d_b, s_b) - d - d_b
-            else:
-                q_late_stay = q_base + unhidden_share(s_a, rest_max[k], rest_min_upd[k])
-        if inside[k]:
-            groups = [(_LEAVE, (q_own, may_close_early), (q_own, may_late)),
-                      (_STAY, (q_early_stay, allowed), None),
-                      (_STAY_EARLY, None, (q_own, may_late)),
-                      (_STAY_LATE, None, (q_late_stay, may_late))]
-        else:
-            groups = [(0, (q_own, may_close_early), (q_own, may_late))]
-        ugp = upd_in[k + 1] if k + 1 <= first[n - 1] else ug
-        peak_ok_l = np.maximum(flat_e, r_last) + peak_need + ugp <= lam
-        for tag, early_side, late_side in groups:
-            stay = tag != _LEAVE and tag != 0
-            # early bucket (pos+1 .. k); every remaining unit is early (before the peak) or
-            # late (after it): the whole communication ends no earlier than e + the remaining
-            # work, and it must end by nu; without a late bucket so far, it ends with a later
-            # bucket, whose tail is at least that of unit k + 1 with the updates so far
-            ie = il = np.zeros(0, dtype=np.int64)
-            if early_side is not None:
-                q_e, mask = early_side
-                ug_next = ug if stay else upd_in[k + 1]
-                nu_eff = np.where(flat_nu >= _BIG, lam - q[k + 1] - ug_next, flat_nu)
-                ok_e = mask & (e_new + q_e <= lam) & (
-                    np.maximum(e_new + rest[k], fit[k]) <= nu_eff)
-                ok_e &= np.maximum(e_new, r_last) + peak_need + ugp <= lam
-                ie = np.flatnonzero(ok_e)
-            if late_side is not None:  # late bucket (pos+1 .. k): everything ends by nu
-                q_l, mask = late_side
-                nu_new = np.minimum(flat_nu, lam - q_l) - d
-                il = np.flatnonzero(mask & peak_ok_l & (
-                    nu_new >= np.maximum(flat_e + rest[k], fit[k])))
-                nu_l = nu_new[il]
-            else:
-                nu_l = np.zeros(0, dtype=np.int64)
-            # the remaining units are released at r[k + 1] or later: an early chain that ends
-            # before that is as good as one that ends then (more states coincide)
-            ce = np.maximum(np.r_[e_new[ie], flat_e[il]], r[k + 1])
-            cn = np.r_[flat_nu[ie], nu_l]
-            cs = live[np.r_[ie, il]]
-            cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
-            cu = np.r_[ug[ie], ug[il]] if stay else np.zeros(len(cs), dtype=np.int64)
-            ct = np.full(len(cs), tag)
-            if tag == _STAY:  # an early bucket inside a layer keeps the promise it found
-                ct[:len(ie)] = np.where(promise[ie] == _STAY_EARLY, _STAY_EARLY, np.where(
-                    promise[ie] == _STAY_LATE, _STAY_LATE, _STAY))
-            if grid:
-                ce = ce // grid * grid
-                cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
-            for t in np.unique(ct):
-                sel = np.flatnonzero(ct == t)
-                keep = sel[_pareto3(ce[sel], cn[sel], cu[sel]) if stay else _pareto(
-                    ce[sel], cn[sel])]
-                buf.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
-                           parent=cs[keep], early=cl[keep], next=np.full(len(keep), t))
-    return False, []  # pragma: no cover - the loop returns at k = n - 1
+    """:func:`feasibility` as ``(feasible, plan)``; raises :class:`UnknownError` when the test
+    cannot tell (the deadline, or too many states)."""
+    outcome, segs = feasibility(inst, lam, want_plan=want_plan, deadline=deadline,
+                                levels=levels, grid=grid, pairs=pairs, max_states=max_states)
+    if outcome in (Outcome.TIMEOUT, Outcome.TOO_MANY_STATES):
+        raise UnknownError(outcome.value)
+    return outcome is Outcome.FEASIBLE, segs
+
+
+class UnknownError(Exception):
+    """A feasibility test could not tell (its :class:`Outcome` is the message)."""
 
 
 def pair_makespan(d_a: np.ndarray, s_a: np.ndarray, d_b: np.ndarray | np.int64,
@@ -387,12 +512,60 @@ def _backtrack(src: int, k: int, pos: np.ndarray, parent: np.ndarray,
     return sorted(first) + sorted(late, reverse=True)
 
 
-class _Timeout(Exception):
-    """The deadline passed."""
+class _Tests:
+    """The feasibility tests of :func:`unimodal_exact` at one ``lam`` after another: the exact
+    test, then coarser relaxations once a finer one has overflowed, and the best plan found."""
 
+    def __init__(self, inst: Instance, *, deadline: float | None, levels: int,
+                 grid_rel: float, pairs: bool) -> None:
+        self.inst, self.deadline, self.levels = inst, deadline, levels
+        self.grid_rel, self.pairs = grid_rel, pairs
+        c = inst.consts
+        self.exact = c.U == 0 and c.data == 0 and not inst.pcie_coupled
+        self.segs: Segments = []
+        self.found: int | None = None
+        self.overflowed = [False, False]  # the exact / update-level tests have overflowed
+        self.can_level = (not self.exact and levels > 0
+                          and len(np.unique(inst.upd_prefix)) > levels)
+        # with a grid to fall back on, a finer test gives up early
+        self.fine_states = max(1, MAX_STATES // 3) if grid_rel > 0 else MAX_STATES
+        self.timed_out = False
 
-class _TooManyStates(Exception):
-    """The fronts outgrew ``MAX_STATES`` (too much slack at this ``lam``)."""
+    def test(self, lam: int, upper: int) -> bool | None:
+        """True (a plan meets lam), False (none does) or None (unknown)."""
+        tries = [(i, kw) for i, kw in enumerate(({}, {"levels": self.levels}))
+                 if not self.overflowed[i] and (i == 0 or self.can_level)]
+        for i, kw in tries:
+            outcome, plan = feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
+                                        pairs=self.pairs, max_states=self.fine_states, **kw)
+            if outcome is Outcome.TIMEOUT:
+                self.timed_out = True
+                return None
+            if outcome is Outcome.TOO_MANY_STATES:
+                self.overflowed[i] = True
+                continue
+            if outcome is Outcome.FEASIBLE:
+                self.segs, self.found = plan, lam
+            return outcome is Outcome.FEASIBLE
+        return self._grid_test(lam, upper) if self.grid_rel > 0 else None
+
+    def _grid_test(self, lam: int, upper: int) -> bool | None:
+        """The test on a grid of ``grid_rel * lam`` ticks: False proves, a plan found tightens
+        the bracket by its exact period, and otherwise nothing is known."""
+        grid = max(1, int(self.grid_rel * lam))
+        outcome, plan = feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
+                                    grid=grid, pairs=self.pairs)
+        if outcome is Outcome.TIMEOUT:
+            self.timed_out = True
+            return None
+        if outcome is Outcome.TOO_MANY_STATES:
+            return None
+        if outcome is Outcome.INFEASIBLE:
+            return False
+        value = int(self.inst.evaluate(plan).period)
+        if value < upper:  # a plan after all: it tightens the bracket
+            self.segs, self.found = plan, value
+        return None
 
 
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
@@ -421,76 +594,37 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     """
     if inst.n > MAX_UNITS or not inst.per_layer or not inst.stages:
         return None
-    c = inst.consts
-    exact = c["U"] == 0 and c["io"] + c["h2d"] == 0 and not inst.pcie_coupled
-    segs: Segments = []
-    found = None
-    overflowed = [False, False]  # the exact / update-level tests have overflowed
-    can_level = not exact and levels > 0 and len(np.unique(inst.upd_prefix)) > levels
-    # with a grid to fall back on, a finer test gives up early
-    fine_states = max(1, MAX_STATES // 3) if grid_rel > 0 else MAX_STATES
-
-    def test(lam: int, upper: int) -> bool | None:
-        """True (a plan meets lam), False (none does) or None (unknown)."""
-        nonlocal segs, found
-        tries = [(i, kw) for i, kw in enumerate(({}, {"levels": levels}))
-                 if not overflowed[i] and (i == 0 or can_level)]
-        for i, kw in tries:
-            try:
-                ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
-                                             pairs=pairs, max_states=fine_states, **kw)
-            except _TooManyStates:
-                overflowed[i] = True
-                continue
-            if ok:
-                segs, found = plan, lam
-            return ok
-        if grid_rel <= 0:
-            return None
-        grid = max(1, int(grid_rel * lam))
-        try:
-            ok, plan = unimodal_feasible(inst, lam, want_plan=True, deadline=deadline,
-                                         grid=grid, pairs=pairs)
-        except _TooManyStates:
-            return None
-        if not ok:
-            return False
-        value = int(inst.evaluate(plan).period)
-        if value < upper:  # a plan after all: it tightens the bracket
-            segs, found = plan, value
-        return None
-
+    tests = _Tests(inst, deadline=deadline, levels=levels, grid_rel=grid_rel, pairs=pairs)
     tol = max(1, int(rel_tol * hi))
     top, ceiling = hi, hi  # a feasible lam; the lowest lam whose test was inconclusive
     step = max(1, (hi - lo) // 2000)
     descend, sharp = 2, False  # after a plan well below lam, try just below its period first
-    try:
-        while min(top, ceiling) - lo > tol:
-            upper = min(top, ceiling)
-            if found is None and not overflowed[0]:
-                lam = min(lo + step, upper - 1)
-            elif descend > 0 and upper == top and sharp:
-                lam = upper - 1
-                descend -= 1
-            else:
-                lam = (lo + upper) // 2
-            ok = test(lam, upper)
-            if found is not None and segs:
-                top = min(top, int(inst.evaluate(segs).period))
-            if ok is None:
-                ceiling = lam
-                step = max(1, (lam - lo) // 4)
-            elif ok:
-                value = int(inst.evaluate(segs).period)
-                # a plan well below the lam asked for is a hint that it is the optimum
-                sharp = value <= lam - (lam - lo) // 4
-                top = min(top, lam, value)
-            else:
-                lo = lam
-                step = step * 3 // 2 + 1
-    except _Timeout:
-        pass
+    while min(top, ceiling) - lo > tol:
+        upper = min(top, ceiling)
+        if tests.found is None and not tests.overflowed[0]:
+            lam = min(lo + step, upper - 1)
+        elif descend > 0 and upper == top and sharp:
+            lam = upper - 1
+            descend -= 1
+        else:
+            lam = (lo + upper) // 2
+        ok = tests.test(lam, upper)
+        if tests.timed_out:
+            break
+        if tests.found is not None and tests.segs:
+            top = min(top, int(inst.evaluate(tests.segs).period))
+        if ok is None:
+            ceiling = lam
+            step = max(1, (lam - lo) // 4)
+        elif ok:
+            value = int(inst.evaluate(tests.segs).period)
+            # a plan well below the lam asked for is a hint that it is the optimum
+            sharp = value <= lam - (lam - lo) // 4
+            top = min(top, lam, value)
+        else:
+            lo = lam
+            step = step * 3 // 2 + 1
     # every lam up to lo is proven infeasible (a timeout leaves the bracket open: the bound is
     # what was proven, never hi); with nothing feasible below hi, lo + 1 == hi
-    done = top - lo <= 1 if found is not None else lo + 1 >= hi
-    return UnimodalResult(lo + 1, segs, exact and done)
+    done = top - lo <= 1 if tests.found is not None else lo + 1 >= hi
+    return UnimodalResult(lo + 1, tests.segs, tests.exact and done)

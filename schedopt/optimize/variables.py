@@ -140,7 +140,7 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
     if not inst.per_layer:
         v.makespan = m.new_int_var(0, horizon + _total_work(inst), "makespan")
         return v
-    u_tot = int(inst.consts["U"])
+    u_tot = int(inst.consts.U)
     if u_tot > 0:
         v.upd_before = [m.new_int_var(0, u_tot, f"upd_before[{i}]") for i in range(n + 1)]
     if u_tot > 0 and windows:

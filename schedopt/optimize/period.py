@@ -1,0 +1,300 @@
+"""The period terms of each next-forward mode, defined once (docs/formulation.md).
+
+Times are measured from the start of the backward of one iteration; ``ends`` are the ends of
+the buckets' (last) communication, in launch order. With the constants of :class:`Consts`:
+
+* wait-for-all (:class:`WaitForAll`): with ``M = max(B, max ends)``, ``C = F + M + U`` and the
+  period is ``C + io + h2d`` (prefetch 0) or ``max(C, io, h2d, (C + io + h2d) / 2)`` (prefetch 1);
+* per-layer (:class:`PerLayer`): ``X = max(B + F + U, max_k (C_k + q_k))``, ``q_k`` the forward
+  time from bucket ``k``'s gating layer to the end plus the updates that run after its own; the
+  period is ``max(X, D - U0)`` (prefetch 0) or ``max(X, io, h2d, (D - U0) / 2)`` (prefetch 1)
+  with ``D = B + F + U + io + h2d`` and ``U0`` the updates that run before the first forward;
+  with shared PCIe (prefetch 0) also ``max_k C_k + h2d + F + U - U0``.
+
+With shared PCIe and prefetch 1 the copy of the next batch runs on the link before this
+iteration's communication: the link is free only from a time ``L`` that follows the previous
+iteration's data path and last communication, which adds terms in the link's total work.
+
+Each mode's :class:`PeriodTerms` gives the period of a plan (:meth:`~PeriodTerms.value`, ticks
+or seconds: what :meth:`.Instance.evaluate` returns), the same terms as CP-SAT constraints
+(:meth:`~PeriodTerms.add_to`), the value of the warm start's link variable
+(:meth:`~PeriodTerms.link_free_hint`) and the plan-free lower bound
+(:meth:`~PeriodTerms.bound`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+if TYPE_CHECKING:
+    from .instance import Instance
+    from .variables import ModelVariables
+
+__all__ = ["Consts", "PerLayer", "PeriodTerms", "WaitForAll", "period_terms"]
+
+T = TypeVar("T", int, float)
+
+
+@dataclass(frozen=True)
+class Consts(Generic[T]):
+    """Iteration constants, in ticks (``Consts[int]``) or seconds (``Consts[float]``).
+
+    Attributes
+    ----------
+    F, B
+        Sum of forward times, sum of backward times.
+    U
+        The update step of all parameters (ticks: the sum of the units' rounded shares).
+    io, h2d
+        Read and decode one batch; copy it to the GPU.
+    """
+
+    F: T
+    B: T
+    U: T
+    io: T
+    h2d: T
+
+    @property
+    def data(self) -> T:
+        """The data path of one batch, ``io + h2d``."""
+        return self.io + self.h2d  # type: ignore[operator,no-any-return]
+
+    @property
+    def k0(self) -> T:
+        """The compute of one iteration, ``B + F + U``."""
+        return self.B + self.F + self.U  # type: ignore[operator,no-any-return]
+
+
+def _ceil_half(x: Any) -> Any:
+    return -((-x) // 2)
+
+
+def _half(x: Any) -> Any:
+    return x / 2
+
+
+@dataclass(frozen=True)
+class BucketTimes:
+    """One plan's communication as the period terms need it (ticks or seconds).
+
+    Attributes
+    ----------
+    lo, hi
+        First and last unit of every bucket (launch order).
+    dur
+        Duration of every bucket on the link (one stage).
+    ends
+        End of every bucket's (last) communication, from the start of the backward.
+    """
+
+    lo: np.ndarray
+    hi: np.ndarray
+    dur: np.ndarray
+    ends: np.ndarray
+
+
+class PeriodTerms(ABC):
+    """The period of one next-forward mode: value, constraints, warm start and bound."""
+
+    def __init__(self, inst: Instance) -> None:
+        self.inst = inst
+
+    def _arith(self, seconds: bool) -> tuple[Consts[Any], Callable[[Any], Any]]:
+        """The constants and the halving of the arithmetic (seconds, or integer ticks with a
+        rounded-up half)."""
+        inst = self.inst
+        return (inst.consts_s, _half) if seconds else (inst.consts, _ceil_half)
+
+    @property
+    def shared(self) -> bool:
+        """The next batch's copy shares the link with prefetch 1 (the ``link_free`` terms)."""
+        return self.inst.pcie_coupled and self.inst.prefetch == 1
+
+    # --------------------------------------------------------------------------- value
+    @abstractmethod
+    def value(self, plan: BucketTimes, *, seconds: bool) -> Any:
+        """The period of the plan (ticks, or seconds with ``seconds``)."""
+
+    # ------------------------------------------------------------------------ CP-SAT
+    def add_to(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+        """Tie ``v.period`` to the schedule (the mode's terms, and the shared link's)."""
+        c = self.inst.consts
+        lf = v.link_free
+        if lf is not None:
+            for i in range(self.inst.n):
+                m.add(v.start[i] >= lf)
+                m.add(lf >= v.done[i] - v.period + c.h2d)
+            m.add(v.period >= max(c.io, c.h2d))
+        self._add_terms(m, v, reorder=reorder)
+
+    @abstractmethod
+    def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+        """The mode's own constraints."""
+
+    # -------------------------------------------------------------------- warm start
+    @abstractmethod
+    def _link_base(self, c_max: int) -> int:
+        """The time from which the next batch's copy needs the link, before ``- period``."""
+
+    def link_free_hint(self, c_max: int, period: int) -> int:
+        """The least ``link_free`` that ``period`` allows (shared PCIe with prefetch 1), given
+        the end ``c_max`` of the last communication."""
+        return max(self._link_base(c_max) - period, c_max - period + self.inst.consts.h2d)
+
+    # --------------------------------------------------------------------------- bound
+    @abstractmethod
+    def bound(self, comm: int) -> int:
+        """A lower bound on the period of every plan whose link works at least ``comm`` ticks
+        after the backward starts (0: compute and data path only)."""
+
+
+class WaitForAll(PeriodTerms):
+    """The next forward waits for every bucket and the update."""
+
+    def value(self, plan: BucketTimes, *, seconds: bool) -> Any:
+        c, half = self._arith(seconds)
+        makespan = max(c.B, plan.ends.max())
+        cyc = c.F + makespan + c.U
+        period = cyc + c.data if self.inst.prefetch == 0 else max(cyc, c.io, c.h2d,
+                                                                  half(cyc + c.data))
+        if self.shared:  # the next batch's copy runs on the link before this communication
+            work = plan.dur.sum()
+            period = max(period, c.data + c.U + work, c.h2d + work)
+        return period
+
+    def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+        """``makespan = max(B, end[i])``; with ``C = F + makespan + U``, ``period >= C + io +
+        h2d`` (prefetch 0) or ``period >= C, io, h2d`` and ``2 period >= C + io + h2d``."""
+        inst, c = self.inst, self.inst.consts
+        assert v.makespan is not None
+        m.add(v.makespan >= c.B)
+        for i in range(inst.n) if reorder else [inst.n - 1]:
+            m.add(v.makespan >= v.done[i])
+        cyc = c.F + v.makespan + c.U
+        if inst.prefetch == 0:
+            m.add(v.period >= cyc + c.data)
+        else:
+            m.add(v.period >= cyc)
+            m.add(v.period >= max(c.io, c.h2d))
+            m.add(2 * v.period >= cyc + c.data)
+        if v.link_free is not None:
+            m.add(v.link_free >= v.makespan + c.U + c.data - v.period)
+            m.add(v.period >= v.link_free + c.F)
+
+    def _link_base(self, c_max: int) -> int:
+        c = self.inst.consts
+        return max(c.B, c_max) + c.U + c.data
+
+    def bound(self, comm: int) -> int:
+        """The period of a makespan of ``comm`` (compute and data path when it is 0)."""
+        c = self.inst.consts
+        cyc = c.F + max(c.B, comm) + c.U
+        if self.inst.prefetch == 0:
+            return int(cyc + c.data)
+        return int(max(cyc, c.io, c.h2d, _ceil_half(cyc + c.data)))
+
+
+class PerLayer(PeriodTerms):
+    """Layer ``l`` of the next forward waits for the buckets that hold its tensors and their
+    updates (run on the compute stream by gating layer, then launch order)."""
+
+    def value(self, plan: BucketTimes, *, seconds: bool) -> Any:
+        inst = self.inst
+        c, half = self._arith(seconds)
+        lo, hi, ends = plan.lo, plan.hi, plan.ends
+        if seconds:
+            upref = np.r_[0.0, inst.trace.update_s * inst.prefix_bytes / inst.total_bytes]
+            fwd_from = inst.forward_from_s
+        else:
+            upref, fwd_from = np.r_[0, inst.upd_prefix], inst.fwd_from
+        # a bucket's tail holds the updates from its own on (by gating layer, then launch
+        # order) and the forwards from its layer on
+        gl = inst.layer[hi]
+        order = np.lexsort((np.arange(len(lo)), gl))
+        share = upref[hi + 1] - upref[lo]
+        suffix = np.cumsum(share[order][::-1])[::-1]
+        upart = np.empty_like(suffix)
+        upart[order] = suffix
+        tails = fwd_from[gl] + upart
+        x = max(c.k0, (ends + tails).max())
+        if c.data <= 0 and not inst.pcie_coupled:
+            return x
+        u0 = share[gl == 0].sum() if np.any(gl == 0) else 0
+        first_fwd = c.F + c.U - u0  # from the first forward to the next backward
+        if inst.prefetch == 0:
+            if inst.pcie_coupled:  # the copy waits for the last communication
+                x = max(x, ends.max() + c.h2d + first_fwd)
+            return max(x, c.B + c.data + first_fwd)
+        period = max(x, c.io, c.h2d, half(c.B + c.data + first_fwd))
+        if self.shared:
+            # the link is free only once the next batch is copied (time L): every bucket
+            # ends by L + its launch-order prefix of work, and L follows both the previous
+            # backward (through io) and the previous iteration's last communication
+            late = max(first_fwd, (np.cumsum(plan.dur) + tails).max())
+            period = max(period, c.h2d + plan.dur.sum(), half(c.B + c.data + late),
+                         half(ends.max() + c.h2d + late))
+        return period
+
+    def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+        """``period >= B + F + U``, ``period >= end[i] + tail`` (exact without an update step;
+        with one, the update windows of :class:`~.constraints.Constraints` give the exact value
+        and this family is redundant), and the data path with ``U0``, the updates that run
+        before the first forward."""
+        inst, c, n = self.inst, self.inst.consts, self.inst.n
+        m.add(v.period >= c.k0)
+        fwd_from = inst.fwd_from[inst.layer].tolist()
+        if v.upd_before:
+            upd = inst.upd_prefix.tolist()
+            first = inst.layer_first_unit.tolist()
+            own = bool(v.fwd_start)  # with exact windows the bucket's own share is certain too
+            for i in range(n):
+                tail = fwd_from[i] + v.upd_before[first[i]]
+                if own:
+                    tail += upd[i] - v.upd_before[i]
+                m.add(v.period >= v.done[i] + tail)
+        else:
+            for i in range(n):
+                m.add(v.period >= v.done[i] + fwd_from[i])
+        first0 = inst.first_layer_units
+        u0 = c.U - v.upd_before[first0] if first0 is not None and v.upd_before else 0
+        first_fwd = c.F + c.U - u0  # from the first forward to the next backward
+        if inst.pcie_coupled and inst.prefetch == 0:  # the copy waits for the last bucket
+            for i in range(n):
+                m.add(v.period >= v.done[i] + c.h2d + first_fwd)
+        if c.data > 0:
+            dterm = c.B + c.data + first_fwd
+            if inst.prefetch == 0:
+                m.add(v.period >= dterm)
+            else:
+                m.add(v.period >= max(c.io, c.h2d))
+                m.add(2 * v.period >= dterm)
+        if v.link_free is not None:
+            m.add(v.link_free >= c.B + c.data - v.period)
+            m.add(v.period >= v.link_free + first_fwd)
+
+    def _link_base(self, c_max: int) -> int:
+        c = self.inst.consts
+        return c.B + c.data
+
+    def bound(self, comm: int) -> int:
+        """Compute, the link's work, and the data path with every update before the first
+        forward (``U0 <= U``)."""
+        inst, c = self.inst, self.inst.consts
+        lb = max(c.k0, comm)
+        if c.data > 0:
+            dterm = c.k0 + c.data - c.U
+            lb = max(lb, dterm) if inst.prefetch == 0 else max(lb, c.io, c.h2d,
+                                                              _ceil_half(dterm))
+        return int(lb)
+
+
+def period_terms(inst: Instance) -> PeriodTerms:
+    """The period terms of ``inst``'s next-forward mode."""
+    return PerLayer(inst) if inst.per_layer else WaitForAll(inst)

@@ -1,0 +1,213 @@
+"""Ctrl-C and the time limit anywhere in a solve: the best plan known so far comes back, valid,
+FEASIBLE with its gap (or OPTIMAL when already proven), and on time.
+
+The SIGINT tests send the signal from inside the solve (a wrapped step, or the progress hook
+while CP-SAT runs), so that it lands at a known moment and never outside :func:`solve`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schedopt.cluster import Cluster
+from schedopt.files import load_cluster, load_trace
+from schedopt.optimize import SolveOptions, SolveResult, Status, solve
+from schedopt.simulate import simulate
+from schedopt.trace import Trace
+
+solve_mod = sys.modules["schedopt.optimize.solve"]
+PER_LAYER = {"next_forward": "per-layer", "reorder": True}
+
+
+def resnet(compute: float = 0.4) -> Trace:
+    """ResNet-50 with compute scaled so that the reordered class needs a search."""
+    return load_trace("resnet50-v100-b64").scaled(compute=compute)
+
+
+def sigint() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def wrap(monkeypatch: pytest.MonkeyPatch, name: str, before: Callable[[], None]) -> None:
+    """Call ``before`` at the start of the portfolio's ``name``."""
+    real = getattr(solve_mod, name)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        before()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(solve_mod, name, wrapped)
+
+
+def check_stopped(trace: Trace, cluster: Cluster, res: SolveResult) -> None:
+    """A valid plan, its simulated time, a bound below it and a consistent status."""
+    sim = simulate(trace, cluster, res.plan).iteration_time_s
+    assert sim == pytest.approx(res.iteration_time_s, rel=1e-12)
+    assert res.bound_s <= res.objective_s * (1 + 1e-12)
+    assert 0.0 <= res.gap < 1.0
+    assert (res.status == Status.OPTIMAL) == (res.gap == 0.0)
+    for row in res.baselines:
+        if row.expressible:
+            assert res.iteration_time_s <= row.iteration_time_s * (1 + 1e-9), row.policy
+    json.dumps(res.to_dict())
+
+
+# --------------------------------------------------------------------------------- SIGINT
+@pytest.mark.parametrize("moment", ["evaluate_baseline", "solve_fifo_per_layer",
+                                    "local_search", "unimodal_exact", "windowed_lns"])
+def test_sigint_in_a_step_returns_the_best_plan_so_far(monkeypatch: pytest.MonkeyPatch,
+                                                       moment: str) -> None:
+    calls = {"n": 0}
+
+    def third_call() -> None:  # the third baseline, the first call of the others
+        calls["n"] += 1
+        if calls["n"] == (3 if moment == "evaluate_baseline" else 1):
+            sigint()
+
+    wrap(monkeypatch, moment, third_call)
+    trace, cluster = resnet(), load_cluster("k80-4x4-10gbe")
+    t0 = time.perf_counter()
+    res = solve(trace, cluster, SolveOptions(time_limit_s=20.0, lns=True, **PER_LAYER))
+    assert time.perf_counter() - t0 < 5.0
+    assert calls["n"] >= 1 and res.interrupted
+    assert any("interrupted" in note for note in res.notes)
+    check_stopped(trace, cluster, res)
+    if moment == "evaluate_baseline":
+        assert len(res.baselines) == 2  # the third was stopped
+    else:  # every baseline was simulated before the search
+        assert len(res.baselines) > 2
+
+
+def test_sigint_while_cp_sat_runs_keeps_its_best_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The programme is left out so that CP-SAT runs; the progress hook (called every half
+    second while CP-SAT runs) sends Ctrl-C once CP-SAT has started."""
+    monkeypatch.setattr(solve_mod, "unimodal_exact", lambda *a, **k: None)
+    started = {"cp_sat": False, "sent": False}
+    wrap(monkeypatch, "CommModel", lambda: started.update(cp_sat=True))
+    seen: list[tuple[float, float, float]] = []
+
+    def progress(elapsed: float, objective: float, bound: float) -> None:
+        seen.append((elapsed, objective, bound))
+        if started["cp_sat"] and not started["sent"]:
+            started["sent"] = True
+            sigint()
+
+    trace, cluster = resnet(), load_cluster("k80-4x4-10gbe")
+    opts = SolveOptions(time_limit_s=30.0, lns=False, **PER_LAYER)
+    t0 = time.perf_counter()
+    res = solve(trace, cluster, opts, progress=progress)
+    if not started["sent"]:
+        pytest.skip("solved before CP-SAT ran for half a second")
+    assert time.perf_counter() - t0 < 10.0 and res.interrupted
+    check_stopped(trace, cluster, res)
+    # the hook saw plans that only get better and bounds that only get higher
+    objs, bounds = [s[1] for s in seen], [s[2] for s in seen]
+    assert objs == sorted(objs, reverse=True) and bounds == sorted(bounds)
+    assert res.objective_s == pytest.approx(objs[-1], rel=1e-12)
+
+
+def test_sigint_in_the_cli_prints_and_writes_the_plan_and_exits_130(tmp_path: Path) -> None:
+    """``schedopt optimize`` stopped by Ctrl-C (sent as the unimodal programme starts): the
+    JSON result on stdout, the --out file written, exit status 130."""
+    out = tmp_path / "res.json"
+    code = (
+        "import os, signal, sys\n"
+        "import schedopt.optimize\n"
+        "s = sys.modules['schedopt.optimize.solve']\n"
+        "real = s.unimodal_exact\n"
+        "def stop(*a, **k):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(*a, **k)\n"
+        "s.unimodal_exact = stop\n"
+        "from schedopt.cli import main\n"
+        "sys.argv = ['schedopt', 'optimize', 'resnet50-v100-b64', 'k80-4x4-10gbe',\n"
+        "            '--next-forward', 'per-layer', '--reorder', '--time-limit', '60',\n"
+        f"            '--out', {str(out)!r}, '--json']\n"
+        "main()\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 130, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["interrupted"] is True and data["plan"]["buckets"]
+    assert json.loads(out.read_text())["iteration_time_s"] == data["iteration_time_s"]
+    assert "Traceback" not in proc.stderr
+
+
+# ----------------------------------------------------------------------------- time limit
+PATHS = {
+    # the portfolio with the LNS on 5,000 tensors
+    "lns": ("synthetic-5000", "10gbe-k80-family", PER_LAYER),
+    # several stages: the DP on summed costs, the local search, the stage relaxations
+    "multi-stage": ("synthetic-5000", "dgx-a100-4n-hierarchical", PER_LAYER),
+    # many pieces: the programme and CP-SAT on a partitioned instance
+    "partition": ("resnet50-v100-b64", "k80-4x4-10gbe", {**PER_LAYER,
+                                                          "partition_bytes": 200_000}),
+    # the exact DP of the default class (fast: well within any limit)
+    "default": ("synthetic-5000", "10gbe-k80-family", {}),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_time_limit_is_honoured_on_every_path(path: str) -> None:
+    trace_name, cluster_name, kw = PATHS[path]
+    trace = load_trace(trace_name)
+    cluster = load_cluster(cluster_name, nodes=8 if "family" in cluster_name else None)
+    limit = 1.0
+    t0 = time.perf_counter()
+    res = solve(trace, cluster, SolveOptions(time_limit_s=limit, **kw))
+    wall = time.perf_counter() - t0
+    assert wall <= 1.1 * limit + 1.0, wall
+    assert res.solve_time_s <= wall
+    assert not res.interrupted
+    check_stopped(trace, cluster, res)
+
+
+def test_time_limit_during_the_baselines_keeps_those_done(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Slow baselines get half of the limit; the search still runs and the plan is valid."""
+    wrap(monkeypatch, "evaluate_baseline", lambda: time.sleep(0.2))
+    trace, cluster = resnet(), load_cluster("k80-4x4-10gbe")
+    t0 = time.perf_counter()
+    res = solve(trace, cluster, SolveOptions(time_limit_s=1.0, **PER_LAYER))
+    assert time.perf_counter() - t0 <= 2.1
+    assert 1 <= len(res.baselines) < 11
+    assert any("baselines stopped" in note for note in res.notes)
+    check_stopped(trace, cluster, res)
+
+
+def test_solve_outside_the_main_thread_needs_no_signals(tiny_trace: Trace) -> None:
+    """Signal handlers can only be installed in the main thread: elsewhere the deadline is
+    kept between steps, and the result is the same as in the main thread."""
+    import threading
+
+    cluster = load_cluster("k80-4x4-10gbe")
+    opts = SolveOptions(time_limit_s=2.0, **PER_LAYER)
+    out: dict[str, SolveResult] = {}
+    worker = threading.Thread(target=lambda: out.update(res=solve(tiny_trace, cluster, opts)))
+    worker.start()
+    worker.join(30)
+    assert "res" in out and not out["res"].interrupted
+    check_stopped(tiny_trace, cluster, out["res"])
+    here = solve(tiny_trace, cluster, opts)
+    assert here.iteration_time_s == out["res"].iteration_time_s
+
+
+def test_budget_shares_take_their_fraction_of_the_time_left() -> None:
+    budget = solve_mod.Budget(10.0)
+    share = solve_mod.Share(0.1, 2.0)
+    now = time.perf_counter()
+    assert budget.until(share) - now == pytest.approx(min(2.0, 0.1 * budget.left()), abs=0.05)
+    assert budget.of_limit(solve_mod.BASELINES) == pytest.approx(budget.t0 + 5.0)
+    assert budget.until(solve_mod.Share(1.0)) <= budget.deadline
