@@ -270,7 +270,7 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
         except Halt:  # a stop that came as the search ended
             control.searching = False
         if control.halted:
-            log.warning("%s: returning the best plan known so far",
+            log.info("%s: returning the best plan known so far",
                         "interrupted" if control.interrupted else "time limit reached")
         with control.shield(final=True):
             if search.best is None:

@@ -33,6 +33,8 @@ def _optimize_fields(row: dict[str, Any], trace: Any, cluster: Any) -> dict[str,
     from ..simulate import simulate
 
     res = solve(trace, cluster, SolveOptions.model_validate(row["options"]))
+    if res.interrupted:  # a truncated solve is not this row's result: stop, store nothing
+        raise KeyboardInterrupt
     sched = simulate(trace, cluster, res.plan, record=True)
     return {
         "plan": res.plan,
