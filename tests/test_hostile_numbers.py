@@ -4,7 +4,6 @@ finite, strict JSON or is refused with one line naming the field (exit 2, nothin
 from __future__ import annotations
 
 import contextlib
-import copy
 import io
 import json
 import math
@@ -16,6 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedopt.cli import run
+
+from .test_hostile_inputs import edit
 
 DATA = Path(__file__).parent / "data"
 TRACE: dict[str, Any] = json.loads((DATA / "tiny_trace.json").read_text())
@@ -57,16 +58,6 @@ hostile = st.one_of(
 )
 
 
-def _set(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    out = copy.deepcopy(doc)
-    *head, last = [int(p) if p.isdigit() else p for p in path.split(".")]
-    node = out
-    for p in head:
-        node = node[p]
-    node[last] = value
-    return out
-
-
 def _refuse_constant(token: str) -> float:
     raise ValueError(f"bare {token} in the output")
 
@@ -95,9 +86,9 @@ def test_any_value_in_a_numeric_field(field: tuple[str, str, str], value: Any,
     kind, path, needle = field
     trace, cluster = TRACE, CLUSTER_RING if ring else CLUSTER
     if kind == "trace":
-        trace = _set(trace, path, value)
+        trace = edit(trace, path, value)
     else:
-        cluster = _set(cluster, path, value)
+        cluster = edit(cluster, path, value)
     with tempfile.TemporaryDirectory() as tmp:
         t, c = Path(tmp) / "t.json", Path(tmp) / "c.json"
         t.write_text(json.dumps(trace))
