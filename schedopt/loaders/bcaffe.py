@@ -305,29 +305,7 @@ def load_bcaffe_log(
     log = read_bcaffe_log(path)
     slices = log.layer_slices()
     total_params = int(log.size.sum())
-    if layer_names is None:
-        if len(slices) == len(GOOGLENET_LAYERS) and total_params == GOOGLENET_ALIGNED_PARAMS:
-            layer_names = GOOGLENET_LAYERS
-        else:
-            layer_names = [f"layer{i:02d}" for i in range(len(slices))]
-    if len(layer_names) != len(slices):
-        raise SchedoptError(f"needs {len(slices)} names", "layer_names", len(layer_names))
-    layers = []
-    for lname, s in zip(layer_names, slices, strict=True):
-        back = float(log.compute_us[s.start]) * 1e-6
-        blobs = range(s.start, s.stop)
-        suffix = ("weight", "bias") if len(blobs) == 2 else ("weight",)
-        layers.append(
-            Layer(
-                name=lname,
-                forward_s=forward_ratio * back,
-                backward_s=back,
-                tensors=[
-                    Tensor(name=f"{lname}.{suf}", bytes=int(4 * log.size[i]), dtype="float32")
-                    for suf, i in zip(suffix, blobs, strict=True)
-                ],
-            )
-        )
+    layers = _measured_layers(log, layer_names, forward_ratio)
     h2d = batch_size * image_bytes / h2d_Bps
     io = batch_size * io_per_image_s
     update = update_bytes_per_param * total_params / memory_Bps
@@ -353,3 +331,28 @@ def load_bcaffe_log(
         "update_s": update,
         "layers": layers,
     })
+
+
+def _measured_layers(log: BCaffeLog, layer_names: Sequence[str] | None,
+                     forward_ratio: float) -> list[Layer]:
+    """The log's layers in forward order: measured backward, forward = ratio x backward, the
+    weight and bias of a layer as two float32 tensors (names as :func:`load_bcaffe_log` says)."""
+    slices = log.layer_slices()
+    if layer_names is None:
+        if (len(slices) == len(GOOGLENET_LAYERS)
+                and int(log.size.sum()) == GOOGLENET_ALIGNED_PARAMS):
+            layer_names = GOOGLENET_LAYERS
+        else:
+            layer_names = [f"layer{i:02d}" for i in range(len(slices))]
+    if len(layer_names) != len(slices):
+        raise SchedoptError(f"needs {len(slices)} names", "layer_names", len(layer_names))
+    layers = []
+    for lname, s in zip(layer_names, slices, strict=True):
+        back = float(log.compute_us[s.start]) * 1e-6
+        blobs = range(s.start, s.stop)
+        suffix = ("weight", "bias") if len(blobs) == 2 else ("weight",)
+        tensors = [Tensor(name=f"{lname}.{suf}", bytes=int(4 * log.size[i]), dtype="float32")
+                   for suf, i in zip(suffix, blobs, strict=True)]
+        layers.append(Layer(name=lname, forward_s=forward_ratio * back, backward_s=back,
+                            tensors=tensors))
+    return layers
