@@ -39,6 +39,7 @@ from typing import Any
 MODELS = {  # name: (factory, input shape, input dtype)
     "mlp": ("benchmarks.ddp_models:mlp", "32,1536", "float32"),
     "bert_small": ("benchmarks.ddp_models:bert_small", "2,64", "int64"),
+    "mlp12": ("benchmarks.ddp_models:mlp12", "32,768", "float32"),
 }
 CONFIGS = ["ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=5", "ddp:bucket_cap_mb=25",
            "ddp:bucket_cap_mb=100", "sync-easgd"]

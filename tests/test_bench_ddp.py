@@ -124,7 +124,7 @@ def test_end_to_end(workdir: Path) -> None:
     pytest.importorskip("torch")
     _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
                             "tiny", "--out", "tiny.json", "--repeats", "2", "--warmup", "1"]))
-    _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "4K:256K", "--iters", "2",
+    _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "4K:4M", "--iters", "2",
                             "--warmup", "1", "--overlap-repeats", "1", "--overlap-bytes",
                             "4194304", "--out", "comm2.txt", "--timeout", "120"]))
     slowdown = read_overlap_slowdown("comm2.txt")

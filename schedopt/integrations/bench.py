@@ -116,7 +116,10 @@ def _wait(procs: list[subprocess.Popen], workdir: Path, timeout_s: float) -> Non
     deadline = time.monotonic() + timeout_s
     while True:
         codes = [p.poll() for p in procs]
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        # a rank that wrote its result and then crashed on the way out (gloo threads at
+        # interpreter exit) did its work: only a rank without a result has failed
+        failed = [(r, c) for r, c in enumerate(codes)
+                  if c not in (None, 0) and not (workdir / f"rank{r}.json").exists()]
         if failed:
             rank, code = failed[0]
             # a rank that failed first brings its peers down: report the root cause
@@ -127,7 +130,7 @@ def _wait(procs: list[subprocess.Popen], workdir: Path, timeout_s: float) -> Non
             why = errs[rank] or "no message"
             raise SchedoptError(f"rank {rank} exited with status {code}: {why}", "procs",
                                 len(procs))
-        if all(c == 0 for c in codes):
+        if all(c is not None for c in codes) and not failed:
             return
         if time.monotonic() > deadline:
             late = [r for r, c in enumerate(codes) if c is None]
@@ -177,7 +180,12 @@ def launch(job: dict[str, Any], spec: Launch) -> list[dict[str, Any]]:
             _wait(procs, workdir, spec.timeout_s)
         finally:
             _stop(procs)
-        return [json.loads((workdir / f"rank{r}.json").read_text()) for r in range(spec.procs)]
+        try:
+            return [json.loads((workdir / f"rank{r}.json").read_text())
+                    for r in range(spec.procs)]
+        except (OSError, ValueError):
+            raise SchedoptError("a rank exited without its result", "procs",
+                                spec.procs) from None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -198,22 +206,22 @@ def _worker(argv: list[str]) -> int:
         dist.init_process_group(job["backend"], init_method="file://" + job["rendezvous"],
                                 rank=rank, world_size=job["procs"],
                                 timeout=timedelta(seconds=job["timeout_s"]))
-        try:
-            if job["kind"] == "comm":
-                result = _comm_worker(job, rank)
-            else:
-                from .bench_ddp import ddp_worker
+        if job["kind"] == "comm":
+            result = _comm_worker(job, rank)
+        else:
+            from .bench_ddp import ddp_worker
 
-                result = ddp_worker(job, rank)
-        finally:
-            dist.destroy_process_group()
+            result = ddp_worker(job, rank)
+        dist.barrier()
     except Exception as exc:
         text = " ".join(str(exc).split())[:400]
-        print(f"{type(exc).__name__}: {text}", file=sys.stderr)
+        print(f"{type(exc).__name__}: {text}", file=sys.stderr, flush=True)
         return 1
     tmp = workdir / f"rank{rank}.json.tmp"
     tmp.write_text(json.dumps(result))
     tmp.replace(workdir / f"rank{rank}.json")
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
     return 0
 
 

@@ -149,6 +149,8 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
 
     params = dict(model.named_parameters())
     groups = [[params[n] for n in b] for b in cfg["buckets"]]
+    flats = [torch.empty(sum(p.numel() for p in g), dtype=g[0].dtype, device=g[0].device)
+             for g in groups]  # one buffer per bucket, allocated once (as DDP's buckets)
     world = dist.get_world_size()
     ends: list[float] = []
     dist.barrier()
@@ -157,11 +159,14 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
         if cfg["mode"] == "manual":
             with ddp.no_sync():
                 _default_loss(_call(ddp, batch)).backward()
-            for group in groups:
-                flat = torch.cat([p.grad.reshape(-1) for p in group])
+            for group, flat in zip(groups, flats, strict=True):
+                torch.cat([p.grad.reshape(-1) for p in group], out=flat)
                 dist.all_reduce(flat)
                 flat.div_(world)
-                torch.nn.utils.vector_to_parameters(flat, [p.grad for p in group])
+                offset = 0
+                for p in group:
+                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                    offset += p.numel()
         else:
             _default_loss(_call(ddp, batch)).backward()
         if job["backend"] == "nccl":
