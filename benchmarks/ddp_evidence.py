@@ -81,8 +81,8 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
     for m, (factory, shape, dtype) in MODELS.items():
         schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
                  m, "--out", d / f"{m}.json", "--repeats", 10, "--warmup", 3, env=env)
-    schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--threads", args.threads,
-             "--out", d / "loopback2.txt", env=env)
+    schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
+             args.threads, "--out", d / "loopback2.txt", env=env)
     print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
     cl = json.loads((d / "loopback.json").read_text())
     (d / "loopback-s1.json").write_text(json.dumps({**cl, "name": "loopback-s1",

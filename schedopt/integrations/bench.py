@@ -10,12 +10,14 @@ written. torch is imported only inside the worker processes and the functions th
 
 bench-comm (:func:`bench_comm`)
     All-reduce latency of float32 messages from ``min_bytes`` to ``max_bytes`` (powers of two):
-    per size, ``warmup`` untimed calls, then ``iters`` calls back to back between barriers; the
-    time per call is the slowest rank's mean. Then the **overlap slowdown** ``s`` of
-    docs/model.md: every rank times a fixed compute loop (matrix products) alone, and again while
-    all-reduces of ``overlap_bytes`` run without a break on the backend's own threads
-    (``async_op``); ``s`` = time with / time alone (the median over ``overlap_repeats`` pairs and
-    the slowest rank). It is the fluid speed of compute that overlaps communication.
+    per size, ``warmup`` untimed calls, then ``iters`` calls launched back to back
+    (``async_op``) after a barrier and waited for, as nccl-tests does and as DDP queues its
+    buckets; the time per call is the slowest rank's total over ``iters``. Then the **overlap
+    slowdown** ``s`` of docs/model.md: every rank times a fixed compute loop (matrix products)
+    alone, and again while all-reduces of ``overlap_bytes`` run without a break on the
+    backend's own threads (``async_op``); ``s`` = time with / time alone (the median over
+    ``overlap_repeats`` pairs and the slowest rank): the fluid slowdown of compute that
+    overlaps communication.
 
 The output (:func:`format_nccl_tests`) is in the nccl-tests ``all_reduce_perf`` layout, so
 ``schedopt fit-comm`` reads it; the overlap slowdown travels in a ``# schedopt overlap_slowdown``
@@ -292,8 +294,10 @@ def _time_allreduce(job: dict[str, Any], n_bytes: int) -> float:
     _sync(job)
     dist.barrier()
     t0 = time.perf_counter()
-    for _ in range(job["iters"]):
-        dist.all_reduce(buf)
+    # launched back to back, then waited for (as nccl-tests, and as DDP queues its buckets)
+    works = [dist.all_reduce(buf, async_op=True) for _ in range(job["iters"])]
+    for w in works:
+        w.wait()
     _sync(job)
     return _slowest((time.perf_counter() - t0) / job["iters"])
 
