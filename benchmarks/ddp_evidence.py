@@ -116,6 +116,11 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
         table.append((f"{Path(trace).stem} {cfg}", "measured / predicted (s) / predicted (s=1)",
                       f"{meas * 1e3:.1f} / {p1 * 1e3:.1f} ({e1 * 100:+.1f}%) / {p2 * 1e3:.1f} "
                       f"({e2 * 100:+.1f}%) ms"))
+    print("| model | configuration | measured ms | predicted ms (measured s) | error |"
+          " predicted ms (s = 1) | error |\n| --- | --- | --- | --- | --- | --- | --- |")
+    for (trace, cfg), (e1, meas, p1, e2, _, p2) in per_row.items():
+        print(f"| {Path(trace).stem} | {cfg} | {meas * 1e3:.1f} | {p1 * 1e3:.1f} | "
+              f"{e1 * 100:+.1f}% | {p2 * 1e3:.1f} | {e2 * 100:+.1f}% |")
     loco: list[float] = []
     for cfg in [*CONFIGS, "plan"]:
         train = [r for r in rows if config_of(r["policy"]) != cfg]
@@ -148,10 +153,12 @@ def gain(d: Path, args: argparse.Namespace, env: dict[str, str]) -> list[tuple[s
         pred[m] = ddp / res["iteration_time_s"]
     m = max(pred, key=lambda k: pred[k])
     factory, shape, dtype = MODELS[m]
-    print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
-                   "--trace", d / f"{m}.json", "--cluster", d / "loopback.json", "-p", "ddp",
-                   "--plan", d / f"{m}-opt.json", "--rounds", args.rounds, "--iters", args.iters,
-                   "--warmup", 5, "--threads", args.threads, "--out", d / "gain.csv", env=env))
+    if not (args.skip_measure and (d / "gain.csv").exists()):
+        print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
+                       "--trace", d / f"{m}.json", "--cluster", d / "loopback.json", "-p",
+                       "ddp", "--plan", d / f"{m}-opt.json", "--rounds", args.rounds, "--iters",
+                       args.iters, "--warmup", 5, "--threads", args.threads, "--out",
+                       d / "gain.csv", env=env))
     rows = read_rows(d / "gain.csv")
     base = [float(r["iteration_time_s"]) for r in rows if r["policy"] == "ddp"]
     opt = [float(r["iteration_time_s"]) for r in rows if r["policy"] != "ddp"]
