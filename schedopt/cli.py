@@ -459,9 +459,13 @@ def fit_comm(
             if n_ranks is None:
                 raise SchedoptError("the rank count is not in the file or its name: pass --ranks",
                                     "ranks", None)
+            from .integrations.bench import read_overlap_slowdown
+
+            slowdown = read_overlap_slowdown(_shipped_sample(file))
             cluster = cluster_from_fit(
                 fit, name=out.stem, ranks=n_ranks,
                 source=f"fitted by `schedopt fit-comm` to {file.name} ({samples.format})",
+                overlap_slowdown=slowdown or 1.0,
             )
             files.write_json(out, cluster.model_dump(mode="json", exclude_none=True))
     used = (samples.sizes >= (fit.min_bytes or 0)) & (samples.sizes <= (fit.max_bytes or 0))
@@ -470,6 +474,7 @@ def fit_comm(
         "points": int(used.sum()), "alpha_s": fit.alpha_s,
         "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2, "min_bytes": fit.min_bytes,
         "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
+        "overlap_slowdown": cluster.overlap_slowdown if out is not None else None,
         **piecewise_summary(samples, fit),
     }
     if as_json:
@@ -487,6 +492,7 @@ def fit_comm(
                       f" us + {seg['beta_s_per_byte'] * 1e12:.1f} us/MB")
     table.add_row("median |rel. error|", f"{data['median_rel_error'] * 100:.2f}%")
     if out is not None:
+        table.add_row("overlap slowdown", f"{cluster.overlap_slowdown:.3f}")
         table.add_row("cluster written", str(out))
     console.print(table)
 
@@ -832,6 +838,122 @@ def validate_cmd(
                    f" max {st['max_abs_error'] * 100:.2f}%")
     typer.echo(f"overall: mean |error| {data['mean_abs_error'] * 100:.2f}%, max "
                f"{data['max_abs_error'] * 100:.2f}%")
+
+
+# ------------------------------------------------------------ real runs: bench-comm, bench-ddp
+ProcsOpt = Annotated[int, typer.Option("--procs", help="Local processes (ranks).")]
+ThreadsOpt = Annotated[
+    int, typer.Option("--threads", help="OMP_NUM_THREADS and torch threads of every rank.")
+]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", help="Seconds before a hung run is stopped.")
+]
+
+
+@app.command("bench-comm")
+def bench_comm_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output file (nccl-tests layout).")],
+    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl")] = "gloo",
+    procs: ProcsOpt = 2,
+    sizes: Annotated[
+        str, typer.Option("--sizes", help="MIN:MAX message bytes (K, M, G suffixes).")
+    ] = "4K:64M",
+    iters: Annotated[int, typer.Option("--iters", help="Timed calls per size.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls per size.")] = 3,
+    overlap_repeats: Annotated[
+        int, typer.Option("--overlap-repeats", help="Overlap-slowdown repeats (0: skip).")
+    ] = 5,
+    overlap_bytes: Annotated[
+        int | None, typer.Option("--overlap-bytes", help="All-reduce size under the compute"
+                                 " loop (default 25 MiB).")
+    ] = None,
+    threads: ThreadsOpt = 1,
+    timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Measure all-reduce latency over message sizes and the overlap slowdown on local ranks
+    (needs torch); `fit-comm` reads the output."""
+    from .integrations.bench import Launch, bench_comm, format_nccl_tests, parse_sizes
+    from .integrations.bench import write_text_atomic as write_text
+
+    with user_errors():
+        lo, hi = parse_sizes(sizes)
+        spec = Launch(procs, backend, threads, timeout).check()
+        res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
+                         overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats)
+        write_text(out, format_nccl_tests(res))
+    for n, t in zip(res.sizes, res.times, strict=True):
+        typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
+    if res.overlap_slowdown is not None:
+        typer.echo(f"overlap slowdown {res.overlap_slowdown:.3f} (compute under all-reduces of"
+                   f" {res.overlap_bytes:,} B)")
+    typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads})")
+
+
+@app.command("bench-ddp")
+def bench_ddp_cmd(
+    factory: Annotated[
+        str, typer.Argument(help="MODULE:FACTORY, a callable returning a torch.nn.Module.")
+    ],
+    input_shape: Annotated[
+        str, typer.Option("--input-shape", help="Shape of one input batch per rank.")
+    ],
+    trace: Annotated[Path, typer.Option("--trace", help="The model's trace (`profile`).")],
+    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster of the rows.")],
+    out: Annotated[Path, typer.Option("--out", help="Measurements CSV to write.")],
+    policies: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="ddp[:knobs], cntk or sync-easgd"
+                                       " (repeatable).")
+    ] = None,
+    plans: Annotated[
+        list[Path] | None, typer.Option("--plan", help="Plan JSON (repeatable).")
+    ] = None,
+    input_dtype: Annotated[
+        str, typer.Option("--input-dtype", help="float32, or int64 for token ids.")
+    ] = "float32",
+    procs: ProcsOpt = 2,
+    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl")] = "gloo",
+    iters: Annotated[int, typer.Option("--iters", help="Timed iterations per run.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations (>= 2).")] = 5,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Run the configurations alternately this often.")
+    ] = 1,
+    bucket_view: Annotated[
+        bool, typer.Option("--bucket-view/--no-bucket-view",
+                           help="gradient_as_bucket_view for every row.")
+    ] = True,
+    threads: ThreadsOpt = 1,
+    timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Run real DistributedDataParallel per policy or plan on local ranks; write measurements
+    rows (needs torch)."""
+    from .integrations.bench import Launch
+    from .integrations.bench_ddp import bench_ddp, ddp_configs, write_rows
+
+    with user_errors():
+        tr, cl = load_trace(str(trace)), load_cluster(str(cluster))
+        if cl.world_size != procs:
+            raise SchedoptError(f"the cluster has {cl.world_size} ranks, --procs {procs}",
+                                "cluster", str(cluster))
+        spec = Launch(procs, backend, threads, timeout).check()
+        configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
+        rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
+                         input_dtype=input_dtype, trace_path=trace, iters=iters,
+                         warmup=warmup, rounds=rounds, bucket_view=bucket_view)
+        write_rows(out, rows, trace_ref=_rel_to(trace, out.parent),
+                   cluster_ref=_rel_to(cluster, out.parent), spec=spec, iters=iters,
+                   warmup=warmup)
+    for r in rows:
+        mark = "ok" if r.buckets_ok else "MISMATCH"
+        typer.echo(f"{r.config.label}: {r.median_s * 1e3:.3f} ms (std {r.std_s * 1e3:.3f} ms, "
+                   f"{len(r.times)} samples)  buckets {mark}: {r.note}")
+    typer.echo(f"wrote {out}: {len(rows)} rows ({backend}, {procs} processes, "
+               f"OMP_NUM_THREADS={threads})")
+
+
+def _rel_to(path: Path, base: Path) -> str:
+    import os
+
+    return os.path.relpath(path.resolve(), base.resolve())
 
 
 from .sweep.cli import app as _sweep_app  # noqa: E402  (sweep run / sweep report)

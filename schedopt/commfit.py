@@ -149,6 +149,7 @@ def cluster_from_fit(
     base: Cluster | None = None,
     source: str = "",
     gpu: str = "",
+    overlap_slowdown: float = 1.0,
 ) -> Cluster:
     """A cluster whose all-reduce costs ``fit`` (its ``allreduce`` field).
 
@@ -170,6 +171,8 @@ def cluster_from_fit(
         Text stored in the cluster's ``source`` (a description of the fit is appended).
     gpu
         GPU model (informational), used when ``base`` is None.
+    overlap_slowdown
+        The cluster's ``overlap_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
 
     Raises
     ------
@@ -196,7 +199,8 @@ def cluster_from_fit(
                     f"is not a multiple of the base cluster's {g} GPUs per node", "ranks", ranks
                 )
             data["nodes"] = ranks // g
-        data.update(name=name, allreduce=fit.model_dump(), source=text)
+        data.update(name=name, allreduce=fit.model_dump(), source=text,
+                    overlap_slowdown=overlap_slowdown)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
         raise SchedoptError("must be positive to derive a link (give a base cluster)",
@@ -218,6 +222,7 @@ def cluster_from_fit(
         "inter_link": inter,
         "collective": "ring",
         "allreduce": fit,
+        "overlap_slowdown": overlap_slowdown,
     })
 
 

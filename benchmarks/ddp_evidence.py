@@ -1,0 +1,211 @@
+"""Real PyTorch DDP runs on this machine against schedopt's predictions (docs/validation.md).
+
+Runs, with the same commands a user runs (docs/guide.md), for the models of
+``benchmarks/ddp_models.py`` (2 processes, gloo over loopback, OMP_NUM_THREADS pinned):
+
+1. ``profile`` each model (same thread count as the runs);
+2. ``bench-comm`` (all-reduce latency and overlap slowdown) and ``fit-comm --out`` (the cluster);
+3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
+4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan;
+5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
+   overlap slowdown and with ``s = 1`` (free overlap);
+6. ``calibrate`` (overlap slowdown, per-collective overhead) leaving one configuration out, and
+   predicting it;
+7. the measured gain: default DDP and the plan alternately (``--rounds``), on the model with the
+   largest predicted gain.
+
+Prints tables (instance, method, figure) and the machine load before and after. Usage::
+
+    python benchmarks/ddp_evidence.py [--out DIR] [--threads 1] [--rounds 5] [--iters 20]
+
+Run it from the repository root (the factories are ``benchmarks.ddp_models:...``). Timings are
+only meaningful on an otherwise idle machine: it refuses to start above ``--max-load`` (1-minute
+load average) unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MODELS = {  # name: (factory, input shape, input dtype)
+    "mlp": ("benchmarks.ddp_models:mlp", "32,1536", "float32"),
+    "bert_small": ("benchmarks.ddp_models:bert_small", "2,64", "int64"),
+    "mlp12": ("benchmarks.ddp_models:mlp12", "32,768", "float32"),
+}
+CONFIGS = ["ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=5", "ddp:bucket_cap_mb=25",
+           "ddp:bucket_cap_mb=100", "sync-easgd"]
+
+
+def schedopt(*args: Any, env: dict[str, str]) -> str:
+    """Run ``python -m schedopt ARGS``; return stdout (stderr passes through)."""
+    cmd = [sys.executable, "-m", "schedopt", *map(str, args)]
+    print("$ schedopt " + " ".join(map(str, args)), file=sys.stderr, flush=True)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env, check=False)
+    if proc.returncode:
+        sys.exit(f"command failed ({proc.returncode}): {' '.join(cmd)}")
+    return proc.stdout
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def write_rows(path: Path, rows: list[dict[str, str]], **override: str) -> None:
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, **override})
+
+
+def config_of(policy: str) -> str:
+    return "plan" if policy.startswith("plan:") or "bucket_cap_mb_list" in policy else policy
+
+
+def validate(csv_path: Path, env: dict[str, str]) -> dict[str, Any]:
+    return json.loads(schedopt("validate", csv_path, "--json", env=env))
+
+
+def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Steps 1-4: traces, comm file, cluster, plans, runs."""
+    for m, (factory, shape, dtype) in MODELS.items():
+        schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
+                 m, "--out", d / f"{m}.json", "--repeats", 10, "--warmup", 3, env=env)
+    schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
+             args.threads, "--out", d / "loopback2.txt", env=env)
+    print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
+    cl = json.loads((d / "loopback.json").read_text())
+    (d / "loopback-s1.json").write_text(json.dumps({**cl, "name": "loopback-s1",
+                                                    "overlap_slowdown": 1.0}))
+    for m, (factory, shape, dtype) in MODELS.items():
+        schedopt("optimize", d / f"{m}.json", d / "loopback.json", "--target", "ddp", "--out",
+                 d / f"{m}-opt.json", "--json", env=env)
+        specs = [a for c in CONFIGS for a in ("-p", c)]
+        print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
+                       "--trace", d / f"{m}.json", "--cluster", d / "loopback.json", *specs,
+                       "--plan", d / f"{m}-opt.json", "--iters", args.iters, "--warmup", 5,
+                       "--threads", args.threads, "--out", d / f"{m}-runs.csv", env=env))
+
+
+def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
+    """Steps 5-6: validate (s measured, s = 1) and leave-one-configuration-out calibration."""
+    rows = [r for m in MODELS for r in read_rows(d / f"{m}-runs.csv")]
+    write_rows(d / "runs.csv", rows)
+    write_rows(d / "runs-s1.csv", rows, cluster="loopback-s1.json")
+    table: list[tuple[str, str, str]] = []
+    per_row: dict[tuple[str, str], list[float]] = {}
+    for name, f in (("bench-comm s", "runs.csv"), ("s = 1", "runs-s1.csv")):
+        rep = validate(d / f, env)
+        table.append(("all rows", f"predicted, {name}", f"mean |error| "
+                      f"{rep['mean_abs_error'] * 100:.1f}%, max {rep['max_abs_error'] * 100:.1f}%"))
+        for r in rep["rows"]:
+            per_row.setdefault((r["trace"], config_of(r["policy"])), []).append(r["error"])
+            per_row[(r["trace"], config_of(r["policy"]))].append(r["measured_s"])
+            per_row[(r["trace"], config_of(r["policy"]))].append(r["predicted_s"])
+    for (trace, cfg), (e1, meas, p1, e2, _, p2) in per_row.items():
+        table.append((f"{Path(trace).stem} {cfg}", "measured / predicted (s) / predicted (s=1)",
+                      f"{meas * 1e3:.1f} / {p1 * 1e3:.1f} ({e1 * 100:+.1f}%) / {p2 * 1e3:.1f} "
+                      f"({e2 * 100:+.1f}%) ms"))
+    print("| model | configuration | measured ms | predicted ms (measured s) | error |"
+          " predicted ms (s = 1) | error |\n| --- | --- | --- | --- | --- | --- | --- |")
+    for (trace, cfg), (e1, meas, p1, e2, _, p2) in per_row.items():
+        print(f"| {Path(trace).stem} | {cfg} | {meas * 1e3:.1f} | {p1 * 1e3:.1f} | "
+              f"{e1 * 100:+.1f}% | {p2 * 1e3:.1f} | {e2 * 100:+.1f}% |")
+    loco: list[float] = []
+    for cfg in [*CONFIGS, "plan"]:
+        train = [r for r in rows if config_of(r["policy"]) != cfg]
+        test = [r for r in rows if config_of(r["policy"]) == cfg]
+        tag = cfg.replace(":", "_").replace("=", "")
+        write_rows(d / f"train-{tag}.csv", train)
+        out = json.loads(schedopt("calibrate", d / f"train-{tag}.csv", "--out", d / f"cal-{tag}",
+                                  "--fit", "overlap_slowdown,collective_overhead", "--json",
+                                  env=env))
+        fitted = Path(out["clusters"][0]["out"])
+        write_rows(d / f"test-{tag}.csv", test, cluster=os.path.relpath(fitted, d))
+        rep = validate(d / f"test-{tag}.csv", env)
+        loco += [abs(r["error"]) for r in rep["rows"]]
+        params = {p["name"]: p["value"] for p in out["clusters"][0]["params"]}
+        table.append((f"left out: {cfg}", "calibrated on the rest", "errors "
+                      + ", ".join(f"{r['error'] * 100:+.1f}%" for r in rep["rows"])
+                      + f" (s = {params['overlap_slowdown']:.3f}, overhead "
+                      f"{params['collective_overhead'] * 1e3:.2f} ms)"))
+    table.append(("all rows", "leave one configuration out", f"mean |error| "
+                  f"{statistics.mean(loco) * 100:.1f}%, max {max(loco) * 100:.1f}%"))
+    return table
+
+
+def gain(d: Path, args: argparse.Namespace, env: dict[str, str]) -> list[tuple[str, str, str]]:
+    """Step 7: default DDP and the optimal plan alternately, on the largest predicted gain."""
+    pred = {}
+    for m in MODELS:
+        res = json.loads((d / f"{m}-opt.json").read_text())
+        ddp = next(b["iteration_time_s"] for b in res["baselines"] if b["policy"] == "ddp")
+        pred[m] = ddp / res["iteration_time_s"]
+    m = max(pred, key=lambda k: pred[k])
+    factory, shape, dtype = MODELS[m]
+    if not (args.skip_measure and (d / "gain.csv").exists()):
+        print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
+                       "--trace", d / f"{m}.json", "--cluster", d / "loopback.json", "-p",
+                       "ddp", "--plan", d / f"{m}-opt.json", "--rounds", args.rounds, "--iters",
+                       args.iters, "--warmup", 5, "--threads", args.threads, "--out",
+                       d / "gain.csv", env=env))
+    rows = read_rows(d / "gain.csv")
+    base = [float(r["iteration_time_s"]) for r in rows if r["policy"] == "ddp"]
+    opt = [float(r["iteration_time_s"]) for r in rows if r["policy"] != "ddp"]
+    speedups = [b / o for b, o in zip(base, opt, strict=True)]
+    rep = validate(d / "gain.csv", env)
+    sim = {config_of(r["policy"]): r["predicted_s"] for r in rep["rows"]}
+    return [
+        (m, "predicted gain (optimize: ddp default / plan)", f"{pred[m]:.3f}x"
+         + "".join(f"; {k} {v:.3f}x" for k, v in pred.items() if k != m)),
+        (m, "predicted times (validate)", f"ddp {sim['ddp'] * 1e3:.1f} ms, plan "
+         f"{sim['plan'] * 1e3:.1f} ms"),
+        (m, f"measured, {len(base)} alternating rounds", "ddp " + ", ".join(
+            f"{t * 1e3:.1f}" for t in base) + " ms; plan " + ", ".join(
+            f"{t * 1e3:.1f}" for t in opt) + " ms"),
+        (m, "measured speedup per round", f"median {statistics.median(speedups):.3f}x, "
+         f"min {min(speedups):.3f}x, max {max(speedups):.3f}x"),
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("ddp-evidence"))
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--max-load", type=float, default=1.5)
+    ap.add_argument("--force", action="store_true")
+    ap.add_argument("--skip-measure", action="store_true", help="reuse the runs in --out")
+    args = ap.parse_args()
+    load = os.getloadavg()[0]
+    if load > args.max_load and not args.force:
+        sys.exit(f"load average {load:.2f} > {args.max_load}: timings would be meaningless "
+                 "(--force to run anyway)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MPLBACKEND="Agg")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH")) if p)
+    t0 = time.time()
+    if not args.skip_measure:
+        measure(args.out, args, env)
+    table = accuracy(args.out, env) + gain(args.out, args, env)
+    loads = f"{load:.2f} before, {os.getloadavg()[0]:.2f} after"
+    print(f"\nload average (1 min): {loads}; OMP_NUM_THREADS={args.threads}; "
+          f"{time.time() - t0:.0f} s")
+    print("| instance | method | figure |\n| --- | --- | --- |")
+    for row in table:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,511 @@
+"""Real runs on this machine: local process launch, all-reduce latency and the overlap slowdown.
+
+``schedopt bench-comm`` and ``schedopt bench-ddp`` start ``procs`` local processes, one rank each,
+that meet through ``torch.distributed`` (a rendezvous file in a private temporary folder; gloo
+talks over loopback, nccl over the GPUs). Every process runs with ``OMP_NUM_THREADS`` and
+``torch.set_num_threads`` pinned to ``threads``. The parent waits at most ``timeout_s`` for all of
+them: a rank that exits with an error, or that has not finished in time, stops the whole run
+(every rank is killed) with a one-line :class:`~schedopt.errors.SchedoptError`, and nothing is
+written. torch is imported only inside the worker processes and the functions that need it.
+
+bench-comm (:func:`bench_comm`)
+    All-reduce latency of float32 messages from ``min_bytes`` to ``max_bytes`` (powers of two):
+    per size, ``warmup`` untimed calls, then ``iters`` calls launched back to back
+    (``async_op``) after a barrier and waited for, as nccl-tests does and as DDP queues its
+    buckets; the time per call is the slowest rank's total over ``iters``. Then the **overlap
+    slowdown** ``s`` of docs/model.md: every rank times a fixed compute loop (matrix products)
+    alone, and again while all-reduces of ``overlap_bytes`` run without a break on the
+    backend's own threads (``async_op``); ``s`` = time with / time alone (the median over
+    ``overlap_repeats`` pairs and the slowest rank): the fluid slowdown of compute that
+    overlaps communication.
+
+The output (:func:`format_nccl_tests`) is in the nccl-tests ``all_reduce_perf`` layout, so
+``schedopt fit-comm`` reads it; the overlap slowdown travels in a ``# schedopt overlap_slowdown``
+comment line that ``fit-comm --out`` copies into the cluster (:func:`read_overlap_slowdown`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import SchedoptError
+
+__all__ = [
+    "BACKENDS",
+    "CommBench",
+    "Launch",
+    "bench_comm",
+    "format_nccl_tests",
+    "launch",
+    "parse_sizes",
+    "read_overlap_slowdown",
+    "write_text_atomic",
+]
+
+#: Backends the benchmarks accept.
+BACKENDS = ("gloo", "nccl")
+_OVERLAP_LINE = re.compile(r"^#\s*schedopt\s+overlap_slowdown\s+([0-9.eE+-]+)")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How the ranks are started.
+
+    Attributes
+    ----------
+    procs
+        Number of local processes (ranks), at least 2.
+    backend
+        ``gloo`` (CPU tensors over loopback) or ``nccl`` (one GPU per rank).
+    threads
+        ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` of every rank.
+    timeout_s
+        Wall-clock limit of the whole run; also the collectives' timeout inside the ranks.
+    """
+
+    procs: int = 2
+    backend: str = "gloo"
+    threads: int = 1
+    timeout_s: float = 600.0
+
+    def check(self) -> Launch:
+        """Raise a :class:`SchedoptError` naming a bad field; return self."""
+        if self.procs < 2:
+            raise SchedoptError("needs at least 2 processes", "procs", self.procs)
+        if self.backend not in BACKENDS:
+            raise SchedoptError(f"must be one of {', '.join(BACKENDS)}", "backend", self.backend)
+        if self.threads < 1:
+            raise SchedoptError("must be a positive integer", "threads", self.threads)
+        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise SchedoptError("must be a positive number of seconds", "timeout", self.timeout_s)
+        return self
+
+
+# ------------------------------------------------------------------------------ launching
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=10)
+
+
+def _wait(procs: list[subprocess.Popen], workdir: Path, timeout_s: float) -> None:
+    """Wait for every rank; on a failure or the deadline, kill them all and raise."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        # a rank that wrote its result and then crashed on the way out (gloo threads at
+        # interpreter exit) did its work: only a rank without a result has failed
+        failed = [(r, c) for r, c in enumerate(codes)
+                  if c not in (None, 0) and not (workdir / f"rank{r}.json").exists()]
+        if failed:
+            rank, code = failed[0]
+            # a rank that failed first brings its peers down: report the root cause
+            errs = {r: _last_line(workdir / f"rank{r}.err") for r, _ in failed}
+            rank = next((r for r, _ in failed if "Connection" not in errs[r]), rank)
+            code = codes[rank] or code
+            _stop(procs)
+            why = errs[rank] or "no message"
+            raise SchedoptError(f"rank {rank} exited with status {code}: {why}", "procs",
+                                len(procs))
+        if all(c is not None for c in codes) and not failed:
+            return
+        if time.monotonic() > deadline:
+            late = [r for r, c in enumerate(codes) if c is None]
+            _stop(procs)
+            raise SchedoptError(f"rank(s) {', '.join(map(str, late))} did not finish in time "
+                                "(hung or too slow); nothing written", "timeout", timeout_s)
+        time.sleep(0.05)
+
+
+def launch(job: dict[str, Any], spec: Launch) -> list[dict[str, Any]]:
+    """Run ``job`` on ``spec.procs`` local ranks and return each rank's result.
+
+    Parameters
+    ----------
+    job
+        JSON-serialisable; ``job["kind"]`` names the worker (``comm`` or ``ddp``).
+    spec
+        Processes, backend, threads and the time limit.
+
+    Returns
+    -------
+    list of dict
+        One result per rank, in rank order.
+
+    Raises
+    ------
+    SchedoptError
+        A rank failed (its last stderr line is quoted) or the run passed ``spec.timeout_s``.
+    """
+    spec.check()
+    workdir = Path(tempfile.mkdtemp(prefix="schedopt-bench-"))
+    try:
+        full = {**job, "procs": spec.procs, "backend": spec.backend, "threads": spec.threads,
+                "timeout_s": spec.timeout_s, "rendezvous": str(workdir / "rendezvous")}
+        (workdir / "job.json").write_text(json.dumps(full))
+        env = dict(os.environ, OMP_NUM_THREADS=str(spec.threads),
+                   MKL_NUM_THREADS=str(spec.threads), PYTHONUNBUFFERED="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH"))
+                                            if p)
+        procs: list[subprocess.Popen] = []
+        try:
+            for r in range(spec.procs):
+                with open(workdir / f"rank{r}.err", "w") as err:
+                    procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "schedopt.integrations.bench", str(workdir),
+                         str(r)], stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=env))
+            _wait(procs, workdir, spec.timeout_s)
+        finally:
+            _stop(procs)
+        try:
+            return [json.loads((workdir / f"rank{r}.json").read_text())
+                    for r in range(spec.procs)]
+        except (OSError, ValueError):
+            raise SchedoptError("a rank exited without its result", "procs",
+                                spec.procs) from None
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _worker(argv: list[str]) -> int:
+    """Entry of one rank: ``python -m schedopt.integrations.bench WORKDIR RANK``."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    workdir, rank = Path(argv[0]), int(argv[1])
+    job = json.loads((workdir / "job.json").read_text())
+    torch.set_num_threads(job["threads"])
+    try:
+        if job["backend"] == "nccl":
+            torch.cuda.set_device(rank % max(1, torch.cuda.device_count()))
+        dist.init_process_group(job["backend"], init_method="file://" + job["rendezvous"],
+                                rank=rank, world_size=job["procs"],
+                                timeout=timedelta(seconds=job["timeout_s"]))
+        if job["kind"] == "comm":
+            result = _comm_worker(job, rank)
+        else:
+            from .bench_ddp import ddp_worker
+
+            result = ddp_worker(job, rank)
+        dist.barrier()
+    except Exception as exc:
+        text = " ".join(str(exc).split())[:400]
+        print(f"{type(exc).__name__}: {text}", file=sys.stderr, flush=True)
+        return 1
+    tmp = workdir / f"rank{rank}.json.tmp"
+    tmp.write_text(json.dumps(result))
+    tmp.replace(workdir / f"rank{rank}.json")
+    with contextlib.suppress(Exception):
+        dist.destroy_process_group()
+    return 0
+
+
+# ------------------------------------------------------------------------------ bench-comm
+def parse_sizes(text: str) -> tuple[int, int]:
+    """``MIN:MAX`` in bytes, with optional K, M, G suffixes (powers of 1024): ``4K:64M``.
+
+    Raises
+    ------
+    SchedoptError
+        Malformed text, sizes below 4 bytes, or MIN > MAX.
+    """
+    units = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+    out = []
+    parts = text.split(":")
+    for part in parts:
+        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", part, re.IGNORECASE)
+        if not m:
+            raise SchedoptError("write MIN:MAX in bytes (K, M, G suffixes allowed)", "sizes",
+                                text)
+        out.append(int(m.group(1)) * units[m.group(2).upper()])
+    if len(out) != 2 or out[0] < 4 or out[0] > out[1]:
+        raise SchedoptError("write MIN:MAX with 4 <= MIN <= MAX bytes", "sizes", text)
+    return out[0], out[1]
+
+
+def _sizes(lo: int, hi: int) -> list[int]:
+    sizes, n = [], lo
+    while n <= hi:
+        sizes.append(n // 4 * 4)
+        n *= 2
+    return sizes
+
+
+def _device(job: dict[str, Any]) -> Any:
+    import torch
+
+    return torch.device("cuda", torch.cuda.current_device()) if job["backend"] == "nccl" else (
+        torch.device("cpu"))
+
+
+def _slowest(value: float) -> float:
+    """The largest ``value`` over the ranks."""
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def _sync(job: dict[str, Any]) -> None:
+    import torch
+
+    if job["backend"] == "nccl":
+        torch.cuda.synchronize()
+
+
+def _time_allreduce(job: dict[str, Any], n_bytes: int) -> float:
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.ones(n_bytes // 4, dtype=torch.float32, device=_device(job))
+    for _ in range(job["warmup"]):
+        dist.all_reduce(buf)
+    _sync(job)
+    dist.barrier()
+    t0 = time.perf_counter()
+    # launched back to back, then waited for (as nccl-tests, and as DDP queues its buckets)
+    works = [dist.all_reduce(buf, async_op=True) for _ in range(job["iters"])]
+    for w in works:
+        w.wait()
+    _sync(job)
+    return _slowest((time.perf_counter() - t0) / job["iters"])
+
+
+def _compute_loop(job: dict[str, Any]) -> Callable[[], float]:
+    """A fixed amount of compute (matrix products); returns a function that times it."""
+    import torch
+
+    dim = job["compute_dim"]
+    a = torch.randn(dim, dim, device=_device(job))
+    b = torch.randn(dim, dim, device=_device(job))
+
+    def run() -> float:
+        _sync(job)
+        t0 = time.perf_counter()
+        for _ in range(job["compute_reps"]):
+            torch.mm(a, b)
+        _sync(job)
+        return time.perf_counter() - t0
+
+    return run
+
+
+def _overlap(job: dict[str, Any], t_op: float) -> dict[str, Any]:
+    """Compute time alone and under continuous all-reduces of ``overlap_bytes``, per repeat."""
+    import torch
+    import torch.distributed as dist
+
+    run = _compute_loop(job)
+    run()
+    buf = torch.ones(job["overlap_bytes"] // 4, dtype=torch.float32, device=_device(job))
+    pairs = []
+    for _ in range(job["overlap_repeats"]):
+        alone = _slowest(run())
+        count = min(10_000, 2 + math.ceil(4 * alone / max(t_op, 1e-6)))
+        dist.barrier()
+        works = [dist.all_reduce(buf, async_op=True) for _ in range(count)]
+        under = run()
+        covered = 0.0 if works[-1].is_completed() else 1.0
+        for w in works:
+            w.wait()
+        under = _slowest(under)
+        covered = -_slowest(-covered)  # 1 only if communication outlasted compute everywhere
+        pairs.append((alone, under, covered))
+    return {"pairs": pairs}
+
+
+def _comm_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
+    sizes = _sizes(job["min_bytes"], job["max_bytes"])
+    times = [_time_allreduce(job, n) for n in sizes]
+    t_op = _time_allreduce(job, job["overlap_bytes"])
+    return {"rank": rank, "sizes": sizes, "times": times, "overlap_op_s": t_op,
+            **(_overlap(job, t_op) if job["overlap_repeats"] else {"pairs": []})}
+
+
+@dataclass(frozen=True)
+class CommBench:
+    """Result of :func:`bench_comm`.
+
+    Attributes
+    ----------
+    sizes, times
+        Message sizes (bytes) and the slowest rank's mean all-reduce time (s).
+    overlap_slowdown
+        ``s >= 1`` (1 where the loop ran no faster alone), or None when not measured.
+    overlap_pairs
+        ``(alone_s, under_s)`` of every repeat.
+    launch
+        How the ranks ran.
+    overlap_bytes, compute
+        The message size under the compute loop, and the loop (``dim x dim`` products, count).
+    """
+
+    sizes: list[int]
+    times: list[float]
+    overlap_slowdown: float | None
+    overlap_pairs: list[tuple[float, float]]
+    launch: Launch
+    overlap_bytes: int
+    compute: tuple[int, int]
+
+
+def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**20,
+               iters: int = 10, warmup: int = 3, overlap_bytes: int | None = None,
+               overlap_repeats: int = 5, compute_dim: int = 512,
+               compute_reps: int = 25) -> CommBench:
+    """Measure all-reduce latency over message sizes and the overlap slowdown.
+
+    Parameters
+    ----------
+    spec
+        Processes, backend, threads, time limit.
+    min_bytes, max_bytes
+        Message sizes: powers of two times ``min_bytes`` up to ``max_bytes``.
+    iters, warmup
+        Timed and untimed calls per size.
+    overlap_bytes
+        Message size of the all-reduces under the compute loop (default: 25 MiB, DDP's bucket
+        cap, or ``max_bytes`` if smaller).
+    overlap_repeats
+        Pairs (alone, under communication) timed; 0 skips the overlap measurement.
+    compute_dim, compute_reps
+        The compute loop: ``compute_reps`` products of two ``compute_dim`` square matrices.
+
+    Raises
+    ------
+    SchedoptError
+        Bad arguments, a failed or hung rank, or communication that did not outlast the loop.
+    """
+    for name, value in (("iters", iters), ("compute_dim", compute_dim),
+                        ("compute_reps", compute_reps)):
+        if value < 1:
+            raise SchedoptError("must be a positive integer", name, value)
+    if warmup < 0 or overlap_repeats < 0:
+        raise SchedoptError("must be >= 0", "warmup" if warmup < 0 else "overlap_repeats",
+                            min(warmup, overlap_repeats))
+    if not 4 <= min_bytes <= max_bytes:
+        raise SchedoptError("write 4 <= MIN <= MAX bytes", "sizes", (min_bytes, max_bytes))
+    ob = min(25 * 2**20, max_bytes) if overlap_bytes is None else overlap_bytes
+    if ob < 4:
+        raise SchedoptError("must be at least 4 bytes", "overlap_bytes", ob)
+    ob = ob // 4 * 4
+    job: dict[str, Any] = {
+           "kind": "comm", "min_bytes": min_bytes, "max_bytes": max_bytes, "iters": iters,
+           "warmup": warmup, "overlap_bytes": ob,
+           "overlap_repeats": overlap_repeats, "compute_dim": compute_dim,
+           "compute_reps": compute_reps}
+    results = launch(job, spec)
+    first = results[0]
+    pairs = [(a, u) for a, u, _ in first["pairs"]]
+    if first["pairs"] and not all(c for _, _, c in first["pairs"]):
+        raise SchedoptError("the all-reduces finished before the compute loop; raise "
+                            "--overlap-bytes", "overlap_bytes", job["overlap_bytes"])
+    slow = (max(1.0, statistics.median(u / a for a, u in pairs)) if pairs else None)
+    return CommBench(first["sizes"], first["times"], slow, pairs, spec, ob,
+                     (compute_dim, compute_reps))
+
+
+def format_nccl_tests(res: CommBench) -> str:
+    """The result in nccl-tests ``all_reduce_perf`` layout (out-of-place columns; the in-place
+    columns repeat them), with the overlap slowdown in a ``# schedopt`` comment line."""
+    sp = res.launch
+    p = sp.procs
+    lines = [f"# schedopt bench-comm: all_reduce_perf layout (nccl-tests), backend {sp.backend},"
+             f" {p} local processes, OMP_NUM_THREADS={sp.threads}",
+             "# times are the slowest rank's mean over the timed calls (us)"]
+    lines += [f"#  Rank {r:2d} Group  0 Pid {0:6d} on localhost device {r:2d} [{sp.backend}]"
+              for r in range(p)]
+    if res.overlap_slowdown is not None:
+        alone = statistics.median(a for a, _ in res.overlap_pairs)
+        under = statistics.median(u for _, u in res.overlap_pairs)
+        lines.append(f"# schedopt overlap_slowdown {res.overlap_slowdown:.4f}")
+        lines.append(f"#   compute loop ({res.compute[1]} products of {res.compute[0]}^2 float32)"
+                     f" {alone * 1e3:.3f} ms alone, {under * 1e3:.3f} ms under all-reduces of "
+                     f"{res.overlap_bytes} B (medians of {len(res.overlap_pairs)})")
+    lines.append("#       size    count   type  redop     time  algbw  busbw #wrong     time"
+                 "  algbw  busbw #wrong")
+    lines.append("#        (B) (elements)                 (us) (GB/s) (GB/s)           (us)"
+                 " (GB/s) (GB/s)")
+    for n, t in zip(res.sizes, res.times, strict=True):
+        us = t * 1e6
+        alg = n / t / 1e9 if t > 0 else 0.0
+        bus = alg * 2 * (p - 1) / p
+        half = f"{us:10.1f} {alg:6.3f} {bus:6.3f}      0"
+        lines.append(f"{n:12d} {n // 4:10d}  float    sum {half} {half}")
+    return "\n".join(lines) + "\n"
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` through :func:`schedopt.files.output_files` (a temporary file
+    and a rename, the umask respected; no partial file).
+
+    Raises
+    ------
+    SchedoptError
+        The file cannot be written.
+    """
+    from ..files import output_files
+
+    with output_files({"--out": path}) as files:
+        files.write_text(path, text)
+
+
+def read_overlap_slowdown(path: str | Path) -> float | None:
+    """The ``# schedopt overlap_slowdown S`` line of a bench-comm file, or None.
+
+    Raises
+    ------
+    SchedoptError
+        A value that is not a finite number >= 1.
+    """
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        m = _OVERLAP_LINE.match(line.strip())
+        if m:
+            try:
+                value = float(m.group(1))
+            except ValueError:
+                value = float("nan")
+            if not (math.isfinite(value) and value >= 1.0):
+                raise SchedoptError("must be a finite number >= 1", f"{path}: overlap_slowdown",
+                                    m.group(1))
+            return value
+    return None
+
+
+if __name__ == "__main__":  # a rank started by launch()
+    sys.exit(_worker(sys.argv[1:]))

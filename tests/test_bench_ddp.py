@@ -1,0 +1,200 @@
+"""bench-comm, bench-ddp and validate on real local processes (gloo, 2 ranks, tiny model).
+
+The end-to-end test checks structure, not speed: rows land in the measurements format, DDP built
+the planned buckets, fit-comm carries the measured overlap slowdown into the cluster, validate
+predicts every row. The failure tests check that a rank that dies or hangs is one line of error
+and leaves no CSV.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from schedopt.cli import app
+from schedopt.cluster import Cluster
+from schedopt.errors import SchedoptError
+from schedopt.files import load_trace
+from schedopt.integrations.bench import parse_sizes, read_overlap_slowdown
+from schedopt.integrations.bench_ddp import ddp_configs
+from schedopt.measurements import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, read_measurements
+from schedopt.policies import make_plan
+
+runner = CliRunner()
+
+MODELS = textwrap.dedent("""
+    import os, time
+    import torch.nn as nn
+
+    def tiny():
+        return nn.Sequential(nn.Linear(32, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                             nn.Linear(256, 8))
+
+    def dies():
+        if _rank() == 1:
+            os._exit(3)
+        return tiny()
+
+    def hangs():
+        if _rank() == 1:
+            time.sleep(3600)
+        return tiny()
+
+    def _rank():
+        import torch.distributed as dist
+        return dist.get_rank()
+""")
+
+CLUSTER = {"name": "two", "nodes": 2, "gpus_per_node": 1,
+           "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1e9}}
+
+
+def _ok(result) -> None:
+    assert result.exit_code == 0, result.output
+
+
+@pytest.fixture
+def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "benchmodels.py").write_text(MODELS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    return tmp_path
+
+
+# ---------------------------------------------------------------------- without processes
+@pytest.mark.parametrize("text", [
+    "4K",        # no MAX
+    "1M:4K",     # MIN > MAX
+    "2:64",      # below one float
+    "4X:8K",     # unknown suffix
+])
+def test_bad_sizes(text: str) -> None:
+    with pytest.raises(SchedoptError, match="sizes"):
+        parse_sizes(text)
+
+
+def test_sizes_units() -> None:
+    assert parse_sizes("4K:64M") == (4096, 64 * 2**20)
+
+
+def test_overlap_line_bad_value(tmp_path: Path) -> None:
+    f = tmp_path / "comm2.txt"
+    f.write_text("# schedopt overlap_slowdown 0.5\n")
+    with pytest.raises(SchedoptError, match="overlap_slowdown"):
+        read_overlap_slowdown(f)
+
+
+def test_fit_comm_writes_overlap_slowdown(tmp_path: Path) -> None:
+    rows = [f"{n:12d} {n // 4:10d}  float    sum {1e-4 * (n / 4096) + 50:10.1f} 0 0 0"
+            f" {1e-4 * (n / 4096) + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
+    f = tmp_path / "comm2.txt"
+    f.write_text("# nccl-tests layout\n# schedopt overlap_slowdown 1.375\n" + "\n".join(rows))
+    out = tmp_path / "c.json"
+    _ok(runner.invoke(app, ["fit-comm", str(f), "--out", str(out)]))
+    assert Cluster.model_validate_json(out.read_text()).overlap_slowdown == 1.375
+
+
+def test_configs_reject_other_policies(tiny_trace) -> None:
+    cl = Cluster.model_validate(CLUSTER)
+    with pytest.raises(SchedoptError, match="bench-ddp runs"):
+        ddp_configs(tiny_trace, cl, ["horovod"], [], Path())
+    with pytest.raises(SchedoptError, match="first_bucket_mb"):
+        ddp_configs(tiny_trace, cl, ["ddp:bucket_cap_mb=5,first_bucket_mb=1"], [], Path())
+    cfg = ddp_configs(tiny_trace, cl, ["cntk", "ddp:first_bucket_mb=2"], [], Path())
+    assert [c.mode for c in cfg] == ["manual", "ddp"]
+    assert cfg[0].buckets == make_plan("cntk", tiny_trace, cl).buckets
+    assert cfg[1].first_bucket_bytes == 2 * 2**20 and cfg[1].kwargs == {}
+
+
+# ---------------------------------------------------------------------- real processes
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_end_to_end(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
+                            "tiny", "--out", "tiny.json", "--repeats", "2", "--warmup", "1"]))
+    _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "4K:4M", "--iters", "2",
+                            "--warmup", "1", "--overlap-repeats", "1", "--overlap-bytes",
+                            "4194304", "--out", "comm2.txt", "--timeout", "120"]))
+    slowdown = read_overlap_slowdown("comm2.txt")
+    assert slowdown is not None and slowdown >= 1.0
+    _ok(runner.invoke(app, ["fit-comm", "comm2.txt", "--out", "two.json"]))
+    cluster = Cluster.model_validate_json(Path("two.json").read_text())
+    assert cluster.world_size == 2 and cluster.overlap_slowdown == pytest.approx(slowdown,
+                                                                                 abs=1e-4)
+    trace = load_trace("tiny.json")
+    plan = make_plan("caffe-mpi", trace, cluster)  # one bucket per layer: DDP expresses it
+    Path("plans").mkdir()
+    Path("plans/layerwise.json").write_text(plan.model_dump_json())
+    Path("out").mkdir()
+    result = runner.invoke(app, [
+        "bench-ddp", "benchmodels:tiny", "--input-shape", "8,32", "--trace", "tiny.json",
+        "--cluster", "two.json", "-p", "ddp:bucket_cap_mb=0.1", "-p", "sync-easgd", "--plan",
+        "plans/layerwise.json", "--iters", "3", "--warmup", "2", "--out", "out/runs.csv",
+        "--timeout", "120"])
+    _ok(result)
+    rows = _read_csv(Path("out/runs.csv"))
+    assert list(rows[0]) == [*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS]
+    assert [r["policy"] for r in rows] == ["ddp:bucket_cap_mb=0.1", "sync-easgd",
+                                           "plan:../plans/layerwise.json"]
+    assert all(int(r["samples"]) == 3 * 2 for r in rows)  # iterations x ranks
+    # DDP built the planned buckets: 0.1 MiB splits the 257 KiB layer from the rest
+    cap_buckets = len(make_plan("ddp:bucket_cap_mb=0.1", trace, cluster).buckets)
+    assert cap_buckets >= 2
+    assert f"DDP built the {cap_buckets} planned buckets" in rows[0]["source"]
+    assert "no overlap: 1 all-reduces" in rows[1]["source"]
+    assert f"DDP built the {len(trace.layers)} planned buckets" in rows[2]["source"]
+    assert "MISMATCH" not in result.output
+    measured = read_measurements("out/runs.csv")  # the format calibrate and validate read
+    assert [m.row.iteration_time_s for m in measured] == [float(r["iteration_time_s"])
+                                                          for r in rows]
+    result = runner.invoke(app, ["validate", "out/runs.csv", "--json"])
+    _ok(result)
+    report = json.loads(result.output)
+    assert len(report["rows"]) == 3
+    assert all(math.isfinite(r["predicted_s"]) and r["predicted_s"] > 0 for r in report["rows"])
+
+
+def _bench_fails(factory: str, timeout: str) -> str:
+    Path("two.json").write_text(json.dumps(CLUSTER))
+    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32",
+                                "--name", "tiny", "--out", "tiny.json", "--repeats", "1",
+                            "--warmup", "0"]))
+    result = runner.invoke(app, [
+        "bench-ddp", factory, "--input-shape", "8,32", "--trace", "tiny.json", "--cluster",
+        "two.json", "-p", "ddp", "--iters", "2", "--warmup", "2", "--out", "runs.csv",
+        "--timeout", timeout])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert not Path("runs.csv").exists()
+    assert not list(Path().glob(".runs.csv*"))
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    return lines[0]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_dying_rank_is_one_line(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    line = _bench_fails("benchmodels:dies", "120")
+    assert line.startswith("error: procs: rank 1 exited with status 3")
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_hanging_rank_is_one_line(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    line = _bench_fails("benchmodels:hangs", "10")
+    assert line.startswith("error: timeout: rank(s) ") and "did not finish" in line
