@@ -91,8 +91,8 @@ def test_overlap_line_bad_value(tmp_path: Path) -> None:
 
 
 def test_fit_comm_writes_overlap_slowdown(tmp_path: Path) -> None:
-    rows = [f"{n:12d} {n // 4:10d}  float    sum {1e-4 * (n / 4096) + 50:10.1f} 0 0 0"
-            f" {1e-4 * (n / 4096) + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
+    rows = [f"{n:12d} {n // 4:10d}  float    sum {n * 1e-3 + 50:10.1f} 0 0 0"
+            f" {n * 1e-3 + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
     f = tmp_path / "comm2.txt"
     f.write_text("# nccl-tests layout\n# schedopt overlap_slowdown 1.375\n" + "\n".join(rows))
     out = tmp_path / "c.json"
