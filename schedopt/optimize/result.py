@@ -145,15 +145,15 @@ class SolveResult(BaseModel):
     method: Method = Field(description="What produced the plan.")
     bound_method: Method = Field(Method.BOUNDS, description="What proved the bound.")
     interrupted: bool = Field(False, description="Stopped by Ctrl-C.")
+    hint_policy: str | None = Field(None, description="Best expressible baseline.")
+    hint_iteration_time_s: float | None = Field(None, description="Its simulated time (s).")
+    improvement_s: float = Field(0.0, description="Hint time minus the plan's time (s).")
+    tick_s: float = Field(0.0, description="Time unit of the integer model (s).")
     wall_stop: bool = Field(False, description="The wall-clock safety stop fired.")
     partition_gain_s: float | None = Field(
         None, description="With partitioning: the best unpartitioned plan's period minus this "
         "plan's (s).")
     work_s: float = Field(0.0, description="Deterministic work of the search (s).")
-    hint_policy: str | None = Field(None, description="Best expressible baseline.")
-    hint_iteration_time_s: float | None = Field(None, description="Its simulated time (s).")
-    improvement_s: float = Field(0.0, description="Hint time minus the plan's time (s).")
-    tick_s: float = Field(0.0, description="Time unit of the integer model (s).")
     notes: list[str] = Field(default_factory=list, description="Remarks on the model class.")
     baselines: list[BaselineRow] = Field(default_factory=list, description="Every baseline.")
     schedopt_version: str = Field(default_factory=lambda: _version(),
