@@ -433,6 +433,9 @@ def _fallback(search: Search) -> None:
     if hint is not None and hint.segs:
         segs, method = hint.segs, Method.HINT
     search.start(inst, segs, int(inst.evaluate(segs).period), method)
+    psegs = _plain_segs(search, inst)
+    if psegs:  # stopped after the unpartitioned class: its plan if better
+        search.offer(psegs, int(inst.evaluate(psegs).period), Method.UNPARTITIONED)
     search.notes.append("stopped before the search: the best expressible baseline so far"
                         if method is Method.HINT else
                         "stopped before the search: one bucket of every tensor")
