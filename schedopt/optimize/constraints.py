@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from ortools.sat.python import cp_model
 
 from .instance import Instance
 from .variables import ModelVariables, shared_stage_pairs
+
+#: Above this many terms (layer runs times units) the prefix bounds count the cuts through a
+#: chain of variables (O(n) terms) rather than one sum per layer run (O(n^2) memory).
+PREFIX_TERMS = 1_000_000
 
 __all__ = ["Constraints"]
 
@@ -257,14 +263,35 @@ class Constraints:
         return [(inst.stage_p[list(on)].sum(axis=0), int(inst.stage_a[list(on)].sum()))
                 for on in inst.last_stage_groups()]
 
-    def _prefix_bounds_of(self, p: np.ndarray, a: int) -> None:
+    def _suffix_cuts(self) -> dict[int, Any]:
+        """For each layer run's first unit ``lo``: the number of cuts from ``lo`` on, as one
+        linear expression per run (small models) or as a chain of counting variables, one per
+        run (O(n) terms in all, for models with more than :data:`PREFIX_TERMS` terms)."""
         inst, v, m = self.inst, self.v, self.m
         n = inst.n
+        starts = [lo for lo, _hi in inst.layer_runs]
+        if len(starts) * n <= PREFIX_TERMS:
+            return {lo: sum(v.cut[i] for i in range(lo, n - 1)) for lo in starts if lo < n - 1}
+        out: dict[int, Any] = {}
+        after: Any = 0
+        for k in range(len(starts) - 1, -1, -1):
+            lo = starts[k]
+            if lo >= n - 1:
+                continue
+            end = min(starts[k + 1] if k + 1 < len(starts) else n - 1, n - 1)
+            cnt = m.new_int_var(0, n - 1 - lo, f"cuts_from_{lo}")
+            m.add(cnt == sum(v.cut[i] for i in range(lo, end)) + after)
+            out[lo], after = cnt, cnt
+        return out
+
+    def _prefix_bounds_of(self, p: np.ndarray, a: int) -> None:
+        inst, v, m = self.inst, self.v, self.m
         p_suffix = np.cumsum(p[::-1])[::-1].tolist()
         r = inst.r.tolist()
+        suffix = self._suffix_cuts()
         for lo, _hi in inst.layer_runs:
-            cuts = [v.cut[i] for i in range(lo, n - 1)]
-            work = p_suffix[lo] + a * (1 + sum(cuts)) if cuts else p_suffix[lo] + a
+            cuts = suffix.get(lo)
+            work = p_suffix[lo] + a * (1 + cuts) if cuts is not None else p_suffix[lo] + a
             if not inst.per_layer:
                 assert v.makespan is not None
                 m.add(v.makespan >= r[lo] + work)

@@ -57,9 +57,9 @@ def _value(inst: Instance, cuts: np.ndarray, reorder: bool) -> tuple[int, Segmen
 
 
 def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: float,
-                 seed: int = 0, max_rounds: int = 50,
-                 on_improve: Callable[[Segments, int], None] | None = None
-                 ) -> tuple[int, Segments]:
+                 seed: int = 0, max_rounds: int = 50, max_evals: int | None = None,
+                 on_improve: Callable[[Segments, int], None] | None = None,
+                 stats: dict[str, int] | None = None) -> tuple[int, Segments]:
     """Hill-climb on the cut positions (add, remove, move a cut), each candidate launched by
     Schrage's rule when ``reorder``; keep the best plan found before ``deadline``.
 
@@ -72,14 +72,22 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
     reorder
         Launch by Schrage's rule (else readiness order).
     deadline
-        ``time.perf_counter()`` value at which to stop.
+        ``time.perf_counter()`` value at which to stop (a safety stop when ``max_evals`` is
+        given: ``stats["wall_stop"]`` is then set to 1).
     seed
         Seed of the move order.
     max_rounds
         Rounds without limit on improvements, each a full pass over the moves.
+    max_evals
+        Deterministic limit: the number of candidate plans evaluated (None: no limit).
     on_improve
         Called with every better plan and its period, as found (so that a stop loses none).
+    stats
+        When given, receives ``evals`` (candidates evaluated) and ``wall_stop``.
     """
+    out = stats if stats is not None else {}
+    out["evals"], out["wall_stop"] = 0, 0
+    cap = max_evals if max_evals is not None else 1 << 62
     rng = np.random.default_rng(seed)
     n = inst.n
     if n < 2:
@@ -96,7 +104,10 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
         improved = False
         positions = rng.permutation(n - 1)
         for i in positions.tolist():
+            if out["evals"] >= cap:
+                return best_val, best_segs
             if time.perf_counter() > deadline:
+                out["wall_stop"] = 1
                 return best_val, best_segs
             moves = [("flip", i, 0)]
             if cuts[i]:
@@ -110,6 +121,7 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
                         continue
                     cand[j], cand[j + d] = False, True
                 val, s = _value(inst, cand, reorder)
+                out["evals"] += 1
                 if val < best_val:
                     best_val, best_segs, cuts = val, s, cand
                     improved = True

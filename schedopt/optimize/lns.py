@@ -29,12 +29,19 @@ log = logging.getLogger("schedopt.optimize")
 @dataclass
 class LnsResult:
     """Outcome of :func:`windowed_lns`: the best plan, its period (ticks), the number of
-    windows solved and of improvements."""
+    windows solved and of improvements, the deterministic work done (s) and whether the
+    wall-clock safety stop ended it."""
 
     segs: Segments
     value: int
     windows: int
     improvements: int
+    work_s: float = 0.0
+    wall_stop: bool = False
+
+
+#: Deterministic charge (s) per coarse unit of a window's model (building it, judging plans).
+BUILD_S_PER_UNIT = 1e-3
 
 
 def _window(inst: Instance, segs: Segments, w_lo: int, w_hi: int
@@ -73,7 +80,7 @@ def _window(inst: Instance, segs: Segments, w_lo: int, w_hi: int
 def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
                  deadline: float, lower: int, seed: int = 0, workers: int = 1,
                  window_units: int = 120, exact_updates: bool = True,
-                 control: Control | None = None,
+                 control: Control | None = None, work_s: float | None = None,
                  on_improve: Callable[[Segments, int], None] | None = None) -> LnsResult:
     """Improve ``segs`` (period ``value`` ticks) window by window until ``deadline``.
 
@@ -86,7 +93,7 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
     reorder
         Whether launch orders may differ from readiness order.
     deadline
-        ``time.perf_counter()`` value at which to stop.
+        ``time.perf_counter()`` value at which to stop (only a safety stop with ``work_s``).
     lower
         A proven lower bound: stop when it is reached.
     seed, workers
@@ -95,6 +102,10 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         Target number of units per window.
     control
         Stops the search on Ctrl-C or the solve's deadline (:class:`~.control.Control`).
+    work_s
+        Deterministic limit (s): CP-SAT's deterministic time of the windows plus
+        :data:`BUILD_S_PER_UNIT` per coarse unit; the same inputs and seed then give the same
+        result whatever the machine's load. None: the windows run on the wall clock.
     on_improve
         Called with every better plan and its period, as found (so that a stop loses none).
 
@@ -108,8 +119,13 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
     if best_val > value:  # the unimodal order is never worse with growing tails; keep the input
         best, best_val = list(segs), int(value)
     windows = improvements = 0
-    stale = 0
-    while time.perf_counter() < deadline - 0.05 and best_val > lower:
+    stale, used, wall_stop = 0, 0.0, False
+    while best_val > lower:
+        if time.perf_counter() >= deadline - 0.05:
+            wall_stop = work_s is not None
+            break
+        if work_s is not None and used >= work_s - 0.05:
+            break
         # a random run of about window_units units
         size = min(inst.n, max(8, int(window_units * rng.uniform(0.6, 1.4))))
         w_lo = int(rng.integers(0, inst.n - size + 1))
@@ -117,14 +133,17 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         if reorder:
             best = unimodal_order(inst, best)
         coarse, g, fixed, sides, coarse_segs = _window(inst, best, w_lo, w_hi)
-        left = deadline - time.perf_counter()
+        wall_left = deadline - time.perf_counter()
+        left = wall_left if work_s is None else work_s - used
         limit = min(left, max(0.5, min(3.0, left / 4)))
         cm = CommModel(coarse, order=order, horizon=best_val, period_lb=lower,
                        exact_updates=exact_updates, fixed_cuts=fixed,
                        fixed_early=sides if reorder else None)
         cm.add_hint(coarse_segs)
-        sol = cm.solve(time_limit_s=limit, workers=workers, seed=int(rng.integers(1 << 30)),
-                       control=control)
+        sol = cm.solve(time_limit_s=limit if work_s is None else wall_left, workers=workers,
+                       seed=int(rng.integers(1 << 30)), control=control,
+                       work_s=None if work_s is None else limit)
+        used += sol.work_s + BUILD_S_PER_UNIT * coarse.n
         windows += 1
         if sol.interrupted:
             log.warning("lns: interrupted after %.2f s of %.2f s", sol.wall_s, limit)
@@ -144,4 +163,4 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         stale += 1
         if stale > 8 * max(1, inst.n // max(window_units, 1)):
             break
-    return LnsResult(best, best_val, windows, improvements)
+    return LnsResult(best, best_val, windows, improvements, used, wall_stop)

@@ -50,6 +50,8 @@ class Method(StrEnum):
     CP_SAT = "cp-sat"
     #: The best baseline the options can express (the warm start).
     HINT = "hint"
+    #: The best plan of the unpartitioned class (solved first with ``partition_bytes``).
+    UNPARTITIONED = "unpartitioned"
     #: Closed-form lower bounds (compute, one pass of all bytes, the data path, Jackson) and
     #: the DP lower bound over bucketings.
     BOUNDS = "bounds"
@@ -107,6 +109,15 @@ class SolveResult(BaseModel):
         What proved the bound (:class:`Method`).
     interrupted
         The search was stopped by Ctrl-C (SIGINT): the plan is the best known at that moment.
+    wall_stop
+        The wall-clock safety stop (the time limit) ended the search before its deterministic
+        limits: the result may then depend on the machine's load.
+    partition_gain_s
+        With ``partition_bytes``: how much faster the plan is than the best plan of the
+        unpartitioned class, solved first within a share of the budget (None otherwise).
+    work_s
+        Deterministic work of the search steps (s): CP-SAT's deterministic time, the local
+        search's candidates and the unimodal programme's states, each at a fixed charge.
     hint_policy, hint_iteration_time_s
         The best baseline the options can express (the warm start), and its simulated time.
     improvement_s
@@ -138,6 +149,11 @@ class SolveResult(BaseModel):
     hint_iteration_time_s: float | None = Field(None, description="Its simulated time (s).")
     improvement_s: float = Field(0.0, description="Hint time minus the plan's time (s).")
     tick_s: float = Field(0.0, description="Time unit of the integer model (s).")
+    wall_stop: bool = Field(False, description="The wall-clock safety stop fired.")
+    partition_gain_s: float | None = Field(
+        None, description="With partitioning: the best unpartitioned plan's period minus this "
+        "plan's (s).")
+    work_s: float = Field(0.0, description="Deterministic work of the search (s).")
     notes: list[str] = Field(default_factory=list, description="Remarks on the model class.")
     baselines: list[BaselineRow] = Field(default_factory=list, description="Every baseline.")
     schedopt_version: str = Field(default_factory=lambda: _version(),

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..cluster import Cluster
+from ..plan import Plan
 from ..policies import POLICIES
 from ..simulate import simulate
 from ..trace import Trace
@@ -103,23 +104,65 @@ LOCAL_SEARCH = Share(0.1, 2.0)
 UNIMODAL = Share(0.7)
 #: The windowed LNS when the full model follows it, and when it is the last step.
 LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
+#: The search of the unpartitioned class first, when ``partition_bytes`` cuts tensors.
+UNPARTITIONED = Share(0.4)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
 STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.2, 2.0), Share(0.5)
+
+
+#: The deterministic work of the search steps, as a fraction of the time limit (the rest
+#: covers what the work measures leave out: building models, judging plans, the baselines).
+WORK_FRACTION = 0.7
+
+#: Deterministic charge (s) of one candidate plan of the local search, per unit (measured:
+#: 1,726 candidates of 580 units in 0.234 s).
+EVAL_S_PER_UNIT = 2.5e-7
+
+#: Deterministic charge (s) of the DP lower bound over bucketings, per squared unit (measured:
+#: 6.0 s on 5,000 units).
+BOUND_DP_S = 2.4e-7
+
+#: Deterministic charge (s) of building the CP-SAT model, per unit (measured: 0.04 s for 161).
+MODEL_S_PER_UNIT = 2.5e-4
+
+#: Deterministic charge (s) of one state of the unimodal programme.
+#: (measured: 1.2 s for 5.1 million states, 25 s for 70 million with the steps)
+STATE_S = 2.5e-7
 
 
 class Budget:
     """The time limit of one solve and the shares its steps get.
 
+    Every search step runs under a deterministic limit, a share of the work left
+    (:meth:`work`): CP-SAT's deterministic time, the candidates of the local search, the
+    states of the unimodal programme. The same inputs, seed and one worker thus give the same
+    result whatever the machine's load. The wall clock (``deadline``) is only a safety stop.
+
     Parameters
     ----------
     limit_s
-        The time limit (s), counted from construction.
+        The time limit (s), counted from construction; the search's deterministic work is
+        :data:`WORK_FRACTION` of it.
     """
 
     def __init__(self, limit_s: float) -> None:
         self.t0 = time.perf_counter()
         self.limit_s = limit_s
         self.deadline = self.t0 + limit_s
+        self.work_limit_s = WORK_FRACTION * limit_s
+        self.work_used_s = 0.0
+
+    def work_left(self) -> float:
+        """Deterministic seconds left for the search."""
+        return max(0.0, self.work_limit_s - self.work_used_s)
+
+    def work(self, share: Share) -> float:
+        """Deterministic seconds of a step taking ``share`` of the work left."""
+        return min(share.cap_s, share.fraction * self.work_left())
+
+    def spend(self, work_s: float) -> None:
+        """Count ``work_s`` deterministic seconds as done."""
+        self.work_used_s += max(0.0, work_s)
 
     def elapsed(self) -> float:
         """Seconds since the start."""
@@ -172,6 +215,10 @@ class Search:
     best: Best | None = None
     notes: list[str] = field(default_factory=list)
     programme_done: bool = False
+    #: The wall-clock safety stop ended a step (the result may depend on the machine's load).
+    wall_stop: bool = False
+    #: With partitioning: the best plan of the unpartitioned class and its period (s).
+    plain: tuple[Plan, float] | None = None
     _reported: float = 0.0
 
     @property
@@ -226,8 +273,12 @@ class Search:
             self._report()
 
     def left(self) -> float:
-        """Seconds left for the search."""
+        """Wall-clock seconds left for the search (the safety stop)."""
         return min(self.budget.left(), self.control.left())
+
+    def work_left(self) -> float:
+        """Deterministic seconds left for the search (0 once stopped)."""
+        return 0.0 if self.control.halted else self.budget.work_left()
 
 
 # ------------------------------------------------------------------------------------ solve
@@ -278,6 +329,11 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
                 _fallback(search)
             if control.interrupted:
                 search.notes.append("interrupted: the best plan found so far")
+            elif control.halted or search.wall_stop:
+                search.wall_stop = True
+                search.notes.append("the wall-clock safety stop ended the search before its "
+                                    "deterministic limits: the result may depend on the "
+                                    "machine's load")
             return _result(search)
 
 
@@ -311,6 +367,7 @@ def _prepare(search: Search) -> None:
                 if baseline is not None:
                     search.baselines.append(baseline)
     except StepTimeout:
+        search.wall_stop = True
         search.notes.append(f"baselines stopped after {len(search.baselines)}: their share of "
                             f"the time limit ({BASELINES.fraction:.0%}) was spent")
 
@@ -323,10 +380,46 @@ def _dispatch(search: Search) -> None:
         segs = [(0, fine.n - 1)]
         val = int(fine.evaluate(segs).period)
         search.start(fine, segs, val, Method.DP, val, Method.DP)
-    elif len(fine.stages) > 1:
+    if _partitions(search):
+        _solve_unpartitioned(search)
+    if len(fine.stages) > 1:
         _solve_multi_stage(search)
     else:
         _solve_single(search)
+
+
+def _partitions(search: Search) -> bool:
+    """Whether ``partition_bytes`` cuts some tensor in a class where pieces can help."""
+    fine = search.fine
+    assert fine is not None
+    opts = search.opts
+    if opts.partition_bytes is None or (len(fine.stages) == 1
+                                        and opts.next_forward != "per-layer"):
+        return False
+    return len(fine.base_tensor) > search.trace.num_tensors
+
+
+def _solve_unpartitioned(search: Search) -> None:
+    """Solve the unpartitioned class first, within :data:`UNPARTITIONED` of the work left;
+    its plan (expressible with pieces) becomes a starting plan of the partitioned search, so
+    that partitioning never returns a worse plan."""
+    budget = search.budget
+    sub_budget = Budget(budget.limit_s)
+    sub_budget.t0, sub_budget.deadline = budget.t0, budget.deadline
+    sub_budget.work_used_s = budget.work_used_s
+    sub_budget.work_limit_s = budget.work_used_s + budget.work(UNPARTITIONED)
+    plain = search.opts.model_copy(update={"partition_bytes": None})
+    sub = Search(search.trace, search.cluster, plain, sub_budget, search.control,
+                 baselines=search.baselines)
+    sub.fine = build_instance(search.trace, search.cluster, plain, merge=False)
+    try:
+        _dispatch(sub)
+    finally:
+        budget.work_used_s = sub_budget.work_used_s
+        search.wall_stop |= sub.wall_stop
+        best = sub.best
+        if best is not None:
+            search.plain = (best.inst.to_plan(best.segs), best.value * best.inst.tick)
 
 
 def _fallback(search: Search) -> None:
@@ -340,6 +433,9 @@ def _fallback(search: Search) -> None:
     if hint is not None and hint.segs:
         segs, method = hint.segs, Method.HINT
     search.start(inst, segs, int(inst.evaluate(segs).period), method)
+    psegs = _plain_segs(search, inst)
+    if psegs:  # stopped after the unpartitioned class: its plan if better
+        search.offer(psegs, int(inst.evaluate(psegs).period), Method.UNPARTITIONED)
     search.notes.append("stopped before the search: the best expressible baseline so far"
                         if method is Method.HINT else
                         "stopped before the search: one bucket of every tensor")
@@ -389,10 +485,21 @@ def _starts(search: Search, inst: Instance, dp_segs: Segments, with_hint: bool
         hsegs, _ = inst.segments_of_plan(hint.plan)
         if hsegs:
             cands.append((hsegs, Method.HINT))
+    psegs = _plain_segs(search, inst)
+    if psegs:
+        cands.append((psegs, Method.UNPARTITIONED))
     if search.opts.reorder:
         cands.append((schrage_order(inst, dp_segs), Method.LIST_SCHEDULING))
         cands += [(unimodal_order(inst, c), m) for c, m in list(cands)]
     return cands
+
+
+def _plain_segs(search: Search, inst: Instance) -> Segments:
+    """The unpartitioned class's best plan as segments of ``inst`` (empty without one)."""
+    if search.plain is None:
+        return []
+    segs, _ = inst.segments_of_plan(search.plain[0])
+    return segs
 
 
 def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
@@ -412,7 +519,10 @@ def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
     vals = [int(inst.evaluate(c).period) for c, _ in cands]
     k = int(np.argmin(vals))
     best = search.start(inst, cands[k][0], vals[k], cands[k][1])
-    search.prove(lower_bound(inst, vals[k], with_dp=inst.n <= BOUND_DP_UNITS), Method.BOUNDS)
+    with_dp = inst.n <= BOUND_DP_UNITS
+    search.prove(lower_bound(inst, vals[k], with_dp=with_dp), Method.BOUNDS)
+    if with_dp:  # O(n^2) per bisection step: charged as deterministic work
+        search.budget.spend(BOUND_DP_S * inst.n ** 2)
     for step in SEARCH:
         if best.solved or search.control.halted:
             break
@@ -445,8 +555,7 @@ def _run_local_search(search: Search, inst: Instance) -> None:
     def keep(segs: Segments, val: int) -> None:
         search.offer(segs, val, Method.LOCAL_SEARCH)
 
-    val, segs = local_search(inst, best.segs, reorder=True, seed=search.opts.seed,
-                             deadline=search.budget.until(LOCAL_SEARCH), on_improve=keep)
+    val, segs = _local_search(search, inst, best.segs, True, LOCAL_SEARCH, keep)
     uni = unimodal_order(inst, segs)
     uval = int(inst.evaluate(uni).period)
     if uval <= val:
@@ -455,14 +564,32 @@ def _run_local_search(search: Search, inst: Instance) -> None:
     search.offer(segs, val, Method.LOCAL_SEARCH)
 
 
+def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool, share: Share,
+                  keep: Callable[[Segments, int], None]) -> tuple[int, Segments]:
+    """:func:`.heuristics.local_search` within ``share`` of the work left (candidates
+    evaluated, :data:`EVAL_S_PER_UNIT` each per unit); the solve's deadline is the safety
+    stop."""
+    per_eval = EVAL_S_PER_UNIT * max(1, inst.n)
+    stats: dict[str, int] = {}
+    out = local_search(inst, segs, reorder=reorder, seed=search.opts.seed,
+                       deadline=search.budget.deadline,
+                       max_evals=int(search.budget.work(share) / per_eval), on_improve=keep,
+                       stats=stats)
+    search.budget.spend(stats["evals"] * per_eval)
+    search.wall_stop |= bool(stats["wall_stop"])
+    return out
+
+
 def _run_unimodal(search: Search, inst: Instance) -> None:
     """The unimodal programme between the bound and the best plan."""
     best = search.best
     assert best is not None
-    res = unimodal_exact(inst, best.bound - 1, best.value,
-                         deadline=search.budget.until(UNIMODAL))
+    res = unimodal_exact(inst, best.bound - 1, best.value, deadline=search.budget.deadline,
+                         max_work=int(search.budget.work(UNIMODAL) / STATE_S))
     if res is None:
         return
+    search.budget.spend(res.work * STATE_S)
+    search.wall_stop |= res.wall_stop
     search.programme_done = res.segs != [] or res.bound >= best.value
     search.prove(res.bound, Method.UNIMODAL)
     if res.segs:
@@ -481,10 +608,12 @@ def _run_lns(search: Search, inst: Instance) -> None:
         search.offer(segs, val, Method.LNS)
 
     res = windowed_lns(inst, best.segs, best.value, reorder=search.opts.reorder,
-                       deadline=search.budget.until(share), lower=best.bound,
+                       deadline=search.budget.deadline, lower=best.bound,
                        seed=search.opts.seed, workers=search.opts.workers,
-                       control=search.control,
+                       control=search.control, work_s=search.budget.work(share),
                        on_improve=keep)
+    search.budget.spend(res.work_s)
+    search.wall_stop |= res.wall_stop
     log.info("lns: %d windows, %d improvements, %d ticks", res.windows, res.improvements,
              res.value)
     search.offer(res.segs, res.value, Method.LNS)
@@ -517,7 +646,7 @@ def _run_cp_sat(search: Search, inst: Instance) -> None:
     best = search.best
     assert best is not None
     for p in _passes(search, inst):
-        if search.left() <= MIN_STEP_S or best.solved:
+        if search.work_left() <= MIN_STEP_S or best.solved:
             break
         cm = CommModel(inst, order=p.order, horizon=best.value,
                        period_lb=best.bound if p.valid else 0, exact_updates=p.exact_updates)
@@ -537,9 +666,11 @@ def _run_model(search: Search, inst: Instance, cm: CommModel, share: Share,
     def seen(segs: Segments, val: int) -> None:
         search.offer(segs, val, Method.CP_SAT)
 
-    sol = cm.solve(time_limit_s=share.fraction * search.left(), workers=opts.workers,
+    sol = cm.solve(time_limit_s=max(MIN_STEP_S, search.left()), workers=opts.workers,
                    seed=opts.seed, relative_gap=opts.relative_gap, extra=opts.cp_sat,
-                   stop_at=stop_at, control=search.control, on_improve=seen)
+                   stop_at=stop_at, control=search.control, on_improve=seen,
+                   work_s=search.budget.work(share))
+    search.budget.spend(sol.work_s + MODEL_S_PER_UNIT * inst.n)
     if sol.segs is not None:
         search.offer(sol.segs, int(inst.evaluate(sol.segs).period), Method.CP_SAT)
     return sol
@@ -556,7 +687,7 @@ SEARCH: tuple[Step, ...] = (
          _run_local_search),
     Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
     Step(Method.LNS, _use_lns, _run_lns),
-    Step(Method.CP_SAT, lambda s, i: s.left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
+    Step(Method.CP_SAT, lambda s, i: s.work_left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
          _run_cp_sat),
 )
 
@@ -593,7 +724,7 @@ def _solve_multi_stage(search: Search) -> None:
     search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
     best = search.best
     assert best is not None
-    if model and not best.solved and search.left() > MIN_STEP_S:
+    if model and not best.solved and search.work_left() > MIN_STEP_S:
         start = sorted(best.segs)  # the same buckets in readiness order
         start_val = int(inst.evaluate(start).period)
         cm = CommModel(inst, order="fifo", horizon=max(best.value, start_val),
@@ -613,6 +744,9 @@ def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: 
         hsegs, _ = inst.segments_of_plan(hint.plan)
         if hsegs:
             search.offer(hsegs, int(inst.evaluate(hsegs).period), Method.HINT)
+    psegs = _plain_segs(search, inst)
+    if psegs:
+        search.offer(psegs, int(inst.evaluate(psegs).period), Method.UNPARTITIONED)
     best = search.best
     assert best is not None
     share = STAGES_LOCAL_SEARCH if model else STAGES_LOCAL_SEARCH_ALONE
@@ -620,9 +754,7 @@ def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: 
     def keep(s: Segments, v: int) -> None:
         search.offer(s, v, Method.LOCAL_SEARCH)
 
-    ls_val, ls_segs = local_search(inst, best.segs, reorder=search.opts.reorder,
-                                   seed=search.opts.seed, deadline=search.budget.until(share),
-                                   on_improve=keep)
+    ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep)
     search.offer(ls_segs, ls_val, Method.LOCAL_SEARCH)
 
 
@@ -665,11 +797,18 @@ def _result(search: Search) -> SolveResult:
         agree = True
         gap = max(0.0, (sim - bound_s) / sim) if sim > 0 else 0.0
     status = Status.OPTIMAL if gap <= 0.0 and agree else Status.FEASIBLE
+    gain = None
+    if search.plain is not None:
+        gain = max(0.0, search.plain[1] - value_s)
+        notes.append(f"partitioning gains {gain * 1e3:.3f} ms over the best unpartitioned plan "
+                     f"({search.plain[1] * 1e3:.3f} ms)")
     hint_time = hint.row.iteration_time_s if hint is not None else None
     return SolveResult(
         status=status, plan=plan, objective_s=value_s, iteration_time_s=sim, bound_s=bound_s,
         gap=gap, solve_time_s=search.budget.elapsed(), method=method,
         bound_method=best.bound_method, interrupted=search.control.interrupted,
+        wall_stop=search.wall_stop, work_s=search.budget.work_used_s,
+        partition_gain_s=gain,
         hint_policy=hint.row.policy if hint is not None else None,
         hint_iteration_time_s=hint_time,
         improvement_s=max(0.0, hint_time - sim) if hint_time is not None else 0.0,

@@ -64,6 +64,10 @@ MAX_UNITS = 1500
 #: Live states beyond which a test gives up (loose bounds make the fronts explode).
 MAX_STATES = 400_000
 
+#: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
+#: of a few states costs about as much as 1,500 states).
+STEP_STATES = 1500
+
 
 @dataclass
 class UnimodalResult:
@@ -79,11 +83,17 @@ class UnimodalResult:
     exact
         True when the tails are the exact ones (no update step, no data path or shared PCIe
         term that depends on the plan).
+    work
+        States examined (the deterministic measure of the work done).
+    wall_stop
+        The wall-clock safety stop ended the search (the result may depend on the load).
     """
 
     bound: int
     segs: Segments
     exact: bool
+    work: int = 0
+    wall_stop: bool = False
 
 
 _NONE = np.array([-_BIG - 1])
@@ -417,7 +427,8 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
 
 def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
                 deadline: float | None = None, levels: int = 0, grid: int = 0,
-                pairs: bool = True, max_states: int | None = None
+                pairs: bool = True, max_states: int | None = None,
+                work: list[int] | None = None, max_work: int | None = None
                 ) -> tuple[Outcome, Segments]:
     """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan,
     with ``want_plan``), or why it is unknown (the deadline, or more than ``max_states``
@@ -425,7 +436,8 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
     to that many levels; ``grid > 0`` rounds every state's ``e`` down and ``nu`` up to
     multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
     a proof, a plan found must be judged exactly). ``pairs=False`` leaves out the flow-shop
-    term of late pairs (a weaker bound, for the ablation)."""
+    term of late pairs (a weaker bound, for the ablation). ``work[0]``, when given, counts the
+    states examined; past ``max_work`` the outcome is TIMEOUT (a deterministic limit)."""
     limit = MAX_STATES if max_states is None else max_states
     t = _tables(inst, levels)
     store = _Store()
@@ -443,6 +455,10 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
         live_idx, seen = live.idx, store.size
         if len(live_idx) > limit:
             return Outcome.TOO_MANY_STATES, []
+        if work is not None:
+            work[0] += len(live_idx) + STEP_STATES
+            if max_work is not None and work[0] > max_work:
+                return Outcome.TIMEOUT, []
         b = _bucket(t, k, live)
         if k < t.n - 1:
             _extend(store, t, lam, k, live, b, _transitions(t, k, live, b, pairs), grid)
@@ -517,8 +533,9 @@ class _Tests:
     test, then coarser relaxations once a finer one has overflowed, and the best plan found."""
 
     def __init__(self, inst: Instance, *, deadline: float | None, levels: int,
-                 grid_rel: float, pairs: bool) -> None:
+                 grid_rel: float, pairs: bool, max_work: int | None = None) -> None:
         self.inst, self.deadline, self.levels = inst, deadline, levels
+        self.work, self.max_work = [0], max_work
         self.grid_rel, self.pairs = grid_rel, pairs
         c = inst.consts
         self.exact = c.U == 0 and c.data == 0 and not inst.pcie_coupled
@@ -537,6 +554,7 @@ class _Tests:
                  if not self.overflowed[i] and (i == 0 or self.can_level)]
         for i, kw in tries:
             outcome, plan = feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
+                                        work=self.work, max_work=self.max_work,
                                         pairs=self.pairs, max_states=self.fine_states, **kw)
             if outcome is Outcome.TIMEOUT:
                 self.timed_out = True
@@ -554,7 +572,8 @@ class _Tests:
         the bracket by its exact period, and otherwise nothing is known."""
         grid = max(1, int(self.grid_rel * lam))
         outcome, plan = feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
-                                    grid=grid, pairs=self.pairs)
+                                    grid=grid, pairs=self.pairs, work=self.work,
+                                    max_work=self.max_work)
         if outcome is Outcome.TIMEOUT:
             self.timed_out = True
             return None
@@ -570,7 +589,8 @@ class _Tests:
 
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
                    rel_tol: float = 0.0, levels: int = 512,
-                   grid_rel: float = 2.5e-4, pairs: bool = True) -> UnimodalResult | None:
+                   grid_rel: float = 2.5e-4, pairs: bool = True,
+                   max_work: int | None = None) -> UnimodalResult | None:
     """The smallest ``lam`` some unimodal plan meets, between ``lo`` (a value known infeasible,
     or a bound minus one) and ``hi`` (the period of a known plan).
 
@@ -590,11 +610,13 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
 
     ``pairs`` is passed to :func:`unimodal_feasible`. Returns None on very large instances;
     stops at ``deadline`` (``time.perf_counter()``) with the best bound proven so far (every
-    infeasible ``lam`` proves ``bound > lam``).
+    infeasible ``lam`` proves ``bound > lam``); ``max_work`` is a deterministic limit on the
+    states examined over all tests (the deadline is then a safety stop).
     """
     if inst.n > MAX_UNITS or not inst.per_layer or not inst.stages:
         return None
-    tests = _Tests(inst, deadline=deadline, levels=levels, grid_rel=grid_rel, pairs=pairs)
+    tests = _Tests(inst, deadline=deadline, levels=levels, grid_rel=grid_rel, pairs=pairs,
+                   max_work=max_work)
     tol = max(1, int(rel_tol * hi))
     top, ceiling = hi, hi  # a feasible lam; the lowest lam whose test was inconclusive
     step = max(1, (hi - lo) // 2000)
@@ -627,4 +649,5 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     # every lam up to lo is proven infeasible (a timeout leaves the bracket open: the bound is
     # what was proven, never hi); with nothing feasible below hi, lo + 1 == hi
     done = top - lo <= 1 if tests.found is not None else lo + 1 >= hi
-    return UnimodalResult(lo + 1, tests.segs, tests.exact and done)
+    wall = tests.timed_out and (max_work is None or tests.work[0] <= max_work)
+    return UnimodalResult(lo + 1, tests.segs, tests.exact and done, tests.work[0], wall)

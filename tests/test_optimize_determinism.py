@@ -1,0 +1,69 @@
+"""Determinism under load: every search step stops on a deterministic limit, so the same inputs,
+seed and one worker give the same plan and bound however fast the wall clock runs; the wall
+clock is only a safety stop, reported when it fires."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from schedopt.files import load_cluster, load_trace
+from schedopt.optimize import SolveOptions, solve
+
+
+def _solve(limit: float = 3.0):
+    trace = load_trace("resnet50-v100-b64").scaled(compute=0.4)
+    cluster = load_cluster("10gbe-k80-family", nodes=8)
+    opts = SolveOptions(next_forward="per-layer", reorder=True, lns=True, baselines=False,
+                        time_limit_s=limit, workers=1, seed=0)
+    return solve(trace, cluster, opts)
+
+
+def _plan_key(res) -> tuple:
+    return res.plan.buckets, res.plan.partition, res.plan.stage_orders
+
+
+def test_same_plan_and_bound_with_a_slow_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clock running 1.25 times too fast (a machine loaded to 25% more wall time per step)
+    changes neither the plan nor the bound, and no safety stop fires."""
+    plain = _solve()
+    real = time.perf_counter
+    t0 = real()
+    monkeypatch.setattr(time, "perf_counter", lambda: t0 + 1.25 * (real() - t0))
+    slow = _solve()
+    monkeypatch.undo()
+    assert not plain.wall_stop and not slow.wall_stop
+    assert plain.work_s > 0 and slow.work_s == plain.work_s
+    assert _plan_key(slow) == _plan_key(plain)
+    assert slow.bound_s == plain.bound_s and slow.objective_s == plain.objective_s
+
+
+def test_wall_clock_safety_stop_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A clock so fast that the time limit passes before the deterministic limits: the result
+    says so (``wall_stop`` and a note) and is still a valid plan."""
+    real = time.perf_counter
+    t0 = real()
+    monkeypatch.setattr(time, "perf_counter", lambda: t0 + 50.0 * (real() - t0))
+    res = _solve()
+    monkeypatch.undo()
+    assert res.wall_stop
+    assert any("safety stop" in n for n in res.notes)
+    assert res.bound_s <= res.objective_s
+
+
+@pytest.mark.parametrize("cluster_name", ["k80-4x4-10gbe", "dgx-a100-4n-hierarchical"])
+def test_partitioning_never_worse_than_the_unpartitioned_optimum(tiny_trace, cluster_name: str
+                                                                 ) -> None:
+    """With ``partition_bytes`` the plan is never slower than the unpartitioned solve's, and
+    the gain of partitioning is reported (the unpartitioned optimum minus the plan's period)."""
+    cluster = load_cluster(cluster_name)
+    kw = {"next_forward": "per-layer", "reorder": True, "baselines": False, "time_limit_s": 3.0}
+    plain = solve(tiny_trace, cluster, SolveOptions(**kw))
+    cut = solve(tiny_trace, cluster, SolveOptions(partition_bytes=100_000, **kw))
+    assert plain.partition_gain_s is None
+    assert cut.iteration_time_s <= plain.iteration_time_s * (1 + 1e-9)
+    assert cut.partition_gain_s is not None and cut.partition_gain_s >= 0.0
+    assert cut.partition_gain_s == pytest.approx(
+        max(0.0, plain.objective_s - cut.objective_s), abs=2 * cut.tick_s)
+    assert any("partitioning gains" in n for n in cut.notes)
