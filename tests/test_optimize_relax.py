@@ -59,6 +59,7 @@ def test_solve_beyond_the_model_is_judged_by_the_simulator(extra: dict) -> None:
     cl = _cluster(**extra)
     res = solve(tr, cl, SolveOptions(time_limit_s=5, workers=1, seed=0))
     assert res.iteration_time_s == pytest.approx(simulate(tr, cl, res.plan).iteration_time_s)
+    assert res.objective_s == res.iteration_time_s
     assert any("leaves out" in note for note in res.notes)
     # never worse than an expressible baseline, and the bound below every feasible plan
     expressible = [b.iteration_time_s for b in res.baselines if b.expressible]

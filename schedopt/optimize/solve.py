@@ -794,7 +794,7 @@ def _result(search: Search) -> SolveResult:
     else:  # judged by the simulator; the model's bound relaxed to stay valid
         notes.append(relax.note)
         bound_s = min(best.bound * tick * relax.factor, sim)
-        agree = True
+        value_s, agree = sim, True  # the objective is the simulated period
         gap = max(0.0, (sim - bound_s) / sim) if sim > 0 else 0.0
     status = Status.OPTIMAL if gap <= 0.0 and agree else Status.FEASIBLE
     gain = None
