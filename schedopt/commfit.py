@@ -141,6 +141,19 @@ def residual_rms(samples: CommSamples, fit: AllReduceFit) -> float:
 _DEFAULT_INTRA = Link(name="pcie3", bandwidth_Bps=10e9, latency_s=5e-6)
 
 
+def _describe_fit(fit: AllReduceFit) -> str:
+    """The fit in words, for a cluster's ``source``."""
+    desc = (
+        f"alpha-beta fit: alpha = {fit.alpha_s * 1e6:.1f} us, beta = {fit.beta_s_per_byte:.4g} s/B"
+        f" ({fit.beta_s_per_byte * 1e12:.0f} us/MB)"
+    )
+    if fit.r2 is not None:
+        desc += f", R^2 = {fit.r2:.4f}"
+    if fit.min_bytes is not None and fit.max_bytes is not None:
+        desc += f", sizes {fit.min_bytes}..{fit.max_bytes} B"
+    return desc
+
+
 def cluster_from_fit(
     fit: AllReduceFit,
     *,
@@ -181,14 +194,7 @@ def cluster_from_fit(
     """
     if ranks < 2:
         raise SchedoptError("a fitted all-reduce needs at least 2 ranks", "ranks", ranks)
-    desc = (
-        f"alpha-beta fit: alpha = {fit.alpha_s * 1e6:.1f} us, beta = {fit.beta_s_per_byte:.4g} s/B"
-        f" ({fit.beta_s_per_byte * 1e12:.0f} us/MB)"
-    )
-    if fit.r2 is not None:
-        desc += f", R^2 = {fit.r2:.4f}"
-    if fit.min_bytes is not None and fit.max_bytes is not None:
-        desc += f", sizes {fit.min_bytes}..{fit.max_bytes} B"
+    desc = _describe_fit(fit)
     text = f"{source}; {desc}" if source else desc
     if base is not None:
         data = base.model_dump()

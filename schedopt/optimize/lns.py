@@ -19,7 +19,7 @@ import numpy as np
 
 from .control import Control
 from .instance import Instance, Segments
-from .model import CommModel, unimodal_order
+from .model import CommModel, ModelSolution, unimodal_order
 
 __all__ = ["LnsResult", "windowed_lns"]
 
@@ -77,12 +77,38 @@ def _window(inst: Instance, segs: Segments, w_lo: int, w_hi: int
     return coarse, g, fixed, sides, coarse_segs
 
 
+def _solve_window(inst: Instance, best: Segments, w_lo: int, w_hi: int, *, order: str,
+                  reorder: bool, horizon: int, lower: int, exact_updates: bool,
+                  time_limit_s: float, work_s: float | None, workers: int, seed: int,
+                  control: Control | None) -> tuple[Segments | None, ModelSolution, int]:
+    """Solve the coarse window ``w_lo..w_hi`` of ``best`` with CP-SAT.
+
+    Returns the window's better plan in fine units (None when CP-SAT found none better than
+    ``horizon``), CP-SAT's solution record, and the number of coarse units (for the work
+    charge).
+    """
+    coarse, g, fixed, sides, coarse_segs = _window(inst, best, w_lo, w_hi)
+    cm = CommModel(coarse, order=order, horizon=horizon, period_lb=lower,
+                   exact_updates=exact_updates, fixed_cuts=fixed,
+                   fixed_early=sides if reorder else None)
+    cm.add_hint(coarse_segs)
+    sol = cm.solve(time_limit_s=time_limit_s, workers=workers, seed=seed, control=control,
+                   work_s=work_s)
+    new = None
+    if sol.segs is not None and sol.objective is not None and sol.objective < horizon:
+        bounds = np.r_[g, inst.n]
+        new = [(int(bounds[lo]), int(bounds[hi + 1] - 1)) for lo, hi in sol.segs]
+    return new, sol, coarse.n
+
+
 def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
                  deadline: float, lower: int, seed: int = 0, workers: int = 1,
                  window_units: int = 120, exact_updates: bool = True,
                  control: Control | None = None, work_s: float | None = None,
                  on_improve: Callable[[Segments, int], None] | None = None) -> LnsResult:
-    """Improve ``segs`` (period ``value`` ticks) window by window until ``deadline``.
+    """Improve ``segs`` (period ``value`` ticks) window by window until ``deadline``; with
+    reordering the windows use the unimodal launch order with the update tails of
+    ``exact_updates``, and every candidate is judged by the exact period.
 
     Parameters
     ----------
@@ -108,18 +134,13 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         result whatever the machine's load. None: the windows run on the wall clock.
     on_improve
         Called with every better plan and its period, as found (so that a stop loses none).
-
-    With reordering the windows use the unimodal launch order with the update tails of
-    ``exact_updates``; every candidate is judged by the exact period.
     """
     rng = np.random.default_rng(seed)
-    order = "unimodal" if reorder else "fifo"
     best = unimodal_order(inst, list(segs)) if reorder else list(segs)
     best_val = int(inst.evaluate(best).period)
     if best_val > value:  # the unimodal order is never worse with growing tails; keep the input
         best, best_val = list(segs), int(value)
-    windows = improvements = 0
-    stale, used, wall_stop = 0, 0.0, False
+    windows, improvements, stale, used, wall_stop = 0, 0, 0, 0.0, False
     while best_val > lower:
         if time.perf_counter() >= deadline - 0.05:
             wall_stop = work_s is not None
@@ -132,25 +153,21 @@ def windowed_lns(inst: Instance, segs: Segments, value: int, *, reorder: bool,
         w_hi = w_lo + size - 1
         if reorder:
             best = unimodal_order(inst, best)
-        coarse, g, fixed, sides, coarse_segs = _window(inst, best, w_lo, w_hi)
         wall_left = deadline - time.perf_counter()
         left = wall_left if work_s is None else work_s - used
         limit = min(left, max(0.5, min(3.0, left / 4)))
-        cm = CommModel(coarse, order=order, horizon=best_val, period_lb=lower,
-                       exact_updates=exact_updates, fixed_cuts=fixed,
-                       fixed_early=sides if reorder else None)
-        cm.add_hint(coarse_segs)
-        sol = cm.solve(time_limit_s=limit if work_s is None else wall_left, workers=workers,
-                       seed=int(rng.integers(1 << 30)), control=control,
-                       work_s=None if work_s is None else limit)
-        used += sol.work_s + BUILD_S_PER_UNIT * coarse.n
+        new, sol, units = _solve_window(
+            inst, best, w_lo, w_hi, order="unimodal" if reorder else "fifo", reorder=reorder,
+            horizon=best_val, lower=lower, exact_updates=exact_updates,
+            time_limit_s=limit if work_s is None else wall_left,
+            work_s=None if work_s is None else limit, workers=workers,
+            seed=int(rng.integers(1 << 30)), control=control)
+        used += sol.work_s + BUILD_S_PER_UNIT * units
         windows += 1
         if sol.interrupted:
             log.warning("lns: interrupted after %.2f s of %.2f s", sol.wall_s, limit)
             break
-        if sol.segs is not None and sol.objective is not None and sol.objective < best_val:
-            bounds = np.r_[g, inst.n]
-            new = [(int(bounds[lo]), int(bounds[hi + 1] - 1)) for lo, hi in sol.segs]
+        if new is not None:
             val = int(inst.evaluate(new).period)
             if val < best_val:
                 log.info("lns: window %d..%d: %d -> %d ticks", w_lo, w_hi, best_val, val)
