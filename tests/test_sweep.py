@@ -152,9 +152,9 @@ def test_concurrent_sweeps_on_one_database(tmp_path: Path) -> None:
     db = tmp_path / "r.sqlite"
     cmd = [sys.executable, "-m", "schedopt", "sweep", "run", str(spec), "--db", str(db),
            "--workers", "1", "--no-progress"]
-    procs = [subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.PIPE, text=True)
-             for _ in range(2)]
-    outs = [p.communicate(timeout=120)[0] for p in procs]
+    procs = [subprocess.Popen(cmd, env=env(), cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     with Store(db) as s:
         assert s.integrity_ok()

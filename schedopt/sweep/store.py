@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -69,13 +70,25 @@ class Store:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._con = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
             self._con.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._con.execute("PRAGMA journal_mode = WAL")
-            self._con.execute("PRAGMA synchronous = NORMAL")
-            cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
-            self._con.execute(f"CREATE TABLE IF NOT EXISTS rows ({cols})")
+            self._setup(time.monotonic() + timeout_s)
         except (sqlite3.Error, OSError) as exc:
             raise SchedoptError(f"cannot open the sweep database: {exc}", "--db",
                                 str(path)) from None
+
+    def _setup(self, deadline: float) -> None:
+        """WAL mode and the table; retried while another process creates the same database
+        (switching to WAL can answer "locked" at once, without the busy handler)."""
+        cols = ", ".join(f"{name} {kind}" for name, kind in COLUMNS.items())
+        while True:
+            try:
+                self._con.execute("PRAGMA journal_mode = WAL")
+                self._con.execute("PRAGMA synchronous = NORMAL")
+                self._con.execute(f"CREATE TABLE IF NOT EXISTS rows ({cols})")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         """Close the connection."""
