@@ -526,12 +526,7 @@ def emit_cmd(
     with user_errors():
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         emitted = emit(target, plan, tr, cl)
-        written: list[Path] = []
-        if out is not None:
-            with output_files({f"--out {name}": out / name for name in emitted.files}) as files:
-                for name, text in emitted.files.items():
-                    files.write_text(out / name, text)
-            written = [out / name for name in emitted.files]
+        written = emitted.write(out) if out is not None else []
     if as_json:
         print_json(emitted.model_dump(mode="json"))
         return

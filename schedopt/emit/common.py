@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,8 +86,8 @@ class Emitted(BaseModel):
     def write(self, folder: str | Path) -> list[Path]:
         """Write every file into ``folder`` (created if needed), all or nothing.
 
-        Each file goes to a temporary name first; only when all are written are they renamed
-        into place, so a failure leaves no partial output.
+        Written through :func:`schedopt.files.output_files` (temporary files, then renamed), so
+        a failure leaves no partial output.
 
         Returns
         -------
@@ -101,24 +99,14 @@ class Emitted(BaseModel):
         SchedoptError
             The folder or a file cannot be written.
         """
+        from ..files import output_files
+
         root = Path(folder)
-        done: list[tuple[str, Path]] = []
-        try:
-            root.mkdir(parents=True, exist_ok=True)
+        paths = {name: root / name for name in self.files}
+        with output_files({f"--out {name}": path for name, path in paths.items()}) as files:
             for name, text in self.files.items():
-                fd, tmp = tempfile.mkstemp(prefix=f".{name}.", dir=root)
-                done.append((tmp, root / name))
-                with os.fdopen(fd, "w") as fh:
-                    fh.write(text)
-                os.chmod(tmp, 0o644)
-            for tmp, final in done:
-                os.replace(tmp, final)
-        except OSError as exc:
-            for tmp, _ in done:
-                Path(tmp).unlink(missing_ok=True)
-            raise SchedoptError(f"cannot write: {exc.strerror or exc}", "out",
-                                str(folder)) from None
-        return [final for _, final in done]
+                files.write_text(paths[name], text)
+        return list(paths.values())
 
 
 # ---------------------------------------------------------------------------- plan views
