@@ -11,13 +11,19 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from .errors import SchedoptError
-from .trace import PIECE_SEPARATOR, SCHEMA_VERSION, Trace
+from .trace import PIECE_SEPARATOR, SCHEMA_VERSION, Dtype, Trace
 from .validation import Bool, Int, check_depth, check_pieces, strict_int
 
-__all__ = ["Breakdown", "Member", "Members", "Plan", "Schedule", "interleave", "parse_member",
-           "piece_name", "split_member"]
+__all__ = ["Breakdown", "Member", "Members", "Plan", "Schedule", "Sharding", "interleave",
+           "parse_member", "piece_name", "split_member"]
 
 NextForward = Literal["wait-for-all", "per-layer"]
+ShardingMode = Literal["full", "grad-op"]
+
+#: Most all-gathers a sharded plan may run ahead of their unit.
+MAX_PREFETCH = 64
+#: Most micro-batches one step may accumulate.
+MAX_ACCUMULATE = 4096
 
 
 def interleave(orders: list[list[int]]) -> list[tuple[int, int]]:
@@ -59,6 +65,72 @@ def split_member(member: str) -> tuple[str, int | None]:
     return tensor, piece
 
 
+class Sharding(BaseModel):
+    """Sharded data parallel: parameters and gradients sharded over the ranks (FSDP, ZeRO-3).
+
+    Attributes
+    ----------
+    mode
+        ``full``: a unit's parameters are all-gathered before its forward, freed after it
+        (reshard after forward) and all-gathered again before its backward (FSDP
+        ``FULL_SHARD``, ZeRO-3). ``grad-op``: gathered once before the forward and kept until
+        the unit's backward (FSDP ``SHARD_GRAD_OP``, ZeRO-2 with gathered parameters). Either way
+        a unit's gradients are reduce-scattered after its backward.
+    units
+        Layer names per unit, contiguous in forward order, every layer in exactly one unit,
+        every unit holding at least one tensor.
+    forward_prefetch, backward_prefetch
+        How many all-gathers may run ahead of the unit being computed, in the forward and in
+        the backward (FSDP2 ``set_modules_to_forward_prefetch`` / backward prefetch; 0: none).
+    streams
+        1: all-gathers and reduce-scatters share one stream (issue in one order); 2: a stream
+        each (FSDP2). The network is one resource either way.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: ShardingMode = Field(description="full (reshard after forward) or grad-op.")
+    units: list[list[str]] = Field(min_length=1, description="Layer names per unit, in forward"
+                                                             " order.")
+    forward_prefetch: Int = Field(1, ge=0, le=MAX_PREFETCH,
+                                  description="All-gathers run ahead in the forward.")
+    backward_prefetch: Int = Field(1, ge=0, le=MAX_PREFETCH,
+                                   description="All-gathers run ahead in the backward.")
+    streams: Annotated[Literal[1, 2], BeforeValidator(strict_int)] = Field(
+        2, description="Streams for all-gathers and reduce-scatters (1 shared, 2 separate).")
+
+    def check_against(self, trace: Trace) -> list[list[str]]:
+        """Check the units against ``trace`` and return each unit's tensor names (forward order).
+
+        Raises
+        ------
+        SchedoptError
+            When a unit names an unknown layer, layers are out of forward order or missing, or
+            a unit holds no tensor.
+        """
+        index = {la.name: i for i, la in enumerate(trace.layers)}
+        flat = [name for unit in self.units for name in unit]
+        for k, unit in enumerate(self.units):
+            if not unit:
+                raise SchedoptError("unit is empty", f"plan.sharding.units[{k}]", unit)
+            for name in unit:
+                if name not in index:
+                    raise SchedoptError("unknown layer", f"plan.sharding.units[{k}]", name)
+        if [index[name] for name in flat] != list(range(len(trace.layers))):
+            missing = [la.name for la in trace.layers if la.name not in set(flat)]
+            value = missing[0] if missing else flat
+            why = ("layer is in no unit" if missing else
+                   "every layer must appear once, units contiguous in forward order")
+            raise SchedoptError(why, "plan.sharding.units", value)
+        tensors = [[t.name for name in unit for t in trace.layers[index[name]].tensors]
+                   for unit in self.units]
+        for k, names in enumerate(tensors):
+            if not names:
+                raise SchedoptError("unit holds no tensor (merge it with a neighbour)",
+                                    f"plan.sharding.units[{k}]", self.units[k])
+        return tensors
+
+
 class Plan(BaseModel):
     """How gradients are communicated: buckets, their order, and the iteration's couplings.
 
@@ -83,6 +155,16 @@ class Plan(BaseModel):
         I/O prefetch depth (0 or 1).
     collective
         Collective imposed by the policy (e.g. ``ps``); None: the cluster's.
+    sharding
+        None: data parallel with all-reduced gradients. Otherwise the sharded plan's units and
+        prefetch (:class:`Sharding`); ``buckets`` then hold each unit's tensors, units in
+        backward order (the reduce-scatter launch order).
+    accumulate
+        Micro-batches per step: forward and backward ``accumulate`` times, communication after
+        the last only (DDP ``no_sync``).
+    comm_dtype
+        Dtype gradients are reduced in (bytes scale by its item size over the tensor's); None:
+        the tensors' own.
     trace_hash, cluster_hash
         Fingerprints of the trace and cluster the plan was made for.
     """
@@ -103,6 +185,9 @@ class Plan(BaseModel):
     collective: Literal["ring", "tree", "hierarchical", "ps"] | None = Field(
         None, description="Collective imposed by the policy."
     )
+    sharding: Sharding | None = Field(None, description="Sharded data parallel (None: all-reduce).")
+    accumulate: Int = Field(1, ge=1, le=MAX_ACCUMULATE, description="Micro-batches per step.")
+    comm_dtype: Dtype | None = Field(None, description="Dtype gradients are reduced in.")
     trace_hash: str | None = Field(None, description="Fingerprint of the trace.")
     cluster_hash: str | None = Field(None, description="Fingerprint of the cluster.")
 
@@ -121,6 +206,10 @@ class Plan(BaseModel):
                 raise SchedoptError(
                     "must be a permutation of the bucket indices", f"plan.stage_orders[{s}]", order
                 )
+        if self.sharding is not None and (self.partition or self.stage_orders):
+            field = "plan.partition" if self.partition else "plan.stage_orders"
+            raise SchedoptError("a sharded plan has no pieces or stage orders", field,
+                                self.partition or self.stage_orders)
         return self
 
     # ------------------------------------------------------------------ checks
@@ -151,6 +240,11 @@ class Plan(BaseModel):
                 "plan.cluster_hash",
                 self.cluster_hash,
             )
+        if self.sharding is not None:
+            units = self.sharding.check_against(trace)
+            if [sorted(b) for b in self.buckets] != [sorted(u) for u in reversed(units)]:
+                raise SchedoptError("a sharded plan's buckets must be its units' tensors, units"
+                                    " in backward order", "plan.buckets", self.buckets)
         return self.members(trace)
 
     def check_stage_orders(self, cluster: Any) -> None:
