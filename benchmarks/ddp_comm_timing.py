@@ -1,0 +1,196 @@
+"""Where DDP's time goes on this machine: its own all-reduces against stand-alone ones.
+
+The DDP evidence (docs/validation.md, "Real DDP runs") predicts single-bucket DDP rows of the
+MLPs 11-15% too slow while the no-overlap rows agree. This study times, in one run of 2 gloo
+ranks (OMP_NUM_THREADS pinned), per model of ``benchmarks/ddp_models.py``:
+
+``backward``
+    forward + backward alone (``no_sync``), no communication;
+``ddp``
+    DDP at a bucket cap that puts (almost) all gradients in one bucket, with a communication
+    hook that records, per bucket, when DDP hands it over and when its all-reduce completes;
+``manual``
+    the no-overlap run of ``bench-ddp`` (``sync-easgd``): ``no_sync`` backward, then the
+    gradients copied into one buffer, all-reduced, copied back, each part timed;
+``alone``
+    a blocking all-reduce of the same buffer sizes with nothing else running.
+
+It prints a table (model, what, milliseconds; medians over iterations and ranks). Usage::
+
+    OMP_NUM_THREADS=1 python benchmarks/ddp_comm_timing.py [--iters 20] [--models mlp12,mlp]
+
+Run from the repository root, on an otherwise idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+MODELS = {"mlp": (1536, 32), "mlp12": (768, 32)}
+
+
+def _factory(name: str) -> Any:
+    from benchmarks import ddp_models
+
+    return getattr(ddp_models, name)()
+
+
+def _loss(out: Any) -> Any:
+    return out.float().mean()
+
+
+def _run_ddp(model: Any, x: Any, cap_mb: float, iters: int, warmup: int) -> dict[str, list[float]]:
+    import torch
+    import torch.distributed as dist
+
+    calls: list[tuple[int, float, list[float]]] = []
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations
+        start = time.perf_counter()
+        done: list[float] = []
+        buf = bucket.buffer()
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+
+        def finish(f: Any) -> Any:
+            done.append(time.perf_counter())
+            return f.value()[0].div_(dist.get_world_size())
+
+        calls.append((bucket.index(), start, done))
+        return fut.then(finish)
+
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    ddp.register_comm_hook(None, hook)
+    out: dict[str, list[float]] = {"ddp iteration": [], "ddp all-reduce (largest bucket)": [],
+                                   "ddp exposed after backward": []}
+    dist.barrier()
+    for it in range(warmup + iters):
+        calls.clear()
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        _loss(ddp(x)).backward()  # DDP waits for every bucket at the end of backward
+        t1 = time.perf_counter()
+        if it >= warmup:
+            out["ddp iteration"].append(t1 - t0)
+            big = max(calls, key=lambda c: ddp_bucket_numel(ddp, c[0]))
+            out["ddp all-reduce (largest bucket)"].append(big[2][0] - big[1])
+            out["ddp exposed after backward"].append(t1 - max(c[1] for c in calls))
+    return out
+
+
+def ddp_bucket_numel(ddp: Any, index: int) -> int:
+    """Elements of DDP bucket ``index`` (from its logging data's bucket sizes)."""
+    sizes = [int(s) for s in str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(",")
+             if s.strip()]
+    return sizes[index] if index < len(sizes) else 0
+
+
+def _run_manual(model: Any, x: Any, iters: int, warmup: int) -> dict[str, list[float]]:
+    import torch
+    import torch.distributed as dist
+
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    params = [p for p in model.parameters()]
+    flat = torch.empty(sum(p.numel() for p in params))
+    out: dict[str, list[float]] = {k: [] for k in (
+        "manual iteration", "manual backward", "manual copy in", "manual all-reduce",
+        "manual copy out")}
+    dist.barrier()
+    for it in range(warmup + iters):
+        model.zero_grad(set_to_none=True)
+        t0 = time.perf_counter()
+        with ddp.no_sync():
+            _loss(ddp(x)).backward()
+        t1 = time.perf_counter()
+        torch.cat([p.grad.reshape(-1) for p in params], out=flat)
+        t2 = time.perf_counter()
+        dist.all_reduce(flat)
+        t3 = time.perf_counter()
+        flat.div_(dist.get_world_size())
+        off = 0
+        for p in params:
+            p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
+            off += p.numel()
+        t4 = time.perf_counter()
+        if it >= warmup:
+            for key, v in zip(out, (t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+                out[key].append(v)
+    return out
+
+
+def _run_alone(numel: int, iters: int, warmup: int) -> dict[str, list[float]]:
+    import torch
+    import torch.distributed as dist
+
+    buf = torch.ones(numel)
+    times: list[float] = []
+    dist.barrier()
+    for it in range(warmup + iters):
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        if it >= warmup:
+            times.append(time.perf_counter() - t0)
+    return {"stand-alone all-reduce (all gradients)": times}
+
+
+def _rank(rank: int, world: int, init: str, args: argparse.Namespace, q: Any) -> None:
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    result: dict[str, dict[str, list[float]]] = {}
+    for name in args.models.split(","):
+        width, batch = MODELS[name]
+        torch.manual_seed(0)
+        x = torch.randn(batch, width)
+        rows: dict[str, list[float]] = {}
+        rows.update(_run_ddp(_factory(name), x, args.cap_mb, args.iters, args.warmup))
+        rows.update(_run_manual(_factory(name), x, args.iters, args.warmup))
+        numel = sum(p.numel() for p in _factory(name).parameters())
+        rows.update(_run_alone(numel, args.iters, args.warmup))
+        result[name] = rows
+    q.put((rank, result))
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="mlp12,mlp")
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--cap-mb", type=float, default=100.0, help="DDP bucket cap (one bucket)")
+    args = p.parse_args()
+    import torch.multiprocessing as mp
+
+    print(f"load average at start: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as tmp:
+        init = f"file://{tmp}/rendezvous"
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        procs = [ctx.Process(target=_rank, args=(r, 2, init, args, q)) for r in range(2)]
+        for proc in procs:
+            proc.start()
+        results = [q.get(timeout=900) for _ in procs]
+        for proc in procs:
+            proc.join(timeout=60)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}", file=sys.stderr)
+    print("| model | what | median ms | min ms | max ms |")
+    print("| --- | --- | --- | --- | --- |")
+    for name in args.models.split(","):
+        for key in results[0][1][name]:
+            vals = [v for _, res in results for v in res[name][key]]
+            print(f"| {name} | {key} | {1e3 * statistics.median(vals):.1f} |"
+                  f" {1e3 * min(vals):.1f} | {1e3 * max(vals):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
