@@ -61,15 +61,20 @@ class Evaluation:
 
 
 class _FromUnits(Generic[V]):
-    """A read-only attribute of the instance's :class:`~.units.Units`, under the same name."""
+    """A read-only attribute of the instance's :class:`~.units.Units`, under the same name
+    (read once, then kept on the instance like a cached property: the units never change)."""
 
     name = ""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, obj: Instance, owner: type | None = None) -> V:
-        return cast(V, getattr(obj.units, self.name))
+    def __get__(self, obj: Instance | None, owner: type | None = None) -> V:
+        if obj is None:  # on the class: not an attribute of its own
+            raise AttributeError(self.name)
+        value = getattr(obj.units, self.name)
+        obj.__dict__[self.name] = value
+        return cast(V, value)
 
 
 @dataclass(frozen=True, eq=False)
