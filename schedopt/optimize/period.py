@@ -17,11 +17,11 @@ iteration's data path and last communication, which adds terms in the link's tot
 
 Each mode's :class:`PeriodTerms` gives the period of a plan (:meth:`~PeriodTerms.value`, ticks
 or seconds: what :meth:`.Instance.evaluate` returns), the same terms as CP-SAT constraints
-(:meth:`~PeriodTerms.add_to`), the value of the warm start's link variable
-(:meth:`~PeriodTerms.link_free_hint`), the plan-free lower bounds (:meth:`~PeriodTerms.bound`,
-:meth:`~PeriodTerms.work_bound`) and what the exact programmes of :mod:`.dp` need: the units'
-delivery tails (:attr:`~PeriodTerms.unit_tails`) and, per-layer, the deadlines of a period
-(:meth:`PerLayer.deadlines`).
+(:meth:`~PeriodTerms.add_to`; the prefix bounds' :meth:`~PeriodTerms.add_prefix_bound`), the
+value of the warm start's link variable (:meth:`~PeriodTerms.link_free_hint`), the plan-free
+lower bounds (:meth:`~PeriodTerms.bound`, :meth:`~PeriodTerms.work_bound`) and what the exact
+programmes of :mod:`.dp` need: the units' delivery tails (:attr:`~PeriodTerms.unit_tails`) and,
+per-layer, the deadlines of a period (:meth:`PerLayer.deadlines`).
 """
 
 from __future__ import annotations
@@ -176,6 +176,12 @@ class PeriodTerms(ABC):
     def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
         """The mode's own constraints."""
 
+    @abstractmethod
+    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+                         ends_by: Any) -> None:
+        """A redundant bound: some bucket holding a unit of ``lo``'s layer or an earlier one
+        ends no earlier than ``ends_by`` (an expression, ticks)."""
+
     # -------------------------------------------------------------------- warm start
     @abstractmethod
     def _link_base(self, c_max: int) -> int:
@@ -228,6 +234,12 @@ class WaitForAll(PeriodTerms):
         if v.link_free is not None:
             m.add(v.link_free >= v.makespan + c.U + c.data - v.period)
             m.add(v.period >= v.link_free + c.F)
+
+    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+                         ends_by: Any) -> None:
+        """The makespan follows it."""
+        assert v.makespan is not None
+        m.add(v.makespan >= ends_by)
 
     def _link_base(self, c_max: int) -> int:
         c = self.inst.consts
@@ -353,6 +365,16 @@ class PerLayer(PeriodTerms):
         if v.link_free is not None:
             m.add(v.link_free >= c.B + c.data - v.period)
             m.add(v.period >= v.link_free + first_fwd)
+
+    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+                         ends_by: Any) -> None:
+        """The period follows it by at least the tail of ``lo``'s layer: its forward on, and
+        the updates of the buckets before ``lo`` when the update step is modelled."""
+        tail = int(self.inst.fwd_from[self.inst.layer[lo]])
+        if v.upd_before:
+            m.add(v.period >= ends_by + tail + v.upd_before[lo])
+        else:
+            m.add(v.period >= ends_by + tail)
 
     def _link_base(self, c_max: int) -> int:
         c = self.inst.consts
