@@ -97,8 +97,7 @@ class Instance:
 
     def __post_init__(self) -> None:
         if not (np.isfinite(self.tick) and self.tick > 0):
-            raise SchedoptError(f"the time unit must be positive, got {self.tick}", "tick",
-                                self.tick)
+            raise SchedoptError("the time unit must be a positive number", "tick", self.tick)
 
     # ------------------------------------------------------- the units, under their names
     trace = _FromUnits[Trace]()
