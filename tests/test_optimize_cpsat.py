@@ -16,8 +16,9 @@ from schedopt.errors import SchedoptError
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import stage_bound
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
-from schedopt.optimize.instance import build_instance
+from schedopt.optimize.instance import Instance, build_instance
 from schedopt.optimize.model import CommModel
+from schedopt.optimize.units import build_units
 from schedopt.policies import make_plan
 from schedopt.trace import Trace
 
@@ -137,8 +138,8 @@ def test_invalid_model_raises_with_cp_sat_message(tiny_trace: Trace,
                                                   fitted_cluster: Cluster) -> None:
     """A model CP-SAT cannot represent (times beyond its integer range) is refused with CP-SAT's
     own validation message."""
-    inst = build_instance(tiny_trace, fitted_cluster, SolveOptions(next_forward="per-layer"))
-    inst.tick = 1e-20  # durations of about 1e17 ticks, a horizon beyond CP-SAT's range
+    units = build_units(tiny_trace, fitted_cluster, SolveOptions(next_forward="per-layer"))
+    inst = Instance(units, 1e-20)  # durations of about 1e17 ticks, beyond CP-SAT's range
     with pytest.raises(SchedoptError, match=r"CP-SAT rejected the model: .*domain"):
         CommModel(inst, order="any", horizon=int(4.7e18))
 
@@ -231,3 +232,36 @@ def test_several_stages_bound_is_valid(trace: Trace, cluster: Cluster, layout: s
     res = solve(trace, cluster, opts)
     assert res.tick_s == inst.tick
     assert round(res.bound_s / res.tick_s) <= best
+
+
+def _tiny_with(tiny_trace: Trace, **extra: object) -> Trace:
+    return Trace.model_validate({**tiny_trace.model_dump(), **extra})
+
+
+@pytest.mark.parametrize(("cluster_extra", "trace_extra", "opts", "order"), [
+    # per-layer with an update step: update windows, exact; the unimodal order's fronts
+    ({}, {"update_s": 0.002}, {"next_forward": "per-layer"}, "any"),
+    ({}, {"update_s": 0.002}, {"next_forward": "per-layer"}, "unimodal"),
+    # shared PCIe with prefetch: the link_free variable
+    ({"allreduce": None, "shared_pcie": True, "nodes": 1, "gpus_per_node": 4},
+     {"h2d_s": 0.001, "io_s": 0.001}, {"prefetch": 1}, "fifo"),
+    # several stages on shared resources: stage times and the ahead / behind ends
+    ({"allreduce": None, "collective": "hierarchical", "pipelined_hierarchical": True,
+      "nodes": 2, "gpus_per_node": 2}, {}, {"next_forward": "per-layer"}, "fifo"),
+])
+def test_the_warm_start_hints_every_variable(tiny_trace: Trace, fitted_cluster: Cluster,
+                                             cluster_extra: dict, trace_extra: dict,
+                                             opts: dict, order: str) -> None:
+    """Every variable of the model gets a hint from the plan's values, and the hint is a
+    feasible solution: a family without values would leave variables unhinted or fail."""
+    trace = _tiny_with(tiny_trace, **trace_extra)
+    cluster = Cluster.model_validate({**fitted_cluster.model_dump(), **cluster_extra})
+    inst = build_instance(trace, cluster, SolveOptions(merge_layers=False, **opts))
+    segs = [(0, 0), (1, inst.n - 1)]
+    cm = CommModel(inst, order=order, horizon=int(inst.evaluate(segs).period))
+    cm.add_hint(segs)
+    proto = cm.m.proto
+    hinted = set(proto.solution_hint.vars)
+    assert len(proto.variables) > 3 * inst.n
+    assert hinted == set(range(len(proto.variables)))
+    assert cm.check_hint()

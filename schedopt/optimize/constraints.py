@@ -292,12 +292,4 @@ class Constraints:
         for lo, _hi in inst.layer_runs:
             cuts = suffix.get(lo)
             work = p_suffix[lo] + a * (1 + cuts) if cuts is not None else p_suffix[lo] + a
-            if not inst.per_layer:
-                assert v.makespan is not None
-                m.add(v.makespan >= r[lo] + work)
-                continue
-            tail = int(inst.fwd_from[inst.layer[lo]])
-            if v.upd_before:
-                m.add(v.period >= r[lo] + work + tail + v.upd_before[lo])
-            else:
-                m.add(v.period >= r[lo] + work + tail)
+            inst.terms.add_prefix_bound(m, v, lo, r[lo] + work)

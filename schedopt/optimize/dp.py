@@ -26,6 +26,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .instance import Instance, Segments
+from .period import PerLayer
 
 __all__ = [
     "fifo_dp",
@@ -224,14 +225,14 @@ def solve_wait_for_all(inst: Instance) -> tuple[int, Segments]:
     """
     _, segs = min_makespan(inst.r, inst.p, inst.a, inst.layer_first_unit)
     best = int(inst.evaluate(segs).period)
-    if not (inst.pcie_coupled and inst.prefetch == 1):
+    terms = inst.terms
+    if not terms.shared:
         return best, segs
-    c = inst.consts
-    base = max(c.io + c.h2d + c.U, c.h2d) + int(inst.p.sum())
+    work = int(inst.p.sum())
     best_segs = segs
 
-    def stop(count: int) -> bool:
-        return base + inst.a * (count + 1) >= best
+    def stop(count: int) -> bool:  # more buckets: more start-up work on the shared link
+        return terms.work_bound(work + inst.a * (count + 1)) >= best
 
     for plan in min_makespan_by_count(inst.r, inst.p, inst.a, inst.layer_first_unit, stop):
         if plan:
@@ -243,30 +244,14 @@ def solve_wait_for_all(inst: Instance) -> tuple[int, Segments]:
 
 def min_max_tail(inst: Instance, lam: int) -> Segments | None:
     """A FIFO bucketing with one bucket end per layer whose period is at most ``lam`` ticks
-    (per-layer mode), or None when there is none."""
-    c = inst.consts
-    k0 = c.B + c.F + c.U
-    data = c.io + c.h2d
-    if k0 > lam:
+    (per-layer mode), or None when there is none: the programme under the mode's deadlines
+    (:meth:`.period.PerLayer.deadlines`)."""
+    terms = inst.terms
+    assert isinstance(terms, PerLayer)
+    due = terms.deadlines(lam)
+    if due is None:
         return None
-    last_ms = None
-    if data > 0:
-        if inst.prefetch == 1 and max(c.io, c.h2d) > lam:
-            return None
-        # D - U0 <= lam (prefetch 0) or <= 2 lam (prefetch 1); U0 is the update share of the
-        # bucket that ends in layer 0 (the last one), i.e. of units i..n-1 for its first unit i
-        limit = lam if inst.prefetch == 0 else 2 * lam
-        base = k0 + data - c.U
-        first0 = inst.first_layer_units
-        if first0 is None:
-            if base + c.U > limit:
-                return None
-        else:
-            upref = np.r_[0, inst.upd_prefix]  # update ticks of units 0..i-1
-            ok = np.flatnonzero(base + upref[: inst.n] <= limit)
-            last_ms = int(ok[-1]) if len(ok) else -1
-    deadline = lam - inst.tail
-    f, arg = fifo_dp(inst.r, inst.p, inst.a, deadline, inst.layer_first_unit, last_ms)
+    f, arg = fifo_dp(inst.r, inst.p, inst.a, due.end, inst.layer_first_unit, due.last_first)
     if not np.isfinite(f[-1]):
         return None
     return _backtrack(arg, inst.n)
@@ -287,7 +272,7 @@ def solve_fifo_per_layer(inst: Instance) -> tuple[int, Segments, bool]:
     best_segs = segs
     best = int(inst.evaluate(best_segs).period)
     c = inst.consts
-    lo = c.B + c.F + c.U - 1  # every period is at least K0
+    lo = c.k0 - 1  # every period is at least K0
     while best - lo > 1:
         mid = (lo + best) // 2
         segs_mid = min_max_tail(inst, mid)
@@ -299,5 +284,5 @@ def solve_fifo_per_layer(inst: Instance) -> tuple[int, Segments, bool]:
             lo = mid
             continue
         best, best_segs = val, segs_mid
-    exact = c.U == 0 and not (inst.pcie_coupled and inst.prefetch == 1)
+    exact = c.U == 0 and not inst.terms.shared
     return best, best_segs, exact

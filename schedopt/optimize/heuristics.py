@@ -28,7 +28,7 @@ def schrage_order(inst: Instance, segs: Segments) -> Segments:
     hi = np.array([s[1] for s in by_ready])
     lo = np.array([s[0] for s in by_ready])
     rel = inst.r[hi].tolist()
-    tail = (inst.tail[hi] if inst.per_layer else np.zeros(len(hi), np.int64)).tolist()
+    tail = inst.terms.unit_tails[hi].tolist()
     dur = (inst.a + pp[hi + 1] - pp[lo]).tolist()
     m = len(by_ready)
     order: Segments = []

@@ -16,7 +16,7 @@ from .constraints import Constraints
 from .control import Control
 from .instance import Instance, Segments
 from .objective import add_objective
-from .variables import ModelVariables, make_variables, shared_stage_pairs
+from .variables import ModelVariables, ScheduleValues, make_variables, shared_stage_pairs
 
 __all__ = ["CommModel", "ModelSolution", "schedule_values"]
 
@@ -75,32 +75,30 @@ def unimodal_order(inst: Instance, segs: Segments) -> Segments:
     return sorted(segs[: peak + 1]) + sorted(segs[peak + 1:], reverse=True)
 
 
-def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
-    """Values of every model variable for the plan ``segs`` (left-justified schedule).
+def schedule_values(inst: Instance, segs: Segments) -> ScheduleValues:
+    """Values of every model variable for the plan ``segs`` (left-justified schedule), from
+    its evaluation (:meth:`Instance.evaluate`: the buckets, their first stage, the period).
 
     Used as the warm start; :meth:`CommModel.check_hint` proves that it is feasible. The
     period is the exact one, which also satisfies the relaxed update tails.
     """
     n = inst.n
-    lo = np.array([s[0] for s in segs])
-    hi = np.array([s[1] for s in segs])
-    several = len(inst.stages) > 1
-    p0 = inst.stage_p[0] if several else inst.p
-    a0 = int(inst.stage_a[0]) if several else inst.a
-    pp = np.r_[0, np.cumsum(p0)]
-    dur = a0 + pp[hi + 1] - pp[lo]
-    rel = inst.r[hi].astype(float)
-    if several:
-        stage_times = inst.stage_schedule(segs)
-        ends = stage_times[1][0]
+    ev = inst.evaluate(segs)
+    lo, hi = ev.plan.lo, ev.plan.hi
+    several = ev.stage_times is not None
+    if ev.stage_times is not None:  # several stages: the first is the link variables'
+        p0, a0 = inst.stage_p[0], int(inst.stage_a[0])
+        pp = np.r_[0, np.cumsum(p0)]
+        dur, ends = a0 + pp[hi + 1] - pp[lo], ev.stage_times[1][0]
     else:
-        ends = np.rint(chain_ends(-np.inf, dur.astype(float), rel)).astype(np.int64)
-    period = int(inst.evaluate(segs).period)
-    c = inst.consts
+        p0, a0 = inst.p, inst.a
+        dur, ends = ev.plan.dur, ev.plan.ends
+    period = int(ev.period)
     link_free = None
     if inst.terms.shared:  # the least link_free the period allows; the chain starts from it
         link_free = inst.terms.link_free_hint(int(ends.max()), period)
-        ends = np.rint(chain_ends(float(link_free), dur.astype(float), rel)).astype(np.int64)
+        ends = np.rint(chain_ends(float(link_free), dur.astype(float),
+                                  inst.r[hi].astype(float))).astype(np.int64)
     start = np.empty(n, dtype=np.int64)
     end = np.empty(n, dtype=np.int64)
     ready = np.empty(n, dtype=np.int64)
@@ -113,20 +111,22 @@ def schedule_values(inst: Instance, segs: Segments) -> dict[str, Any]:
             end[i] = t
             ready[i] = inst.r[hi[k]]
         cut[hi[k]] = True
-    out: dict[str, Any] = {"start": start, "end": end, "ready": ready, "cut": cut[:-1],
-                           "period": period, "link_free": link_free}
-    done, last_ends = end, ends
-    if several:
-        out.update(_stage_values(inst, segs, *stage_times))
-        done, last_ends = out["stage_end"][-1], stage_times[1][-1]
-    out["makespan"] = int(max(c.B, last_ends.max()))
+    c = inst.consts
+    val = ScheduleValues(cut=cut[:-1], start=start, end=end, ready=ready, period=period,
+                         makespan=int(max(c.B, ev.ends.max() if several else ends.max())),
+                         link_free=link_free)
+    done = end
+    if ev.stage_times is not None:
+        _stage_values(inst, segs, *ev.stage_times, val)
+        done = val.stage_end[-1]
     if inst.per_layer and c.U > 0:
-        out.update(_update_values(inst, cut, done))
-    out.update(_front_values(inst, segs, cut, end))
-    return out
+        _update_values(inst, cut, done, val)
+    _front_values(inst, segs, cut, end, val)
+    return val
 
 
-def _update_values(inst: Instance, cut: np.ndarray, done: np.ndarray) -> dict[str, Any]:
+def _update_values(inst: Instance, cut: np.ndarray, done: np.ndarray,
+                   val: ScheduleValues) -> None:
     """Values of the update-window variables (per-layer mode with an update step): the
     updates run by gating layer, each bucket's once it is done and the window is free."""
     n, c = inst.n, inst.consts
@@ -152,11 +152,11 @@ def _update_values(inst: Instance, cut: np.ndarray, done: np.ndarray) -> dict[st
                 ue[i] = 0
         fs[lay] = int(max(t, window + before[z_l + 1] - before[a_l]))
         prev_layer, prev_fs = lay, fs[lay]
-    return {"upd_before": before, "update_start": us, "update_end": ue, "fwd_start": fs}
+    val.upd_before, val.update_start, val.update_end, val.fwd_start = before, us, ue, fs
 
 
-def _front_values(inst: Instance, segs: Segments, cut: np.ndarray, end: np.ndarray
-                  ) -> dict[str, Any]:
+def _front_values(inst: Instance, segs: Segments, cut: np.ndarray, end: np.ndarray,
+                  val: ScheduleValues) -> None:
     """Values of the unimodal-order variables: the launch side of every unit and the fronts."""
     n = inst.n
     peak = next((k for k, sg in enumerate(segs) if sg[1] == n - 1), len(segs) - 1)
@@ -176,11 +176,11 @@ def _front_values(inst: Instance, segs: Segments, cut: np.ndarray, end: np.ndarr
     need = np.zeros(n, dtype=np.int64)
     for i in range(n - 1, -1, -1):
         need[i] = lf[i + 1] if (i == n - 1 or cut[i]) else need[i + 1]
-    return {"early": early, "early_front": ef, "late_front": lf, "late_need": need}
+    val.early, val.early_front, val.late_front, val.late_need = early, ef, lf, need
 
 
 def _stage_values(inst: Instance, segs: Segments, st_start: np.ndarray,
-                  st_end: np.ndarray) -> dict[str, Any]:
+                  st_end: np.ndarray, val: ScheduleValues) -> None:
     """Values of the stage variables for the readiness-order plan ``segs`` (its schedule
     ``st_start``, ``st_end`` per stage and bucket)."""
     n, n_s = inst.n, len(inst.stages)
@@ -201,17 +201,14 @@ def _stage_values(inst: Instance, segs: Segments, st_start: np.ndarray,
         s_start.append(begin)
         s_end.append(finish)
     m = len(segs)
-    out: dict[str, Any] = {"stage_start": s_start, "stage_end": s_end,
-                           "stage_bucket_end": [st_end[s][bucket] for s in range(n_s)]}
-    ahead, behind = {}, {}
+    val.stage_start, val.stage_end = s_start, s_end
+    val.stage_bucket_end = [st_end[s][bucket] for s in range(n_s)]
     for s, s2, d in shared_stage_pairs(inst):
         for k in range(1, d + 1):
-            ahead[(s, k)] = st_end[s][np.minimum(bucket + k, m - 1)]
+            val.ahead[(s, k)] = st_end[s][np.minimum(bucket + k, m - 1)]
         for k in range(1, d + 2):
             before = bucket - k
-            behind[(s2, k)] = np.where(before >= 0, st_end[s2][np.maximum(before, 0)], 0)
-    out["ahead"], out["behind"] = ahead, behind
-    return out
+            val.behind[(s2, k)] = np.where(before >= 0, st_end[s2][np.maximum(before, 0)], 0)
 
 
 class CommModel:
@@ -263,41 +260,11 @@ class CommModel:
 
     # ------------------------------------------------------------------------ warm start
     def add_hint(self, segs: Segments) -> None:
-        """Hint every decision and auxiliary variable with the schedule of ``segs``."""
-        m, v = self.m, self.v
-        m.clear_hints()
+        """Hint every variable with the schedule of ``segs`` (:func:`schedule_values`, in the
+        unimodal order when the model has it)."""
         if self.order == "unimodal":
             segs = unimodal_order(self.inst, segs)
-        val = schedule_values(self.inst, segs)
-        for i, x in enumerate(v.cut):
-            m.add_hint(x, bool(val["cut"][i]))
-        for name in ("start", "end", "ready"):
-            for x, y in zip(getattr(v, name), val[name], strict=True):
-                m.add_hint(x, int(y))
-        m.add_hint(v.period, int(val["period"]))
-        if v.makespan is not None:
-            m.add_hint(v.makespan, int(val["makespan"]))
-        if v.link_free is not None:
-            m.add_hint(v.link_free, int(val["link_free"]))
-        if v.upd_before:
-            for x, y in zip(v.upd_before, val["upd_before"], strict=True):
-                m.add_hint(x, int(y))
-            for i, x in v.update_start.items():
-                m.add_hint(x, int(val["update_start"][i]))
-                m.add_hint(v.update_end[i], int(val["update_end"][i]))
-            for lay, x in v.fwd_start.items():
-                m.add_hint(x, int(val["fwd_start"][lay]))
-        for name in ("early", "early_front", "late_front", "late_need"):
-            for x, y in zip(getattr(v, name), val.get(name, []), strict=False):
-                m.add_hint(x, int(y))
-        for name in ("stage_start", "stage_end", "stage_bucket_end"):
-            for xs, ys in zip(getattr(v, name), val.get(name, []), strict=True):
-                for x, y in zip(xs, ys, strict=True):
-                    m.add_hint(x, int(y))
-        for name in ("ahead", "behind"):
-            for key, xs in getattr(v, name).items():
-                for x, y in zip(xs, val[name][key], strict=True):
-                    m.add_hint(x, int(y))
+        self.v.hint(self.m, schedule_values(self.inst, segs))
 
     def check_hint(self, time_limit_s: float = 5.0) -> bool:
         """True when the hint alone is a feasible solution (solved with every variable fixed to

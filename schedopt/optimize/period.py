@@ -17,9 +17,11 @@ iteration's data path and last communication, which adds terms in the link's tot
 
 Each mode's :class:`PeriodTerms` gives the period of a plan (:meth:`~PeriodTerms.value`, ticks
 or seconds: what :meth:`.Instance.evaluate` returns), the same terms as CP-SAT constraints
-(:meth:`~PeriodTerms.add_to`), the value of the warm start's link variable
-(:meth:`~PeriodTerms.link_free_hint`) and the plan-free lower bound
-(:meth:`~PeriodTerms.bound`).
+(:meth:`~PeriodTerms.add_to`; the prefix bounds' :meth:`~PeriodTerms.add_prefix_bound`), the
+value of the warm start's link variable (:meth:`~PeriodTerms.link_free_hint`), the plan-free
+lower bounds (:meth:`~PeriodTerms.bound`, :meth:`~PeriodTerms.work_bound`) and what the exact
+programmes of :mod:`.dp` need: the units' delivery tails (:attr:`~PeriodTerms.unit_tails`) and,
+per-layer, the deadlines of a period (:meth:`PerLayer.deadlines`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
@@ -36,7 +39,7 @@ if TYPE_CHECKING:
     from .instance import Instance
     from .variables import ModelVariables
 
-__all__ = ["Consts", "PerLayer", "PeriodTerms", "WaitForAll", "period_terms"]
+__all__ = ["Consts", "Deadlines", "PerLayer", "PeriodTerms", "WaitForAll", "period_terms"]
 
 T = TypeVar("T", int, float)
 
@@ -100,6 +103,24 @@ class BucketTimes:
     ends: np.ndarray
 
 
+@dataclass(frozen=True)
+class Deadlines:
+    """What a period of at most ``lam`` asks of a FIFO bucketing with one bucket end per layer
+    (per-layer mode, ticks).
+
+    Attributes
+    ----------
+    end
+        Latest end of the communication of a bucket whose last unit is ``i``.
+    last_first
+        Largest first unit of the last bucket (the data path's term, through the updates that
+        run before the first forward); None when any will do, -1 when none will.
+    """
+
+    end: np.ndarray
+    last_first: int | None
+
+
 class PeriodTerms(ABC):
     """The period of one next-forward mode: value, constraints, warm start and bound."""
 
@@ -116,6 +137,23 @@ class PeriodTerms(ABC):
     def shared(self) -> bool:
         """The next batch's copy shares the link with prefetch 1 (the ``link_free`` terms)."""
         return self.inst.pcie_coupled and self.inst.prefetch == 1
+
+    @cached_property
+    def unit_tails(self) -> np.ndarray:
+        """Delivery tail of every unit (ticks): what follows the end of the unit's bucket
+        within the period, for a bucket that ends at the unit (zero when the next forward
+        waits for all)."""
+        return np.zeros(self.inst.n, dtype=np.int64)
+
+    def _work_term(self, c: Consts[Any], work: Any) -> Any:
+        """With a shared link, the period the link's total ``work`` implies (the next batch's
+        copy runs on it first); 0 otherwise."""
+        return c.h2d + work if self.shared else 0
+
+    def work_bound(self, work: int) -> int:
+        """A lower bound (ticks) on the period of every plan whose link does ``work`` ticks in
+        all, from the shared link's terms (0 without a shared link)."""
+        return int(self._work_term(self.inst.consts, work))
 
     # --------------------------------------------------------------------------- value
     @abstractmethod
@@ -137,6 +175,12 @@ class PeriodTerms(ABC):
     @abstractmethod
     def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
         """The mode's own constraints."""
+
+    @abstractmethod
+    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+                         ends_by: Any) -> None:
+        """A redundant bound: some bucket holding a unit of ``lo``'s layer or an earlier one
+        ends no earlier than ``ends_by`` (an expression, ticks)."""
 
     # -------------------------------------------------------------------- warm start
     @abstractmethod
@@ -165,9 +209,12 @@ class WaitForAll(PeriodTerms):
         period = cyc + c.data if self.inst.prefetch == 0 else max(cyc, c.io, c.h2d,
                                                                   half(cyc + c.data))
         if self.shared:  # the next batch's copy runs on the link before this communication
-            work = plan.dur.sum()
-            period = max(period, c.data + c.U + work, c.h2d + work)
+            period = max(period, self._work_term(c, plan.dur.sum()))
         return period
+
+    def _work_term(self, c: Consts[Any], work: Any) -> Any:
+        """The copy of the next batch waits for the data path and the update too."""
+        return max(c.data + c.U + work, c.h2d + work) if self.shared else 0
 
     def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
         """``makespan = max(B, end[i])``; with ``C = F + makespan + U``, ``period >= C + io +
@@ -187,6 +234,12 @@ class WaitForAll(PeriodTerms):
         if v.link_free is not None:
             m.add(v.link_free >= v.makespan + c.U + c.data - v.period)
             m.add(v.period >= v.link_free + c.F)
+
+    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+                         ends_by: Any) -> None:
+        """The makespan follows it."""
+        assert v.makespan is not None
+        m.add(v.makespan >= ends_by)
 
     def _link_base(self, c_max: int) -> int:
         c = self.inst.consts
@@ -210,8 +263,7 @@ class PerLayer(PeriodTerms):
         c, half = self._arith(seconds)
         lo, hi, ends = plan.lo, plan.hi, plan.ends
         if seconds:
-            upref = np.r_[0.0, inst.trace.update_s * inst.prefix_bytes / inst.total_bytes]
-            fwd_from = inst.forward_from_s
+            upref, fwd_from = np.r_[0.0, inst.upd_prefix_s], inst.forward_from_s
         else:
             upref, fwd_from = np.r_[0, inst.upd_prefix], inst.fwd_from
         # a bucket's tail holds the updates from its own on (by gating layer, then launch
@@ -238,9 +290,44 @@ class PerLayer(PeriodTerms):
             # ends by L + its launch-order prefix of work, and L follows both the previous
             # backward (through io) and the previous iteration's last communication
             late = max(first_fwd, (np.cumsum(plan.dur) + tails).max())
-            period = max(period, c.h2d + plan.dur.sum(), half(c.B + c.data + late),
-                         half(ends.max() + c.h2d + late))
+            period = max(period, self._work_term(c, plan.dur.sum()),
+                         half(c.B + c.data + late), half(ends.max() + c.h2d + late))
         return period
+
+    @cached_property
+    def unit_tails(self) -> np.ndarray:
+        """The forward from the unit's layer on plus the updates of units ``0 .. i``; with
+        shared PCIe and prefetch 0 at least the next batch's copy, forward and update (the
+        copy waits for the last communication on the shared resource)."""
+        inst, c = self.inst, self.inst.consts
+        tail = inst.fwd_from[inst.layer] + inst.upd_prefix
+        if inst.pcie_coupled and inst.prefetch == 0:
+            tail = np.maximum(tail, c.h2d + c.F + c.U)
+        return tail
+
+    def deadlines(self, lam: int) -> Deadlines | None:
+        """The deadlines of a FIFO bucketing with one bucket end per layer whose period is at
+        most ``lam`` ticks, or None when no plan has one: ``end[i] + tail[i] <= lam``, and the
+        data path ``D - U0 <= lam`` (prefetch 0) or ``<= 2 lam`` (prefetch 1), ``U0`` the
+        update share of the last bucket (the one that ends in layer 0), i.e. of units
+        ``i .. n-1`` for its first unit ``i``. Exact except for the shared link's terms."""
+        inst, c = self.inst, self.inst.consts
+        if c.k0 > lam:
+            return None
+        last_first = None
+        if c.data > 0:
+            if inst.prefetch == 1 and max(c.io, c.h2d) > lam:
+                return None
+            limit = lam if inst.prefetch == 0 else 2 * lam
+            base = c.k0 + c.data - c.U
+            if inst.first_layer_units is None:
+                if base + c.U > limit:
+                    return None
+            else:
+                upref = np.r_[0, inst.upd_prefix]  # update ticks of units 0..i-1
+                ok = np.flatnonzero(base + upref[: inst.n] <= limit)
+                last_first = int(ok[-1]) if len(ok) else -1
+        return Deadlines(lam - self.unit_tails, last_first)
 
     def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
         """``period >= B + F + U``, ``period >= end[i] + tail`` (exact without an update step;
@@ -278,6 +365,16 @@ class PerLayer(PeriodTerms):
         if v.link_free is not None:
             m.add(v.link_free >= c.B + c.data - v.period)
             m.add(v.period >= v.link_free + first_fwd)
+
+    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+                         ends_by: Any) -> None:
+        """The period follows it by at least the tail of ``lo``'s layer: its forward on, and
+        the updates of the buckets before ``lo`` when the update step is modelled."""
+        tail = int(self.inst.fwd_from[self.inst.layer[lo]])
+        if v.upd_before:
+            m.add(v.period >= ends_by + tail + v.upd_before[lo])
+        else:
+            m.add(v.period >= ends_by + tail)
 
     def _link_base(self, c_max: int) -> int:
         c = self.inst.consts

@@ -12,7 +12,7 @@ Method by class (``method="auto"``):
   large instances and CP-SAT (:mod:`.model`) warm-started from the best plan so far; the bound
   is the best of the programmes', CP-SAT's and the DP lower bound over bucketings.
 * two stages that share a resource (parameter servers, colocated or after a local reduce):
-  one task per bucket (:func:`.instance.one_chain`), solved as one stage;
+  one task per bucket (:func:`.units.one_chain`), solved as one stage;
 * other multi-stage layouts (dedicated servers without a local reduce, pipelined
   hierarchical): the one-stage programme on the summed cost, the local search judged by the
   exact multi-stage period (:meth:`.Instance.stage_schedule`), and CP-SAT with every stage in
@@ -108,6 +108,11 @@ LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
 UNPARTITIONED = Share(0.4)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
 STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.2, 2.0), Share(0.5)
+#: A CP-SAT pass that is the last step: all the work left.
+LAST_PASS = Share(1.0)
+#: The exact unimodal pass before the general model (after the unimodal programme), and the
+#: unimodal pass with relaxed update tails before it (without the programme).
+UNIMODAL_PASS, RELAXED_UNIMODAL_PASS = Share(0.5), Share(0.4)
 
 
 #: The deterministic work of the search steps, as a fraction of the time limit (the rest
@@ -635,10 +640,11 @@ def _passes(search: Search, inst: Instance) -> list[Pass]:
     update step) the unimodal model then the general one."""
     reorder = search.opts.reorder
     if not (reorder and inst.per_layer and inst.consts.U > 0):
-        return [Pass("unimodal" if reorder else "fifo", True, Share(1.0), True)]
+        return [Pass("unimodal" if reorder else "fifo", True, LAST_PASS, True)]
     if search.programme_done:
-        return [Pass("unimodal", True, Share(0.5), False), Pass("any", True, Share(1.0), True)]
-    return [Pass("unimodal", False, Share(0.4), True), Pass("any", True, Share(1.0), True)]
+        return [Pass("unimodal", True, UNIMODAL_PASS, False), Pass("any", True, LAST_PASS, True)]
+    return [Pass("unimodal", False, RELAXED_UNIMODAL_PASS, True),
+            Pass("any", True, LAST_PASS, True)]
 
 
 def _run_cp_sat(search: Search, inst: Instance) -> None:

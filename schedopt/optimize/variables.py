@@ -2,13 +2,67 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from .instance import Instance
 
-__all__ = ["ModelVariables", "make_variables", "shared_stage_pairs"]
+__all__ = ["ModelVariables", "ScheduleValues", "make_variables", "shared_stage_pairs"]
+
+
+def _empty() -> np.ndarray:
+    return np.zeros(0, dtype=np.int64)
+
+
+@dataclass
+class ScheduleValues:
+    """The value of every variable family for one plan (ticks), under the family's name in
+    :class:`ModelVariables`: what :meth:`ModelVariables.hint` gives CP-SAT as its warm start.
+
+    A family the plan's model does not have keeps its empty default (and a model's family
+    without a value here is a mistake :meth:`ModelVariables.hint` refuses).
+    """
+
+    cut: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    ready: np.ndarray
+    period: int
+    makespan: int
+    link_free: int | None = None
+    early: np.ndarray = field(default_factory=_empty)
+    early_front: np.ndarray = field(default_factory=_empty)
+    late_front: np.ndarray = field(default_factory=_empty)
+    late_need: np.ndarray = field(default_factory=_empty)
+    upd_before: np.ndarray = field(default_factory=_empty)
+    fwd_start: dict[int, int] = field(default_factory=dict)
+    update_start: dict[int, int] = field(default_factory=dict)
+    update_end: dict[int, int] = field(default_factory=dict)
+    stage_start: list[np.ndarray] = field(default_factory=list)
+    stage_end: list[np.ndarray] = field(default_factory=list)
+    stage_bucket_end: list[np.ndarray] = field(default_factory=list)
+    ahead: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    behind: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+
+
+def _hint(m: cp_model.CpModel, var: Any, value: Any) -> None:
+    """Hint ``var`` (a variable, or a list or dict of them, nested) with ``value`` of the same
+    shape; a family absent from the model (None, empty) is skipped."""
+    if var is None or (isinstance(var, list | dict) and not var):
+        return
+    if isinstance(var, dict):
+        for key, x in var.items():
+            _hint(m, x, value[key])
+    elif isinstance(var, list):
+        if len(var) != len(value):
+            raise ValueError(f"{len(var)} variables, {len(value)} values")
+        for x, y in zip(var, value, strict=True):
+            _hint(m, x, y)
+    else:
+        m.add_hint(var, int(value))
 
 
 @dataclass
@@ -89,6 +143,22 @@ class ModelVariables:
         """``cut[i]``, or True for the last unit (which always ends a bucket)."""
         return True if i == n - 1 else self.cut[i]
 
+    def hint(self, m: cp_model.CpModel, values: ScheduleValues) -> None:
+        """Hint every family of the model with its values in ``values`` (same name); the
+        intervals follow from their start and end."""
+        m.clear_hints()
+        for f in fields(self):
+            var = getattr(self, f.name)
+            if f.name in _INTERVALS:
+                continue
+            if not hasattr(values, f.name):
+                raise TypeError(f"ScheduleValues has no values for the family {f.name!r}")
+            _hint(m, var, getattr(values, f.name))
+
+
+#: Interval families: fixed by their start, size and end variables.
+_INTERVALS = frozenset({"comm", "update"})
+
 
 def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
                    period_lb: int, *, windows: bool = True,
@@ -130,7 +200,7 @@ def make_variables(m: cp_model.CpModel, inst: Instance, horizon: int,
     v = ModelVariables(cut=cut, start=start, end=end, comm=comm, ready=ready, period=period)
     if several:
         _stage_variables(m, inst, v, horizon)
-    if inst.pcie_coupled and inst.prefetch == 1:
+    if inst.terms.shared:
         v.link_free = m.new_int_var(-horizon, horizon, "link_free")
     if unimodal:
         v.early = [m.new_bool_var(f"early[{i}]") for i in range(n)]
