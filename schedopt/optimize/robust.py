@@ -59,9 +59,9 @@ __all__ = ["CandidateRow", "RobustResult", "ScenarioRow", "robust_cli", "robust_
 log = logging.getLogger("schedopt.optimize")
 
 #: Fraction of the time limit shared equally by the per-scenario solves.
-SOLVES_FRACTION = 0.6
+SOLVES_FRACTION = 0.5
 #: Fraction of the time limit the local search's simulations are charged against.
-LOCAL_SEARCH_FRACTION = 0.3
+LOCAL_SEARCH_FRACTION = 0.25
 #: Deterministic charge (s) of one simulation per unit (measured: 3 ms for 161 tensors).
 SIM_S_PER_UNIT = 2e-5
 #: A solve needs at least this long (s) to be started.
