@@ -543,17 +543,18 @@ def robust_cli(trace: Trace, cluster: Cluster, opts: SolveOptions, robust: Any,
 def robust_lines(res: RobustResult) -> list[str]:
     """The text report of ``optimize --robust``: candidates, scenarios, then the status."""
     ms = 1e3
-    lines = [f"{'candidate':<34} {'worst ms':>10} {'nominal ms':>11}  worst scenario"]
+    w = 40
+    lines = [f"{'candidate':<{w}} {'worst ms':>10} {'nominal ms':>11}  worst scenario"]
     for c in sorted(res.candidates, key=lambda c: (c.worst_s, c.source)):
-        mark = "" if c.expressible else " (not expressible)"
-        lines.append(f"{(c.source + mark)[:34]:<34} {c.worst_s * ms:>10.3f} "
+        mark = "" if c.expressible else " (outside)"
+        lines.append(f"{(c.source + mark)[:w]:<{w}} {c.worst_s * ms:>10.3f} "
                      f"{c.nominal_s * ms:>11.3f}  {c.worst_scenario}")
     lines.append("")
-    lines.append(f"{'scenario':<34} {'robust ms':>10} {'own best ms':>11} {'own bound ms':>12}")
+    lines.append(f"{'scenario':<{w}} {'robust ms':>10} {'own best ms':>11} {'own bound ms':>12}")
     for s in res.scenarios:
         own = "-" if s.optimum_s is None else f"{s.optimum_s * ms:.3f}"
         bnd = "-" if s.bound_s is None else f"{s.bound_s * ms:.3f}"
-        lines.append(f"{s.name[:34]:<34} {s.iteration_time_s * ms:>10.3f} {own:>11} {bnd:>12}")
+        lines.append(f"{s.name[:w]:<{w}} {s.iteration_time_s * ms:>10.3f} {own:>11} {bnd:>12}")
     lines.append("")
     lines.append(f"status {res.status}  worst {res.worst_s * ms:.3f} ms ({res.worst_scenario})  "
                  f"nominal {res.nominal_s * ms:.3f} ms  bound {res.bound_s * ms:.3f} ms  gap "
