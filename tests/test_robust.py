@@ -374,3 +374,39 @@ def test_optimize_robust_writes_and_reports(tmp_path: Any,
     nom = next(c for c in res.candidates if c.source == "nominal optimum")
     assert res.worst_s <= nom.worst_s
     assert 0 < LOCAL_SEARCH_FRACTION + SOLVES_FRACTION <= 1
+
+
+def test_sigint_in_the_cli_prints_and_writes_the_robust_plan_and_exits_130(tmp_path: Any
+                                                                           ) -> None:
+    """``optimize --robust`` stopped by Ctrl-C (sent as the second baseline is judged): the JSON
+    result on stdout, the --out file written, exit status 130."""
+    import subprocess
+
+    out = tmp_path / "robust.json"
+    code = (
+        "import os, signal, sys\n"
+        "import schedopt.optimize.robust as r\n"
+        "real, calls = r.evaluate_baseline, []\n"
+        "def stop(*a, **k):\n"
+        "    calls.append(1)\n"
+        "    if len(calls) == 2:\n"
+        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return real(*a, **k)\n"
+        "r.evaluate_baseline = stop\n"
+        "from schedopt.cli import main\n"
+        "sys.argv = ['schedopt', 'optimize', 'resnet50-v100-b64', 'k80-4x4-10gbe',\n"
+        "            '--robust', '20', '--time-limit', '60',\n"
+        f"            '--out', {str(out)!r}, '--json']\n"
+        "main()\n"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert proc.returncode == 130, proc.stderr
+    shown = json.loads(proc.stdout)
+    assert shown["interrupted"] is True and shown["status"] == "FEASIBLE"
+    assert json.loads(out.read_text()) == shown
+    tr, cl = load_trace("resnet50-v100-b64"), load_cluster("k80-4x4-10gbe")
+    plan = Plan.model_validate(shown["plan"])
+    assert simulate(tr, cl, plan).iteration_time_s == pytest.approx(shown["nominal_s"],
+                                                                     rel=1e-12)
