@@ -81,6 +81,16 @@ VaryOpt = Annotated[
 PerLinkOpt = Annotated[
     bool, typer.Option("--per-link", help="Scale alpha and beta of each link separately.")
 ]
+RobustOpt = Annotated[
+    str | None, typer.Option("--robust", metavar="PCT",
+                             help="Minimise the worst case over alpha, beta and compute scaled"
+                             " by +-PCT% (docs/robust.md).")
+]
+RobustClustersOpt = Annotated[
+    list[str] | None, typer.Option("--robust-clusters", metavar="CLUSTERS",
+                                   help="Minimise the worst case over these clusters too"
+                                   " (comma-separated or repeated).")
+]
 
 
 def _fail(message: str) -> NoReturn:
@@ -688,16 +698,8 @@ def optimize_cmd(
         Path | None, typer.Option("--out", help="Write the result and its plan (JSON).")
     ] = None,
     as_json: JsonOpt = False,
-    robust: Annotated[
-        str | None, typer.Option("--robust", metavar="PCT",
-                                 help="Minimise the worst case over alpha, beta and compute"
-                                 " scaled by +-PCT% (docs/robust.md).")
-    ] = None,
-    robust_clusters: Annotated[
-        list[str] | None, typer.Option("--robust-clusters", metavar="CLUSTERS",
-                                       help="Minimise the worst case over these clusters too"
-                                       " (comma-separated or repeated).")
-    ] = None,
+    robust: RobustOpt = None,
+    robust_clusters: RobustClustersOpt = None,
     vary: VaryOpt = "alpha,beta,compute",
     per_link: PerLinkOpt = False,
 ) -> None:
@@ -729,12 +731,8 @@ def optimize_cmd(
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
         log.info("solving %s on %s: %s", tr.name, cl.name, cls)
-        res: Any
         if robust is not None or robust_clusters:
-            from .optimize.robust import robust_cli
-
-            res = robust_cli(tr, cl, opts, robust, robust_clusters or [], nodes, vary,
-                             per_link)
+            res: Any = _robust(tr, cl, opts, robust, robust_clusters, nodes, vary, per_link)
         else:
             with SolveProgress(enabled=not as_json and sys.stderr.isatty()) as progress:
                 res = solve(tr, cl, opts, progress=progress)
@@ -751,6 +749,15 @@ def optimize_cmd(
         _print_optimized(res, tr, cl, cls, out)
     if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130
         raise typer.Exit(130)
+
+
+def _robust(tr: Trace, cl: Cluster, opts: Any, robust: str | None,
+            robust_clusters: list[str] | None, nodes: int | None, vary: str,
+            per_link: bool) -> Any:
+    """``optimize --robust`` / ``--robust-clusters`` (docs/robust.md)."""
+    from .optimize.robust import robust_cli
+
+    return robust_cli(tr, cl, opts, robust, robust_clusters or [], nodes, vary, per_link)
 
 
 def _print_robust(rob: Any, as_json: bool, out: Path | None) -> None:
