@@ -335,14 +335,13 @@ def _solve_scenario(state: _Robust, i: int, share: float, source: str) -> None:
     with state.control.limit(state.control.deadline):  # re-arms the timer solve() clears
         res = solve(*state.scenarios[i].instance(), opts)
     state.wall_stop |= res.wall_stop
-    with state.control.shield():
-        state.solved[i] = res
-    if res.interrupted:
-        state.control.interrupted = True
     log.info("robust: scenario %s solved: %s, %.6g s (bound %.6g s)", state.scenarios[i].name,
              res.status, res.iteration_time_s, res.bound_s)
-    state.offer(source, res.plan, scenario=i)
+    with state.control.shield():  # a stop during the solve keeps its plan
+        state.solved[i] = res
+        state.offer(source, res.plan, scenario=i)
     if res.interrupted:
+        state.control.interrupted = True
         raise Halt
 
 
