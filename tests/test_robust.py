@@ -346,6 +346,7 @@ def test_perturb_equals_direct_simulation_of_scaled_clusters(
     (["optimize", "--robust", "10", "--vary", "alpha,alpha"], "--vary: must be"),
     (["optimize", "--robust-clusters", ","], "--robust-clusters: must name"),
     (["optimize", "--robust-clusters", "dgx-a100"], "--robust-clusters: every cluster needs"),
+    (["optimize", "--robust-clusters", "dgx-a100-4n,nonesuch"], "--robust-clusters: cannot load"),
     (["simulate", "-p", "ddp", "--perturb", "-1"], "--perturb: must be a number"),
     (["simulate", "-p", "ddp", "--perturb", "true"], "--perturb: must be a number"),
     (["simulate", "-p", "ddp", "--samples", "4"], "--samples: needs --perturb"),

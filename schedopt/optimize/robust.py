@@ -588,7 +588,13 @@ def robust_cli(trace: Trace, cluster: Cluster, opts: SolveOptions, robust: Any,
     if clusters and not names:
         raise SchedoptError("must name at least one cluster", "--robust-clusters",
                             list(clusters))
-    others = [load_cluster(n, nodes) for n in names]
+    others = []
+    for name in names:
+        try:
+            others.append(load_cluster(name, nodes))
+        except SchedoptError as exc:
+            raise SchedoptError(f"cannot load {name!r}: {exc}", "--robust-clusters",
+                                names) from None
     if any(c.world_size != cluster.world_size for c in others):
         raise SchedoptError(f"every cluster needs {cluster.world_size} ranks, as {cluster.name}",
                             "--robust-clusters", names)
