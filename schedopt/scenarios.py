@@ -305,7 +305,8 @@ class Spread:
 
     def line(self) -> str:
         """One line: the spread and the worst scenario."""
-        return (f"spread over {len(self.names)} scenarios: min {self.min_s * 1e3:.3f} ms, "
+        n = len(self.names)
+        return (f"spread over {n} scenario{'s' if n > 1 else ''}: min {self.min_s * 1e3:.3f} ms, "
                 f"median {self.median_s * 1e3:.3f} ms, max {self.max_s * 1e3:.3f} ms "
                 f"(worst: {self.worst})")
 
