@@ -69,6 +69,28 @@ PolicyOpt = Annotated[
 PlanOpt = Annotated[
     Path | None, typer.Option("--plan", help="A plan JSON (from `optimize --out`).")
 ]
+PerturbOpt = Annotated[
+    str | None, typer.Option("--perturb", metavar="PCT",
+                             help="Also simulate the plan with alpha, beta and compute scaled by"
+                             " +-PCT% (the corners and the nominal; docs/robust.md).")
+]
+VaryOpt = Annotated[
+    str, typer.Option("--vary", help="What --perturb / --robust scale: some of"
+                      " alpha,beta,compute.")
+]
+PerLinkOpt = Annotated[
+    bool, typer.Option("--per-link", help="Scale alpha and beta of each link separately.")
+]
+RobustOpt = Annotated[
+    str | None, typer.Option("--robust", metavar="PCT",
+                             help="Minimise the worst case over alpha, beta and compute scaled"
+                             " by +-PCT% (docs/robust.md).")
+]
+RobustClustersOpt = Annotated[
+    list[str] | None, typer.Option("--robust-clusters", metavar="CLUSTERS",
+                                   help="Minimise the worst case over these clusters too"
+                                   " (comma-separated or repeated).")
+]
 
 
 def _fail(message: str) -> NoReturn:
@@ -175,8 +197,16 @@ def simulate_cmd(
     chrome_trace: Annotated[
         Path | None, typer.Option("--chrome-trace", help="Write a Chrome trace (JSON).")
     ] = None,
+    perturb: PerturbOpt = None,
+    samples: Annotated[int, typer.Option("--samples", help="With --perturb: Monte Carlo"
+                                         " samples besides the corners.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="With --perturb: seed of the samples.")
+                    ] = 0,
+    vary: VaryOpt = "alpha,beta,compute",
+    per_link: PerLinkOpt = False,
 ) -> None:
     """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
+    spread = None
     with user_errors():
         _check_figure_path(gantt, "--gantt")
         with output_files({"--gantt": gantt, "--chrome-trace": chrome_trace}) as files:
@@ -185,11 +215,19 @@ def simulate_cmd(
             sched = simulate(tr, cl, plan, record=record)
             log.info("simulated %s: %d iterations to the steady state", plan.policy,
                      sched.iterations)
+            if perturb is not None or samples:
+                from .scenarios import perturbation_spread
+
+                spread = perturbation_spread(tr, cl, plan, perturb, samples, seed, vary,
+                                             per_link)
             _write_visuals(files, tr, cl, plan, sched, gantt, chrome_trace)
     if as_json:
-        print_json(result_dict(plan, sched))
+        extra = {} if spread is None else {"spread": spread.as_dict()}
+        print_json(result_dict(plan, sched, **extra))
         return
     _print_breakdown(tr, cl, plan, sched)
+    if spread is not None:
+        typer.echo(spread.line())
     _wrote(gantt, chrome_trace)
 
 
@@ -660,6 +698,10 @@ def optimize_cmd(
         Path | None, typer.Option("--out", help="Write the result and its plan (JSON).")
     ] = None,
     as_json: JsonOpt = False,
+    robust: RobustOpt = None,
+    robust_clusters: RobustClustersOpt = None,
+    vary: VaryOpt = "alpha,beta,compute",
+    per_link: PerLinkOpt = False,
 ) -> None:
     """Find the best plan (exact DP or CP-SAT) and compare it with every baseline."""
     from pydantic import ValidationError
@@ -689,17 +731,46 @@ def optimize_cmd(
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
         log.info("solving %s on %s: %s", tr.name, cl.name, cls)
-        with SolveProgress(enabled=not as_json and sys.stderr.isatty()) as progress:
-            res = solve(tr, cl, opts, progress=progress)
-        log.info("solved: %s in %.2f s (%s)", res.status, res.solve_time_s, res.method)
+        if robust is not None or robust_clusters:
+            res: Any = _robust(tr, cl, opts, robust, robust_clusters, nodes, vary, per_link)
+        else:
+            with SolveProgress(enabled=not as_json and sys.stderr.isatty()) as progress:
+                res = solve(tr, cl, opts, progress=progress)
+            log.info("solved: %s in %.2f s (%s)", res.status, res.solve_time_s, res.method)
         data = res.to_dict()
         if out is not None:
             files.write_json(out, data)
+    if robust is not None or robust_clusters:
+        _print_robust(res, as_json, out)
+        return
     if as_json:
         print_json(data)
     else:
         _print_optimized(res, tr, cl, cls, out)
     if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130
+        raise typer.Exit(130)
+
+
+def _robust(tr: Trace, cl: Cluster, opts: Any, robust: str | None,
+            robust_clusters: list[str] | None, nodes: int | None, vary: str,
+            per_link: bool) -> Any:
+    """``optimize --robust`` / ``--robust-clusters`` (docs/robust.md)."""
+    from .optimize.robust import robust_cli
+
+    return robust_cli(tr, cl, opts, robust, robust_clusters or [], nodes, vary, per_link)
+
+
+def _print_robust(rob: Any, as_json: bool, out: Path | None) -> None:
+    """The report of ``optimize --robust`` (exit 130 after Ctrl-C, as ``optimize``)."""
+    from .optimize.robust import robust_lines
+
+    if as_json:
+        print_json(rob.to_dict())
+    else:
+        for line in robust_lines(rob):
+            typer.echo(line)
+        _wrote(out)
+    if rob.interrupted:
         raise typer.Exit(130)
 
 
