@@ -47,6 +47,7 @@ from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
 from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
+from .flowshop import bottleneck_plans, resource_bound, resource_views
 from .heuristics import local_search, schrage_order
 from .instance import Instance, Segments, build_instance
 from .lns import windowed_lns
@@ -121,6 +122,10 @@ EVAL_S_PER_UNIT = 2.5e-7
 #: Deterministic charge (s) of the DP lower bound over bucketings, per squared unit (measured:
 #: 6.0 s on 5,000 units).
 BOUND_DP_S = 2.4e-7
+
+#: Deterministic charge (s) of the one-stage programmes of the bottleneck plans, per squared
+#: unit and stage (measured: 0.07 s for 580 units and 3 stages).
+FLOW_SHOP_PLAN_S = 1e-7
 
 #: Deterministic charge (s) of building the CP-SAT model, per unit (measured: 0.04 s for 161).
 MODEL_S_PER_UNIT = 2.5e-4
@@ -695,10 +700,11 @@ SEARCH: tuple[Step, ...] = (
 # ------------------------------------------------------------------------------ multi-stage
 def _solve_multi_stage(search: Search) -> None:
     """Several stages: the one-stage DP on the summed cost; where the period formula is exact
-    (no PCIe link shared with the batch copy) the hint and the local search over bucketings
-    judged by the exact multi-stage period, then CP-SAT with every stage in readiness order (a
-    proof without reordering, a plan with it); the bound also takes one-stage relaxations
-    (:func:`.bounds.stage_bound`)."""
+    (no PCIe link shared with the batch copy) the flow-shop view (:mod:`.flowshop`): plans of
+    the bottleneck stages' programmes and per-resource bounds that count every stage, then
+    the hint and the local search over bucketings judged by the exact multi-stage period, then
+    CP-SAT with every stage in readiness order (a proof without reordering, a plan with it);
+    the bound also takes one-stage relaxations (:func:`.bounds.stage_bound`)."""
     trace, cluster, opts = search.trace, search.cluster, search.opts
     # cuts inside a layer can help a pipeline of stages: whole layers only when asked
     inst = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers))
@@ -708,8 +714,9 @@ def _solve_multi_stage(search: Search) -> None:
     search.notes.append(
         "several communication stages: CP-SAT with every stage in readiness order, the stages "
         "through shared resources in the simulator's order" if exact else
-        "several communication stages: plans from the local search and from CP-SAT in "
-        "readiness order; the bound from one-stage relaxations" if model else
+        "several communication stages: plans from the bottleneck stages' programmes, the local "
+        "search and CP-SAT in readiness order; the bound from the flow-shop view (every stage "
+        "per resource) and one-stage relaxations" if model else
         "several communication stages: heuristic plans (the DP on the summed stage costs, then "
         "a local search); the bound from one-stage relaxations")
     if inst.per_layer:
@@ -719,11 +726,16 @@ def _solve_multi_stage(search: Search) -> None:
     if inst.pcie_coupled:  # the closed form is not exact there: the simulator judges
         sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
         search.start(inst, segs, round(sim / inst.tick), Method.DP_HEURISTIC)
-    else:
-        _stages_local_search(search, inst, segs, model)
-    search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+        search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+        return
+    _stages_starts(search, inst, segs)
     best = search.best
     assert best is not None
+    _stages_flow_shop_bound(search, inst)
+    if not best.solved:
+        search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+    if not best.solved:
+        _stages_local_search(search, inst, model)
     if model and not best.solved and search.work_left() > MIN_STEP_S:
         start = sorted(best.segs)  # the same buckets in readiness order
         start_val = int(inst.evaluate(start).period)
@@ -735,8 +747,9 @@ def _solve_multi_stage(search: Search) -> None:
             search.prove(sol.bound, Method.CP_SAT)
 
 
-def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: bool) -> None:
-    """The DP plan on the summed costs, the hint, and the local search judged by the exact
+def _stages_starts(search: Search, inst: Instance, segs: Segments) -> None:
+    """The DP plan on the summed costs, the hint, the unpartitioned class's plan and the
+    plans paced by each resource (:func:`.flowshop.bottleneck_plans`), judged by the exact
     multi-stage period."""
     search.start(inst, segs, int(inst.evaluate(segs).period), Method.DP_HEURISTIC)
     hint = search.hint
@@ -747,6 +760,26 @@ def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: 
     psegs = _plain_segs(search, inst)
     if psegs:
         search.offer(psegs, int(inst.evaluate(psegs).period), Method.UNPARTITIONED)
+    plans = bottleneck_plans(search.trace, search.cluster, search.opts, inst)
+    for c in plans:
+        search.offer(c, int(inst.evaluate(c).period), Method.FLOW_SHOP)
+    search.budget.spend(FLOW_SHOP_PLAN_S * inst.n ** 2 * len(inst.stages))
+
+
+def _stages_flow_shop_bound(search: Search, inst: Instance) -> None:
+    """The per-resource bounds of the flow-shop view, between the bound and the best plan."""
+    best = search.best
+    assert best is not None
+    if best.solved or inst.n > BOUND_DP_UNITS:  # O(n^2) per bisection step and view
+        return
+    views = len(resource_views(inst))
+    search.prove(resource_bound(inst, best.value, best.bound), Method.FLOW_SHOP)
+    search.budget.spend(BOUND_DP_S * inst.n ** 2 * views)
+
+
+def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
+    """The local search over bucketings (and, with reordering, launch orders) judged by the
+    exact multi-stage period, from the best plan."""
     best = search.best
     assert best is not None
     share = STAGES_LOCAL_SEARCH if model else STAGES_LOCAL_SEARCH_ALONE
