@@ -76,9 +76,9 @@ def pipelines(draw: st.DrawFn) -> tuple[Trace, Cluster]:
         "gpus_per_node": 8 if layout == "hierarchical" else 1, "collective": layout,
         "pipelined_hierarchical": True, "ps": {"servers": 2, "colocated": False},
         "intra_link": {"bandwidth_Bps": draw(st.floats(2e9, 2e10)),
-                       "latency_s": draw(st.floats(0, 5e-5))},
+                       "latency_s": draw(st.sampled_from([0.0, 1e-5, 3e-4]))},
         "inter_link": {"bandwidth_Bps": draw(st.floats(2e9, 2e10)),
-                       "latency_s": draw(st.floats(0, 5e-5))}})
+                       "latency_s": draw(st.sampled_from([0.0, 1e-5, 3e-4]))}})
     return trace, cluster
 
 

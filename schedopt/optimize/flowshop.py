@@ -21,12 +21,31 @@ from unit ``i`` on, the first of which is ``[i..j]``,
 (the suffix's work on ``R`` starts after the smallest head and its last piece is followed by
 the smallest tail; ``q_min`` is the delivery tail of the bucketing bound of :mod:`.bounds`).
 As there, the fewest buckets that keep every term under ``lam`` decide whether ``lam`` is
-feasible, and bisection gives the bound (:func:`resource_bound`). In wait-for-all mode the
+feasible, and bisection gives the bound (:func:`resource_bound`).
+
+**Paths** (:func:`pair_bound`). Each stage serves the buckets in launch order, one at a time.
+For a run of consecutive stages ``s..t`` and the buckets released from ``r_i`` on (those ending
+at unit ``i`` or later), the last of them ends stage ``t`` no earlier than the path through
+any bucket ``k``: stage ``s`` of the buckets launched up to ``k``, every stage of ``k``, stage
+``t`` of those launched after ``k``. Taking for ``k`` the bucket of the unit ``u`` with the
+largest ``sum_run p - min_run p`` and the fastest stage of the run for every other unit:
+
+    end >= r_i + sum_{v >= i} min_run p[v] + max_{v >= i} (sum_run p - min_run p)[v]
+           + (every stage's start-up cost once)
+
+then its delivery tail (at least the forward from unit ``i``'s layer). With two equal stages
+(push and pull of dedicated servers) this is the classical ``sum + longest`` of a two-machine
+flow shop: the largest bucket is paid twice, whatever the order.
+
+In wait-for-all mode the
 same programme without delivery tails bounds the end of the communication, and the period's
 terms (:meth:`.period.PeriodTerms.bound`) turn it into a bound on the period.
 """
 
 from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -37,7 +56,8 @@ from .heuristics import schrage_order
 from .instance import Instance, Segments, build_instance
 from .options import SolveOptions
 
-__all__ = ["ResourceView", "bottleneck_plans", "resource_bound", "resource_views"]
+__all__ = ["ResourceView", "bottleneck", "bottleneck_plans", "flow_order", "pair_bound",
+           "resource_bound", "resource_views"]
 
 
 class ResourceView:
@@ -155,6 +175,27 @@ def _view_bound(inst: Instance, view: ResourceView, lo: int, hi: int) -> int:
     return max(lo, min(hi, int(inst.terms.bound(comm))))
 
 
+def pair_bound(inst: Instance) -> int:
+    """The path bound of every run of consecutive stages (ticks; module docstring): from every
+    unit ``i`` on, the longest unit's tasks on every stage of the run, the other units on the
+    fastest stage of the run, and every stage's start-up cost once."""
+    sp, sa = inst.stage_p.astype(np.int64), int(inst.stage_a.sum())
+    best = 0
+    n_s = len(inst.stages)
+    for s, t in itertools.combinations(range(n_s), 2):
+        run = sp[s:t + 1]
+        fast = run.min(axis=0)
+        suffix_min = np.cumsum(fast[::-1])[::-1]
+        extra = run.sum(axis=0) - fast
+        suffix_max = np.maximum.accumulate(extra[::-1])[::-1]
+        ends = inst.r + suffix_min + suffix_max + sa
+        if inst.per_layer:
+            best = max(best, int((ends + inst.fwd_from[inst.layer]).max()))
+        else:
+            best = max(best, int(inst.terms.bound(int(ends.max()))))
+    return best
+
+
 def resource_bound(inst: Instance, hi: int, lo: int = 0) -> int:
     """Lower bound on the period (ticks) of every plan of ``inst`` (several stages): the best
     resource view (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a
@@ -163,6 +204,9 @@ def resource_bound(inst: Instance, hi: int, lo: int = 0) -> int:
     views = resource_views(inst) if len(inst.stages) > 1 else []
     if not views or lo >= hi:
         return min(lo, hi)
+    lo = max(lo, min(hi, pair_bound(inst)))
+    if lo >= hi:
+        return hi
     if inst.per_layer and any(not _fewest_buckets(inst, v, hi - 1) for v in views):
         return hi
     for view in views:
@@ -193,3 +237,21 @@ def bottleneck_plans(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: I
             cands += [schrage_order(one, c) for c in (segs, fine, list(inst.layer_runs))]
         plans += [c for c in cands if c not in plans]
     return plans
+
+
+
+def bottleneck(inst: Instance) -> ResourceView:
+    """The resource view with the most work (start-up cost and bandwidth parts of all units)."""
+    return max(resource_views(inst), key=lambda v: v.a + int(v.p.sum()))
+
+
+def flow_order(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance
+               ) -> Callable[[Segments], Segments]:
+    """The launch order the local search gives a bucketing of several stages: Schrage's rule
+    on the one-stage instance of the bottleneck resource (:func:`bottleneck`)."""
+    on = bottleneck(inst).on
+    one = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers),
+                         stage=on[0] if len(on) == 1 else on)
+    if one.n != inst.n:
+        return lambda segs: schrage_order(inst, segs)
+    return lambda segs: schrage_order(one, segs)

@@ -47,7 +47,7 @@ from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
 from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
-from .flowshop import bottleneck_plans, resource_bound, resource_views
+from .flowshop import bottleneck_plans, flow_order, resource_bound, resource_views
 from .heuristics import local_search, schrage_order
 from .instance import Instance, Segments, build_instance
 from .lns import windowed_lns
@@ -570,7 +570,8 @@ def _run_local_search(search: Search, inst: Instance) -> None:
 
 
 def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool, share: Share,
-                  keep: Callable[[Segments, int], None]) -> tuple[int, Segments]:
+                  keep: Callable[[Segments, int], None],
+                  order: Callable[[Segments], Segments] | None = None) -> tuple[int, Segments]:
     """:func:`.heuristics.local_search` within ``share`` of the work left (candidates
     evaluated, :data:`EVAL_S_PER_UNIT` each per unit); the solve's deadline is the safety
     stop."""
@@ -579,7 +580,7 @@ def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool,
     out = local_search(inst, segs, reorder=reorder, seed=search.opts.seed,
                        deadline=search.budget.deadline,
                        max_evals=int(search.budget.work(share) / per_eval), on_improve=keep,
-                       stats=stats)
+                       stats=stats, order=order)
     search.budget.spend(stats["evals"] * per_eval)
     search.wall_stop |= bool(stats["wall_stop"])
     return out
@@ -787,7 +788,9 @@ def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
     def keep(s: Segments, v: int) -> None:
         search.offer(s, v, Method.LOCAL_SEARCH)
 
-    ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep)
+    ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep,
+                                    order=flow_order(search.trace, search.cluster,
+                                                     search.opts, inst))
     search.offer(ls_segs, ls_val, Method.LOCAL_SEARCH)
 
 
