@@ -6,11 +6,12 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedopt.cluster import Cluster
-from schedopt.optimize import SolveOptions
+from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.flowshop import resource_bound, resource_views
 from schedopt.optimize.instance import build_instance
 from schedopt.trace import Trace
@@ -121,3 +122,25 @@ def test_views_count_every_stage() -> None:
     chain = int(inst.stage_a.sum() + inst.stage_p.sum())
     assert resource_bound(inst, period) >= inst.r[0] + chain + inst.fwd_from[0]
     assert resource_bound(inst, period) <= period
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=pipelines(), per_layer=st.booleans(), reorder=st.booleans())
+def test_solve_on_several_stages_is_sound(case: tuple[Trace, Cluster], per_layer: bool,
+                                          reorder: bool) -> None:
+    """``solve`` on several stages: the objective is the simulated period, the bound never
+    exceeds the brute-force optimum, and OPTIMAL is claimed only at that optimum."""
+    trace, cluster = case
+    opts = SolveOptions(next_forward="per-layer" if per_layer else "wait-for-all",
+                        reorder=reorder, merge_layers=False, time_limit_s=5.0,
+                        cp_sat={"max_deterministic_time": 1.0})
+    inst = build_instance(trace, cluster, opts)
+    if inst.n > 5:
+        return
+    best = brute_force(inst, reorder=reorder)
+    res = solve(trace, cluster, opts)
+    assert res.tick_s == inst.tick
+    assert res.objective_s == pytest.approx(res.iteration_time_s, rel=1e-3)
+    assert round(res.bound_s / res.tick_s) <= best
+    if res.status == "OPTIMAL":
+        assert round(res.objective_s / res.tick_s) == best

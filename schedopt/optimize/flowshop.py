@@ -196,15 +196,17 @@ def pair_bound(inst: Instance) -> int:
     return best
 
 
-def resource_bound(inst: Instance, hi: int, lo: int = 0) -> int:
+def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True) -> int:
     """Lower bound on the period (ticks) of every plan of ``inst`` (several stages): the best
-    resource view (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a
-    known period). In per-layer mode every view first tries ``hi - 1``: a plan at ``hi`` is
-    proven optimal by one programme per view."""
+    of the paths (:func:`pair_bound`, unless ``paths`` is false) and the resource views
+    (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a known period).
+    In per-layer mode every view first tries ``hi - 1``: a plan at ``hi`` is proven optimal by
+    one programme per view."""
     views = resource_views(inst) if len(inst.stages) > 1 else []
     if not views or lo >= hi:
         return min(lo, hi)
-    lo = max(lo, min(hi, pair_bound(inst)))
+    if paths:
+        lo = max(lo, min(hi, pair_bound(inst)))
     if lo >= hi:
         return hi
     if inst.per_layer and any(not _fewest_buckets(inst, v, hi - 1) for v in views):
@@ -219,10 +221,11 @@ def bottleneck_plans(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: I
     """Plans paced by one resource: per resource view, the one-stage instance of its stages
     (one stage alone, or the stages that share the resource as one task), its readiness-order
     programme's plan and, with reordering, Schrage's rule on that instance (durations of the
-    resource alone: on the summed costs of every stage the rule would wait for work the
-    resource has long finished) applied to that plan, to every unit alone and to every layer
-    alone. Segments of ``inst`` (built with ``merge=bool(opts.merge_layers)``, as
-    :func:`.solve.solve` builds it), to be judged by the exact multi-stage period."""
+    resource alone: on the summed costs of every stage the rule may wait for work the
+    resource has long finished) and on the summed costs, applied to that plan, to every unit
+    alone and to every layer alone. Segments of ``inst`` (built with
+    ``merge=bool(opts.merge_layers)``, as :func:`.solve.solve` builds it), to be judged by the
+    exact multi-stage period."""
     merge = bool(opts.merge_layers)
     plans: list[Segments] = []
     fine: Segments = [(i, i) for i in range(inst.n)]
@@ -234,7 +237,8 @@ def bottleneck_plans(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: I
         segs = solve_fifo_per_layer(one)[1] if one.per_layer else solve_wait_for_all(one)[1]
         cands = [segs]
         if opts.reorder:
-            cands += [schrage_order(one, c) for c in (segs, fine, list(inst.layer_runs))]
+            for c in (segs, fine, list(inst.layer_runs)):
+                cands += [schrage_order(one, c), schrage_order(inst, c)]
         plans += [c for c in cands if c not in plans]
     return plans
 
@@ -247,11 +251,17 @@ def bottleneck(inst: Instance) -> ResourceView:
 
 def flow_order(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance
                ) -> Callable[[Segments], Segments]:
-    """The launch order the local search gives a bucketing of several stages: Schrage's rule
-    on the one-stage instance of the bottleneck resource (:func:`bottleneck`)."""
+    """The launch order the local search gives a bucketing of several stages: the better, by
+    the exact period, of Schrage's rule on the one-stage instance of the bottleneck resource
+    (:func:`bottleneck`) and on the summed costs."""
     on = bottleneck(inst).on
     one = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers),
                          stage=on[0] if len(on) == 1 else on)
     if one.n != inst.n:
         return lambda segs: schrage_order(inst, segs)
-    return lambda segs: schrage_order(one, segs)
+
+    def order(segs: Segments) -> Segments:
+        cands = (schrage_order(one, segs), schrage_order(inst, segs))
+        return min(cands, key=lambda c: inst.evaluate(c).period)
+
+    return order

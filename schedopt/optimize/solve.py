@@ -571,11 +571,12 @@ def _run_local_search(search: Search, inst: Instance) -> None:
 
 def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool, share: Share,
                   keep: Callable[[Segments, int], None],
-                  order: Callable[[Segments], Segments] | None = None) -> tuple[int, Segments]:
+                  order: Callable[[Segments], Segments] | None = None, evals: int = 1
+                  ) -> tuple[int, Segments]:
     """:func:`.heuristics.local_search` within ``share`` of the work left (candidates
     evaluated, :data:`EVAL_S_PER_UNIT` each per unit); the solve's deadline is the safety
     stop."""
-    per_eval = EVAL_S_PER_UNIT * max(1, inst.n)
+    per_eval = EVAL_S_PER_UNIT * max(1, inst.n) * evals
     stats: dict[str, int] = {}
     out = local_search(inst, segs, reorder=reorder, seed=search.opts.seed,
                        deadline=search.budget.deadline,
@@ -788,9 +789,10 @@ def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
     def keep(s: Segments, v: int) -> None:
         search.offer(s, v, Method.LOCAL_SEARCH)
 
+    order = flow_order(search.trace, search.cluster, search.opts, inst)
+    # each candidate is judged in two launch orders: charged twice
     ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep,
-                                    order=flow_order(search.trace, search.cluster,
-                                                     search.opts, inst))
+                                    order=order, evals=2)
     search.offer(ls_segs, ls_val, Method.LOCAL_SEARCH)
 
 
