@@ -285,7 +285,8 @@ def flow_shop() -> None:
     """The flow-shop view of several stages (per-layer+reorder), ingredient by ingredient:
     bounds (one-stage relaxations; + resource views with heads and tails; + paths) and plans
     (summed-cost DP; + plans paced by each resource; local search launching by Schrage's rule
-    on the summed costs or on the bottleneck resource, 4,000 candidates each)."""
+    on the summed costs, or by the better of it and the bottleneck resource's, 4,000
+    candidates each)."""
     for name, tr, cl in _flow_shop_cases():
         opts = SolveOptions(next_forward="per-layer", reorder=True)
         inst = build_instance(tr, cl, opts, merge=False)
@@ -305,11 +306,12 @@ def flow_shop() -> None:
               f"({t3:.2f} s); best plan below {ms(inst, top)}")
         print(f"flow-shop plans ({name}): summed-cost DP {ms(inst, dp_val)}; plans paced by a "
               f"resource {ms(inst, min(vals))}")
-        for label, order in (("summed costs", None),
-                             ("bottleneck", flow_order(tr, cl, opts, inst))):
+        for label, order in (("the summed costs", None),
+                             ("the better of the bottleneck's and the summed costs'",
+                              flow_order(tr, cl, opts, inst))):
             val, _ = local_search(inst, start, reorder=True, deadline=time.perf_counter() + 120,
                                   max_evals=4000, order=order)
-            print(f"flow-shop local search ({name}): Schrage on the {label}: {ms(inst, val)}")
+            print(f"flow-shop local search ({name}): Schrage on {label}: {ms(inst, val)}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 Usage::
 
-    python benchmarks/bench_optimize.py            # the whole matrix (about 6 minutes)
+    python benchmarks/bench_optimize.py            # the whole matrix (about 10 minutes)
     python benchmarks/bench_optimize.py --quick    # ResNet-50 only (about 2 minutes)
+    python benchmarks/bench_optimize.py --multi-stage   # several stages only (about 4 minutes)
+    python benchmarks/bench_optimize.py --multi-stage --only gpt2   # rows whose name has gpt2
     python benchmarks/bench_optimize.py --json out.json
 
 Instances (all shipped):
@@ -13,14 +15,19 @@ Instances (all shipped):
   to 15, 25, 30, 35 and 45 ms (backward = 2 x forward, as in the trace);
 * GPT-2 1.5B (``gpt2-1.5b-v100-fp16``, 580 tensors) on ``dgx1-v100-4n-ib-edr``, compute scaled to
   0.5, 1 and 2 times the bandwidth time of all gradients;
-* ``synthetic-5000`` (5,000 tensors) on the 10GbE fit.
+* ``synthetic-5000`` (5,000 tensors) on the 10GbE fit;
+* several communication stages (:func:`multi_stage_cases`, per-layer + reorder, 60 s): the
+  pipelined hierarchical all-reduce of ``dgx-a100-family`` at 4 and 16 nodes with
+  ``resnet50-a100-b256`` and ``gpt2-1.5b-a100-bf16``; ``resnet50-v100-b64`` through parameter
+  servers on ``k80-4x4-10gbe-ps`` (colocated, and dedicated) and on 8 single-GPU 10GbE nodes
+  with 2 dedicated servers.
 
-Options per instance: the default class (wait-for-all, readiness order, no partitioning) and
-``--next-forward per-layer --reorder``. Limits: 10 s for ResNet-50, 60 s for the others (one
-worker, seed 0). The table prints the best baseline, the optimum found, the bound, the gap, the
-time and the method; ``solve_s`` includes simulating the 11 baselines, ``opt_s`` is the optimizer
-alone (same solve without baselines), reported for the rows of the exact programmes (``dp``,
-``unimodal``).
+Options per instance (the first three families): the default class (wait-for-all, readiness
+order, no partitioning) and ``--next-forward per-layer --reorder``. Limits: 10 s for ResNet-50,
+60 s for the others (one worker, seed 0). The table prints the best baseline, the optimum found,
+the bound, the gap, the time and the method; ``solve_s`` includes simulating the 11 baselines,
+``opt_s`` is the optimizer alone (same solve without baselines), reported for the rows of the
+exact programmes (``dp``, ``unimodal``).
 """
 
 from __future__ import annotations
