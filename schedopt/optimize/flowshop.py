@@ -148,30 +148,51 @@ def _fewest_buckets(inst: Instance, view: ResourceView, lam: int) -> bool:
     return bool(count[0] < big)
 
 
-def _bisect(inst: Instance, view: ResourceView, lo: int, hi: int) -> int:
-    """The least ``lam`` in ``(lo, hi]`` that :func:`_fewest_buckets` meets, ``lo`` infeasible
-    or a known bound and ``hi`` feasible or a known value."""
+class _Calls:
+    """The programmes a bound may still run (:func:`_fewest_buckets` calls), and those run."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.left = limit if limit is not None else 1 << 62
+        self.used = 0
+
+    def feasible(self, inst: Instance, view: ResourceView, lam: int) -> bool | None:
+        """:func:`_fewest_buckets`, or None once the calls are spent."""
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        self.used += 1
+        return _fewest_buckets(inst, view, lam)
+
+
+def _bisect(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
+    """The least ``lam`` in ``[lo, hi]`` that :func:`_fewest_buckets` meets, ``lo`` a known
+    bound and ``hi`` feasible or a known value; once ``calls`` are spent, the largest ``lam``
+    proven infeasible plus one (or ``lo``)."""
     if lo >= hi:
         return hi
-    if _fewest_buckets(inst, view, lo):
+    ok = calls.feasible(inst, view, lo)
+    if ok is None or ok:
         return lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fewest_buckets(inst, view, mid):
+        ok = calls.feasible(inst, view, mid)
+        if ok is None:
+            return lo + 1
+        if ok:
             hi = mid
         else:
             lo = mid
     return hi
 
 
-def _view_bound(inst: Instance, view: ResourceView, lo: int, hi: int) -> int:
+def _view_bound(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
     """The bound of one resource view (ticks), at least ``lo`` (a known bound) and at most
     ``hi`` (a known period), by bisection: on the period in per-layer mode, on the end of the
     communication in wait-for-all mode (the period's terms are increasing in it, and it is at
     most the period)."""
     if inst.per_layer:
-        return _bisect(inst, view, max(inst.consts.k0, _jackson(inst, view), lo), hi)
-    comm = _bisect(inst, view, _jackson_end(inst, view), hi)
+        return _bisect(inst, view, max(inst.consts.k0, _jackson(inst, view), lo), hi, calls)
+    comm = _bisect(inst, view, _jackson_end(inst, view), hi, calls)
     return max(lo, min(hi, int(inst.terms.bound(comm))))
 
 
@@ -196,12 +217,19 @@ def pair_bound(inst: Instance) -> int:
     return best
 
 
-def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True) -> int:
-    """Lower bound on the period (ticks) of every plan of ``inst`` (several stages): the best
-    of the paths (:func:`pair_bound`, unless ``paths`` is false) and the resource views
-    (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a known period).
-    In per-layer mode every view first tries ``hi - 1``: a plan at ``hi`` is proven optimal by
-    one programme per view."""
+def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True,
+                   max_calls: int | None = None, stats: dict[str, int] | None = None) -> int:
+    """Lower bound on the period (ticks) of every plan of ``inst`` (several stages).
+
+    The best of the paths (:func:`pair_bound`, unless ``paths`` is false) and the resource
+    views (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a known
+    period). In per-layer mode every view first tries ``hi - 1``: a plan at ``hi`` is proven
+    optimal by one programme per view. ``max_calls`` caps the programmes run (each
+    ``O(n^2)``; a deterministic limit), ``stats["calls"]`` receives their number.
+    """
+    calls = _Calls(max_calls)
+    out = stats if stats is not None else {}
+    out["calls"] = 0
     views = resource_views(inst) if len(inst.stages) > 1 else []
     if not views or lo >= hi:
         return min(lo, hi)
@@ -209,10 +237,14 @@ def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True) 
         lo = max(lo, min(hi, pair_bound(inst)))
     if lo >= hi:
         return hi
-    if inst.per_layer and any(not _fewest_buckets(inst, v, hi - 1) for v in views):
-        return hi
+    if inst.per_layer:
+        for view in views:
+            if calls.feasible(inst, view, hi - 1) is False:
+                out["calls"] = calls.used
+                return hi
     for view in views:
-        lo = max(lo, _view_bound(inst, view, lo, hi - 1 if inst.per_layer else hi))
+        lo = max(lo, _view_bound(inst, view, lo, hi - 1 if inst.per_layer else hi, calls))
+    out["calls"] = calls.used
     return lo
 
 

@@ -47,7 +47,7 @@ from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
 from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
-from .flowshop import bottleneck_plans, flow_order, resource_bound, resource_views
+from .flowshop import bottleneck_plans, flow_order, resource_bound
 from .heuristics import local_search, schrage_order
 from .instance import Instance, Segments, build_instance
 from .lns import windowed_lns
@@ -107,8 +107,10 @@ UNIMODAL = Share(0.7)
 LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
 #: The search of the unpartitioned class first, when ``partition_bytes`` cuts tensors.
 UNPARTITIONED = Share(0.4)
+#: The flow-shop bound's programmes (several stages).
+FLOW_SHOP_BOUND = Share(0.3)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
-STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.2, 2.0), Share(0.5)
+STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.3, 10.0), Share(0.5)
 
 
 #: The deterministic work of the search steps, as a fraction of the time limit (the rest
@@ -123,9 +125,17 @@ EVAL_S_PER_UNIT = 2.5e-7
 #: 6.0 s on 5,000 units).
 BOUND_DP_S = 2.4e-7
 
+#: Deterministic charge (s) of judging one plan of several stages, per unit and stage (the
+#: simulator's serving loop; measured: 1.3-1.7e-5 s with every unit a bucket, at load 6).
+STAGE_EVAL_S = 5e-6
+
 #: Deterministic charge (s) of the one-stage programmes of the bottleneck plans, per squared
 #: unit and stage (measured: 0.07 s for 580 units and 3 stages).
 FLOW_SHOP_PLAN_S = 1e-7
+
+#: Deterministic charge (s) of one programme of the flow-shop bound, per squared unit
+#: (measured: 0.15 s for 580 units, 4.3 s for 5,000, at load 6).
+FLOW_BOUND_S = 2e-7
 
 #: Deterministic charge (s) of building the CP-SAT model, per unit (measured: 0.04 s for 161).
 MODEL_S_PER_UNIT = 2.5e-4
@@ -571,12 +581,11 @@ def _run_local_search(search: Search, inst: Instance) -> None:
 
 def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool, share: Share,
                   keep: Callable[[Segments, int], None],
-                  order: Callable[[Segments], Segments] | None = None, evals: int = 1
-                  ) -> tuple[int, Segments]:
+                  order: Callable[[Segments], Segments] | None = None,
+                  per_unit_s: float = EVAL_S_PER_UNIT) -> tuple[int, Segments]:
     """:func:`.heuristics.local_search` within ``share`` of the work left (candidates
-    evaluated, :data:`EVAL_S_PER_UNIT` each per unit); the solve's deadline is the safety
-    stop."""
-    per_eval = EVAL_S_PER_UNIT * max(1, inst.n) * evals
+    evaluated, ``per_unit_s`` each per unit); the solve's deadline is the safety stop."""
+    per_eval = per_unit_s * max(1, inst.n)
     stats: dict[str, int] = {}
     out = local_search(inst, segs, reorder=reorder, seed=search.opts.seed,
                        deadline=search.budget.deadline,
@@ -734,8 +743,9 @@ def _solve_multi_stage(search: Search) -> None:
     best = search.best
     assert best is not None
     _stages_flow_shop_bound(search, inst)
-    if not best.solved:
+    if not best.solved and inst.n <= FULL_MODEL_UNITS:  # O(n^2) programmes per stage
         search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+        search.budget.spend(BOUND_DP_S * inst.n ** 2 * len(inst.stages))
     if not best.solved:
         _stages_local_search(search, inst, model)
     if model and not best.solved and search.work_left() > MIN_STEP_S:
@@ -772,11 +782,14 @@ def _stages_flow_shop_bound(search: Search, inst: Instance) -> None:
     """The per-resource bounds of the flow-shop view, between the bound and the best plan."""
     best = search.best
     assert best is not None
-    if best.solved or inst.n > BOUND_DP_UNITS:  # O(n^2) per bisection step and view
+    if best.solved or inst.n > BOUND_DP_UNITS:
         return
-    views = len(resource_views(inst))
-    search.prove(resource_bound(inst, best.value, best.bound), Method.FLOW_SHOP)
-    search.budget.spend(BOUND_DP_S * inst.n ** 2 * views)
+    per_call = FLOW_BOUND_S * inst.n ** 2  # one programme per bisection step and view
+    stats: dict[str, int] = {}
+    bound = resource_bound(inst, best.value, best.bound, stats=stats,
+                           max_calls=max(1, int(search.budget.work(FLOW_SHOP_BOUND) / per_call)))
+    search.budget.spend(stats["calls"] * per_call)
+    search.prove(bound, Method.FLOW_SHOP)
 
 
 def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
@@ -790,9 +803,11 @@ def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
         search.offer(s, v, Method.LOCAL_SEARCH)
 
     order = flow_order(search.trace, search.cluster, search.opts, inst)
-    # each candidate is judged in two launch orders: charged twice
+    # a candidate: two launch orders judged, then the better one again
+    evals = 3 if search.opts.reorder else 1
     ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep,
-                                    order=order, evals=2)
+                                    order=order,
+                                    per_unit_s=STAGE_EVAL_S * len(inst.stages) * evals)
     search.offer(ls_segs, ls_val, Method.LOCAL_SEARCH)
 
 
