@@ -144,3 +144,21 @@ def test_solve_on_several_stages_is_sound(case: tuple[Trace, Cluster], per_layer
     assert round(res.bound_s / res.tick_s) <= best
     if res.status == "OPTIMAL":
         assert round(res.objective_s / res.tick_s) == best
+
+
+def test_several_stages_are_deterministic() -> None:
+    """One worker and a seed: the same plan and bound twice (dedicated servers, reordering)."""
+    layers = [{"name": f"l{i}", "forward_s": 1e-3 * (1 + i % 3), "backward_s": 2e-3,
+               "tensors": [{"name": f"l{i}.w", "bytes": 400_000 * (1 + (7 * i) % 5)},
+                           {"name": f"l{i}.b", "bytes": 4_000}]} for i in range(12)]
+    trace = Trace.model_validate({"name": "d", "batch_size": 1, "layers": layers})
+    cluster = Cluster.model_validate({
+        "name": "d", "nodes": 4, "gpus_per_node": 1, "collective": "ps",
+        "ps": {"servers": 2, "colocated": False},
+        "intra_link": {"bandwidth_Bps": 1e10, "latency_s": 1e-6},
+        "inter_link": {"bandwidth_Bps": 1e9, "latency_s": 3e-5}})
+    opts = SolveOptions(next_forward="per-layer", reorder=True, time_limit_s=20.0, seed=3)
+    one, two = solve(trace, cluster, opts), solve(trace, cluster, opts)
+    assert one.plan.buckets == two.plan.buckets
+    assert one.bound_s == two.bound_s
+    assert not one.wall_stop
