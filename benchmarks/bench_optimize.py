@@ -2,8 +2,10 @@
 
 Usage::
 
-    python benchmarks/bench_optimize.py            # the whole matrix (about 6 minutes)
+    python benchmarks/bench_optimize.py            # the whole matrix (about 10 minutes)
     python benchmarks/bench_optimize.py --quick    # ResNet-50 only (about 2 minutes)
+    python benchmarks/bench_optimize.py --multi-stage   # several stages only (about 4 minutes)
+    python benchmarks/bench_optimize.py --multi-stage --only gpt2   # rows whose name has gpt2
     python benchmarks/bench_optimize.py --json out.json
 
 Instances (all shipped):
@@ -13,14 +15,19 @@ Instances (all shipped):
   to 15, 25, 30, 35 and 45 ms (backward = 2 x forward, as in the trace);
 * GPT-2 1.5B (``gpt2-1.5b-v100-fp16``, 580 tensors) on ``dgx1-v100-4n-ib-edr``, compute scaled to
   0.5, 1 and 2 times the bandwidth time of all gradients;
-* ``synthetic-5000`` (5,000 tensors) on the 10GbE fit.
+* ``synthetic-5000`` (5,000 tensors) on the 10GbE fit;
+* several communication stages (:func:`multi_stage_cases`, per-layer + reorder, 60 s): the
+  pipelined hierarchical all-reduce of ``dgx-a100-family`` at 4 and 16 nodes with
+  ``resnet50-a100-b256`` and ``gpt2-1.5b-a100-bf16``; ``resnet50-v100-b64`` through parameter
+  servers on ``k80-4x4-10gbe-ps`` (colocated, and dedicated) and on 8 single-GPU 10GbE nodes
+  with 2 dedicated servers.
 
-Options per instance: the default class (wait-for-all, readiness order, no partitioning) and
-``--next-forward per-layer --reorder``. Limits: 10 s for ResNet-50, 60 s for the others (one
-worker, seed 0). The table prints the best baseline, the optimum found, the bound, the gap, the
-time and the method; ``solve_s`` includes simulating the 11 baselines, ``opt_s`` is the optimizer
-alone (same solve without baselines), reported for the rows of the exact programmes (``dp``,
-``unimodal``).
+Options per instance (the first three families): the default class (wait-for-all, readiness
+order, no partitioning) and ``--next-forward per-layer --reorder``. Limits: 10 s for ResNet-50,
+60 s for the others (one worker, seed 0). The table prints the best baseline, the optimum found,
+the bound, the gap, the time and the method; ``solve_s`` includes simulating the 11 baselines,
+``opt_s`` is the optimizer alone (same solve without baselines), reported for the rows of the
+exact programmes (``dp``, ``unimodal``).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedopt.cluster import Cluster
+from schedopt.cluster import Cluster, PSConfig
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.trace import Trace
@@ -100,11 +107,43 @@ def synthetic_cases(limit: float = 60.0) -> list[Case]:
                                                                        PER_LAYER_REORDER)]
 
 
-def matrix(quick: bool = False) -> list[Case]:
-    """The benchmark matrix (``quick``: ResNet-50 only)."""
+def multi_stage_cases(limit: float = 60.0) -> list[Case]:
+    """Several communication stages, per-layer + reorder: the pipelined hierarchical all-reduce
+    of ``dgx-a100-family`` at 4 and 16 nodes (ResNet-50 and GPT-2 1.5B, A100 traces), and
+    ResNet-50 through parameter servers on ``k80-4x4-10gbe-ps`` (colocated; dedicated, where a
+    local reduce makes push and pull share the intra link) and on 8 single-GPU 10GbE nodes with
+    dedicated servers (push and pull on different links: a two-machine flow shop)."""
+    out = []
+    family = load_cluster("dgx-a100-family", nodes=4)
+    for name in ("resnet50-a100-b256", "gpt2-1.5b-a100-bf16"):
+        trace = load_trace(name)
+        for nodes in (4, 16):
+            cluster = family.with_size(nodes=nodes).model_copy(update={
+                "collective": "hierarchical", "pipelined_hierarchical": True,
+                "name": f"dgx-a100-{nodes}n-pipelined"})
+            out.append(Case(f"{name} {cluster.name}", trace, cluster, PER_LAYER_REORDER, limit))
+    resnet = load_trace("resnet50-v100-b64")
+    ps = load_cluster("k80-4x4-10gbe-ps")
+    ded = ps.model_copy(update={"ps": PSConfig(servers=4, colocated=False),
+                                "name": "k80-4x4-10gbe-ps-dedicated"})
+    flat = load_cluster("10gbe-k80-family", nodes=8)
+    flat = flat.model_copy(update={"collective": "ps", "allreduce": None,
+                                   "ps": PSConfig(servers=2, colocated=False),
+                                   "name": "10gbe-8n-ps2-dedicated"})
+    for cluster in (ps, ded, flat):
+        out.append(Case(f"resnet50-v100-b64 {cluster.name}", resnet, cluster, PER_LAYER_REORDER,
+                        limit))
+    return out
+
+
+def matrix(quick: bool = False, multi_stage: bool = False) -> list[Case]:
+    """The benchmark matrix (``quick``: ResNet-50 only; ``multi_stage``: the several-stage
+    collectives only)."""
+    if multi_stage:
+        return multi_stage_cases()
     if quick:
         return resnet50_cases(10.0)
-    return resnet50_cases() + gpt2_cases() + synthetic_cases()
+    return resnet50_cases() + gpt2_cases() + synthetic_cases() + multi_stage_cases()
 
 
 def run_case(case: Case, workers: int = 1, seed: int = 0) -> dict[str, Any]:
@@ -160,12 +199,17 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="ResNet-50 only")
+    ap.add_argument("--multi-stage", action="store_true",
+                    help="the several-stage collectives only")
+    ap.add_argument("--only", help="rows whose instance name contains this")
     ap.add_argument("--workers", type=int, default=1, help="CP-SAT workers (default 1)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
     rows = []
-    for case in matrix(args.quick):
+    for case in matrix(args.quick, args.multi_stage):
+        if args.only and args.only not in case.name:
+            continue
         row = run_case(case, args.workers, args.seed)
         rows.append(row)
         print(f"# {row['instance']} {row['options']}: {row['optimum_ms']:.3f} ms, "

@@ -49,17 +49,19 @@ def schrage_order(inst: Instance, segs: Segments) -> Segments:
     return order
 
 
-def _value(inst: Instance, cuts: np.ndarray, reorder: bool) -> tuple[int, Segments]:
+def _value(inst: Instance, cuts: np.ndarray, reorder: bool,
+           order: Callable[[Segments], Segments] | None = None) -> tuple[int, Segments]:
     segs = inst.segments_from_cuts(cuts)
     if reorder:
-        segs = schrage_order(inst, segs)
+        segs = order(segs) if order is not None else schrage_order(inst, segs)
     return int(inst.evaluate(segs).period), segs
 
 
 def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: float,
                  seed: int = 0, max_rounds: int = 50, max_evals: int | None = None,
                  on_improve: Callable[[Segments, int], None] | None = None,
-                 stats: dict[str, int] | None = None) -> tuple[int, Segments]:
+                 stats: dict[str, int] | None = None,
+                 order: Callable[[Segments], Segments] | None = None) -> tuple[int, Segments]:
     """Hill-climb on the cut positions (add, remove, move a cut), each candidate launched by
     Schrage's rule when ``reorder``; keep the best plan found before ``deadline``.
 
@@ -84,6 +86,9 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
         Called with every better plan and its period, as found (so that a stop loses none).
     stats
         When given, receives ``evals`` (candidates evaluated) and ``wall_stop``.
+    order
+        The launch order of a bucketing when ``reorder`` (default: Schrage's rule on ``inst``;
+        several stages use the rule of their bottleneck, :func:`.flowshop.flow_order`).
     """
     out = stats if stats is not None else {}
     out["evals"], out["wall_stop"] = 0, 0
@@ -96,7 +101,7 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
     for _, hi in segs:
         if hi < n - 1:
             cuts[hi] = True
-    best_val, best_segs = _value(inst, cuts, reorder)
+    best_val, best_segs = _value(inst, cuts, reorder, order)
     start_val = int(inst.evaluate(segs).period)
     if start_val < best_val:
         best_val, best_segs = start_val, segs
@@ -120,7 +125,7 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
                     if cand[j + d]:
                         continue
                     cand[j], cand[j + d] = False, True
-                val, s = _value(inst, cand, reorder)
+                val, s = _value(inst, cand, reorder, order)
                 out["evals"] += 1
                 if val < best_val:
                     best_val, best_segs, cuts = val, s, cand

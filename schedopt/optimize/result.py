@@ -57,6 +57,9 @@ class Method(StrEnum):
     BOUNDS = "bounds"
     #: One-stage relaxations of a multi-stage collective.
     STAGE_RELAXATION = "stage-relaxation"
+    #: The flow-shop view of a multi-stage collective: per-resource bounds with heads and
+    #: tails (:mod:`.flowshop`), and plans of the bottleneck stage's programme.
+    FLOW_SHOP = "flow-shop"
 
 
 class BaselineRow(BaseModel):

@@ -47,6 +47,7 @@ from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
 from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
+from .flowshop import bottleneck_plans, flow_order, resource_bound
 from .heuristics import local_search, schrage_order
 from .instance import Instance, Segments, build_instance
 from .lns import windowed_lns
@@ -106,8 +107,10 @@ UNIMODAL = Share(0.7)
 LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
 #: The search of the unpartitioned class first, when ``partition_bytes`` cuts tensors.
 UNPARTITIONED = Share(0.4)
+#: The flow-shop bound's programmes (several stages).
+FLOW_SHOP_BOUND = Share(0.3)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
-STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.2, 2.0), Share(0.5)
+STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.3, 10.0), Share(0.5)
 #: A CP-SAT pass that is the last step: all the work left.
 LAST_PASS = Share(1.0)
 #: The exact unimodal pass before the general model (after the unimodal programme), and the
@@ -126,6 +129,18 @@ EVAL_S_PER_UNIT = 2.5e-7
 #: Deterministic charge (s) of the DP lower bound over bucketings, per squared unit (measured:
 #: 6.0 s on 5,000 units).
 BOUND_DP_S = 2.4e-7
+
+#: Deterministic charge (s) of judging one plan of several stages, per unit and stage (the
+#: simulator's serving loop; measured: 1.3-1.7e-5 s with every unit a bucket, at load 6).
+STAGE_EVAL_S = 5e-6
+
+#: Deterministic charge (s) of the one-stage programmes of the bottleneck plans, per squared
+#: unit and stage (measured: 0.07 s for 580 units and 3 stages).
+FLOW_SHOP_PLAN_S = 1e-7
+
+#: Deterministic charge (s) of one programme of the flow-shop bound, per squared unit
+#: (measured: 0.15 s for 580 units, 4.3 s for 5,000, at load 6).
+FLOW_BOUND_S = 2e-7
 
 #: Deterministic charge (s) of building the CP-SAT model, per unit (measured: 0.04 s for 161).
 MODEL_S_PER_UNIT = 2.5e-4
@@ -570,16 +585,17 @@ def _run_local_search(search: Search, inst: Instance) -> None:
 
 
 def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool, share: Share,
-                  keep: Callable[[Segments, int], None]) -> tuple[int, Segments]:
+                  keep: Callable[[Segments, int], None],
+                  order: Callable[[Segments], Segments] | None = None,
+                  per_unit_s: float = EVAL_S_PER_UNIT) -> tuple[int, Segments]:
     """:func:`.heuristics.local_search` within ``share`` of the work left (candidates
-    evaluated, :data:`EVAL_S_PER_UNIT` each per unit); the solve's deadline is the safety
-    stop."""
-    per_eval = EVAL_S_PER_UNIT * max(1, inst.n)
+    evaluated, ``per_unit_s`` each per unit); the solve's deadline is the safety stop."""
+    per_eval = per_unit_s * max(1, inst.n)
     stats: dict[str, int] = {}
     out = local_search(inst, segs, reorder=reorder, seed=search.opts.seed,
                        deadline=search.budget.deadline,
                        max_evals=int(search.budget.work(share) / per_eval), on_improve=keep,
-                       stats=stats)
+                       stats=stats, order=order)
     search.budget.spend(stats["evals"] * per_eval)
     search.wall_stop |= bool(stats["wall_stop"])
     return out
@@ -701,10 +717,11 @@ SEARCH: tuple[Step, ...] = (
 # ------------------------------------------------------------------------------ multi-stage
 def _solve_multi_stage(search: Search) -> None:
     """Several stages: the one-stage DP on the summed cost; where the period formula is exact
-    (no PCIe link shared with the batch copy) the hint and the local search over bucketings
-    judged by the exact multi-stage period, then CP-SAT with every stage in readiness order (a
-    proof without reordering, a plan with it); the bound also takes one-stage relaxations
-    (:func:`.bounds.stage_bound`)."""
+    (no PCIe link shared with the batch copy) the flow-shop view (:mod:`.flowshop`): plans of
+    the bottleneck stages' programmes and per-resource bounds that count every stage, then
+    the hint and the local search over bucketings judged by the exact multi-stage period, then
+    CP-SAT with every stage in readiness order (a proof without reordering, a plan with it);
+    the bound also takes one-stage relaxations (:func:`.bounds.stage_bound`)."""
     trace, cluster, opts = search.trace, search.cluster, search.opts
     # cuts inside a layer can help a pipeline of stages: whole layers only when asked
     inst = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers))
@@ -714,8 +731,9 @@ def _solve_multi_stage(search: Search) -> None:
     search.notes.append(
         "several communication stages: CP-SAT with every stage in readiness order, the stages "
         "through shared resources in the simulator's order" if exact else
-        "several communication stages: plans from the local search and from CP-SAT in "
-        "readiness order; the bound from one-stage relaxations" if model else
+        "several communication stages: plans from the bottleneck stages' programmes, the local "
+        "search and CP-SAT in readiness order; the bound from the flow-shop view (every stage "
+        "per resource) and one-stage relaxations" if model else
         "several communication stages: heuristic plans (the DP on the summed stage costs, then "
         "a local search); the bound from one-stage relaxations")
     if inst.per_layer:
@@ -725,24 +743,31 @@ def _solve_multi_stage(search: Search) -> None:
     if inst.pcie_coupled:  # the closed form is not exact there: the simulator judges
         sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
         search.start(inst, segs, round(sim / inst.tick), Method.DP_HEURISTIC)
-    else:
-        _stages_local_search(search, inst, segs, model)
-    search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+        search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+        return
+    _stages_starts(search, inst, segs)
     best = search.best
     assert best is not None
+    _stages_flow_shop_bound(search, inst)
+    if not best.solved and inst.n <= FULL_MODEL_UNITS:  # O(n^2) programmes per stage
+        search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
+        search.budget.spend(BOUND_DP_S * inst.n ** 2 * len(inst.stages))
+    if not best.solved:
+        _stages_local_search(search, inst, model)
     if model and not best.solved and search.work_left() > MIN_STEP_S:
         start = sorted(best.segs)  # the same buckets in readiness order
         start_val = int(inst.evaluate(start).period)
         cm = CommModel(inst, order="fifo", horizon=max(best.value, start_val),
                        period_lb=best.bound)
         cm.add_hint(start)
-        sol = _run_model(search, inst, cm, Share(1.0), best.bound)
+        sol = _run_model(search, inst, cm, LAST_PASS, best.bound)
         if exact:
             search.prove(sol.bound, Method.CP_SAT)
 
 
-def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: bool) -> None:
-    """The DP plan on the summed costs, the hint, and the local search judged by the exact
+def _stages_starts(search: Search, inst: Instance, segs: Segments) -> None:
+    """The DP plan on the summed costs, the hint, the unpartitioned class's plan and the
+    plans paced by each resource (:func:`.flowshop.bottleneck_plans`), judged by the exact
     multi-stage period."""
     search.start(inst, segs, int(inst.evaluate(segs).period), Method.DP_HEURISTIC)
     hint = search.hint
@@ -753,6 +778,29 @@ def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: 
     psegs = _plain_segs(search, inst)
     if psegs:
         search.offer(psegs, int(inst.evaluate(psegs).period), Method.UNPARTITIONED)
+    plans = bottleneck_plans(search.trace, search.cluster, search.opts, inst)
+    for c in plans:
+        search.offer(c, int(inst.evaluate(c).period), Method.FLOW_SHOP)
+    search.budget.spend(FLOW_SHOP_PLAN_S * inst.n ** 2 * len(inst.stages))
+
+
+def _stages_flow_shop_bound(search: Search, inst: Instance) -> None:
+    """The per-resource bounds of the flow-shop view, between the bound and the best plan."""
+    best = search.best
+    assert best is not None
+    if best.solved or inst.n > BOUND_DP_UNITS:
+        return
+    per_call = FLOW_BOUND_S * inst.n ** 2  # one programme per bisection step and view
+    stats: dict[str, int] = {}
+    bound = resource_bound(inst, best.value, best.bound, stats=stats,
+                           max_calls=max(1, int(search.budget.work(FLOW_SHOP_BOUND) / per_call)))
+    search.budget.spend(stats["calls"] * per_call)
+    search.prove(bound, Method.FLOW_SHOP)
+
+
+def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
+    """The local search over bucketings (and, with reordering, launch orders) judged by the
+    exact multi-stage period, from the best plan."""
     best = search.best
     assert best is not None
     share = STAGES_LOCAL_SEARCH if model else STAGES_LOCAL_SEARCH_ALONE
@@ -760,7 +808,12 @@ def _stages_local_search(search: Search, inst: Instance, segs: Segments, model: 
     def keep(s: Segments, v: int) -> None:
         search.offer(s, v, Method.LOCAL_SEARCH)
 
-    ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep)
+    order = flow_order(search.trace, search.cluster, search.opts, inst)
+    # a candidate: two launch orders judged, then the better one again
+    evals = 3 if search.opts.reorder else 1
+    ls_val, ls_segs = _local_search(search, inst, best.segs, search.opts.reorder, share, keep,
+                                    order=order,
+                                    per_unit_s=STAGE_EVAL_S * len(inst.stages) * evals)
     search.offer(ls_segs, ls_val, Method.LOCAL_SEARCH)
 
 

@@ -1,0 +1,299 @@
+"""Several communication stages as a flow shop: per-resource bounds that count every stage.
+
+Every bucket passes through the stages of the collective in order (reduce-scatter, inter-node
+all-reduce, all-gather; or push, pull), each stage holding its resources exclusively: a flow
+shop per bucket, whose machines are the resources. The simulator serves the stages in the plan's
+launch order (:meth:`.Instance.stage_schedule`); the bounds here hold for every launch order and
+every order of the tasks on each resource.
+
+**Resource view.** For a resource ``R`` held by the stages ``S_R`` (first ``f``, last ``l``),
+a bucket ``[i..j]`` (units in readiness order) does the work ``a_R + P_R(i..j)`` on ``R``
+(``a_R``, ``P_R``: start-up costs and bandwidth parts summed over ``S_R``). That work cannot
+start before the bucket's release ``r_j`` plus its stages before ``f`` (the *head*
+``a_< + P_<(i..j)``), and after it the stages after ``l`` still run (the *tail* ``a_> +
+P_>(i..j)``) before the bucket's delivery tail ``q``. Dropping the idle time between the stages
+of ``S_R`` and letting ``R`` preempt gives one machine with heads and tails: for the buckets
+from unit ``i`` on, the first of which is ``[i..j]``,
+
+    period >= min(r_j + a_< + P_<(i..j), r_{j+1} + a_<) + P_R(i..n-1) + a_R * (buckets)
+              + a_> + [j = n-1] P_>(i..j) + q_min(i, j)
+
+(the suffix's work on ``R`` starts after the smallest head and its last piece is followed by
+the smallest tail; ``q_min`` is the delivery tail of the bucketing bound of :mod:`.bounds`).
+As there, the fewest buckets that keep every term under ``lam`` decide whether ``lam`` is
+feasible, and bisection gives the bound (:func:`resource_bound`).
+
+**Paths** (:func:`pair_bound`). Each stage serves the buckets in launch order, one at a time.
+For a run of consecutive stages ``s..t`` and the buckets released from ``r_i`` on (those ending
+at unit ``i`` or later), the last of them ends stage ``t`` no earlier than the path through
+any bucket ``k``: stage ``s`` of the buckets launched up to ``k``, every stage of ``k``, stage
+``t`` of those launched after ``k``. Taking for ``k`` the bucket of the unit ``u`` with the
+largest ``sum_run p - min_run p`` and the fastest stage of the run for every other unit:
+
+    end >= r_i + sum_{v >= i} min_run p[v] + max_{v >= i} (sum_run p - min_run p)[v]
+           + (every stage's start-up cost once)
+
+then its delivery tail (at least the forward from unit ``i``'s layer). With two equal stages
+(push and pull of dedicated servers) this is the classical ``sum + longest`` of a two-machine
+flow shop: the largest bucket is paid twice, whatever the order.
+
+In wait-for-all mode the
+same programme without delivery tails bounds the end of the communication, and the period's
+terms (:meth:`.period.PeriodTerms.bound`) turn it into a bound on the period.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..trace import Trace
+from .dp import solve_fifo_per_layer, solve_wait_for_all
+from .heuristics import schrage_order
+from .instance import Instance, Segments, build_instance
+from .options import SolveOptions
+
+__all__ = ["ResourceView", "bottleneck", "bottleneck_plans", "flow_order", "pair_bound",
+           "resource_bound", "resource_views"]
+
+
+class ResourceView:
+    """One resource of a multi-stage instance as a single machine with heads and tails.
+
+    Parameters
+    ----------
+    inst
+        The instance (several stages).
+    on
+        The stages that hold the resource (indices, increasing).
+
+    Attributes
+    ----------
+    p, a
+        Bandwidth part of every unit and start-up cost of one bucket on the resource (ticks).
+    p_before, a_before, p_after, a_after
+        The same for the stages before the first and after the last stage of ``on``.
+    """
+
+    def __init__(self, inst: Instance, on: tuple[int, ...]) -> None:
+        sp, sa = inst.stage_p, inst.stage_a
+        f, last = on[0], on[-1]
+        self.on = on
+        self.p = sp[list(on)].sum(axis=0).astype(np.int64)
+        self.a = int(sa[list(on)].sum())
+        self.p_before = sp[:f].sum(axis=0).astype(np.int64)
+        self.a_before = int(sa[:f].sum())
+        self.p_after = sp[last + 1:].sum(axis=0).astype(np.int64)
+        self.a_after = int(sa[last + 1:].sum())
+
+
+def resource_views(inst: Instance) -> list[ResourceView]:
+    """One view per resource of the stages (resources held by the same stages share one)."""
+    groups: dict[tuple[int, ...], None] = {}
+    for res in dict.fromkeys(r for st in inst.stages for r in st.resources):
+        groups[tuple(s for s, st in enumerate(inst.stages) if res in st.resources)] = None
+    return [ResourceView(inst, on) for on in groups]
+
+
+def _jackson_terms(inst: Instance, view: ResourceView) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer's first unit: the preemptive end of the communication of the units from it
+    on (one start-up cost; heads and tails of start-up costs only), and the unit."""
+    p_suffix = np.cumsum(view.p[::-1])[::-1]
+    starts = np.array([lo for lo, _ in inst.layer_runs])
+    return inst.r[starts] + view.a_before + p_suffix[starts] + view.a + view.a_after, starts
+
+
+def _jackson_end(inst: Instance, view: ResourceView) -> int:
+    """The preemptive bound of ``view`` on the end of the communication (ticks)."""
+    return int(_jackson_terms(inst, view)[0].max())
+
+
+def _jackson(inst: Instance, view: ResourceView) -> int:
+    """The preemptive bound of ``view`` on the period in per-layer mode (ticks)."""
+    vals, starts = _jackson_terms(inst, view)
+    return int((vals + inst.fwd_from[inst.layer[starts]]).max())
+
+
+def _fewest_buckets(inst: Instance, view: ResourceView, lam: int) -> bool:
+    """Whether some bucketing keeps every suffix term of ``view`` at most ``lam``."""
+    n = inst.n
+    r = np.r_[inst.r.astype(np.int64), np.iinfo(np.int64).max // 4]
+    p_suffix = np.r_[np.cumsum(view.p[::-1])[::-1], 0]
+    pre_b = np.r_[0, np.cumsum(view.p_before)]
+    pre_a = np.r_[0, np.cumsum(view.p_after)]
+    if inst.per_layer:
+        fwd = inst.fwd_from[inst.layer]
+        upd_before = np.r_[0, inst.upd_prefix]
+    else:  # wait-for-all: ``lam`` bounds the end of the communication, no tails
+        fwd, upd_before = np.zeros(n, np.int64), np.zeros(n + 1, np.int64)
+    first = inst.layer_first_unit
+    last = np.r_[inst.layer[1:] != inst.layer[:-1], True]
+    big = np.iinfo(np.int64).max // 4
+    count = np.full(n + 1, big, dtype=np.int64)
+    count[n] = 0
+    for i in range(n - 1, -1, -1):
+        j = np.arange(i, n)
+        rest = count[i + 1:]
+        upd = np.where(first[j] >= i, upd_before[i], 0) + np.where(
+            last[j], upd_before[j + 1] - upd_before[i], 0)
+        head = np.minimum(r[j] + pre_b[j + 1] - pre_b[i], r[j + 1]) + view.a_before
+        tail = view.a_after + np.where(j == n - 1, pre_a[n] - pre_a[i], 0)
+        term = head + p_suffix[i] + view.a * (1 + rest) + tail + fwd[j] + upd
+        ok = (rest < big) & (term <= lam)
+        if ok.any():
+            count[i] = 1 + int(rest[ok].min())
+    return bool(count[0] < big)
+
+
+class _Calls:
+    """The programmes a bound may still run (:func:`_fewest_buckets` calls), and those run."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.left = limit if limit is not None else 1 << 62
+        self.used = 0
+
+    def feasible(self, inst: Instance, view: ResourceView, lam: int) -> bool | None:
+        """:func:`_fewest_buckets`, or None once the calls are spent."""
+        if self.left <= 0:
+            return None
+        self.left -= 1
+        self.used += 1
+        return _fewest_buckets(inst, view, lam)
+
+
+def _bisect(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
+    """The least ``lam`` in ``[lo, hi]`` that :func:`_fewest_buckets` meets, ``lo`` a known
+    bound and ``hi`` feasible or a known value; once ``calls`` are spent, the largest ``lam``
+    proven infeasible plus one (or ``lo``)."""
+    if lo >= hi:
+        return hi
+    ok = calls.feasible(inst, view, lo)
+    if ok is None or ok:
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        ok = calls.feasible(inst, view, mid)
+        if ok is None:
+            return lo + 1
+        if ok:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _view_bound(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
+    """The bound of one resource view (ticks), at least ``lo`` (a known bound) and at most
+    ``hi`` (a known period), by bisection: on the period in per-layer mode, on the end of the
+    communication in wait-for-all mode (the period's terms are increasing in it, and it is at
+    most the period)."""
+    if inst.per_layer:
+        return _bisect(inst, view, max(inst.consts.k0, _jackson(inst, view), lo), hi, calls)
+    comm = _bisect(inst, view, _jackson_end(inst, view), hi, calls)
+    return max(lo, min(hi, int(inst.terms.bound(comm))))
+
+
+def pair_bound(inst: Instance) -> int:
+    """The path bound of every run of consecutive stages (ticks; module docstring): from every
+    unit ``i`` on, the longest unit's tasks on every stage of the run, the other units on the
+    fastest stage of the run, and every stage's start-up cost once."""
+    sp, sa = inst.stage_p.astype(np.int64), int(inst.stage_a.sum())
+    best = 0
+    n_s = len(inst.stages)
+    for s, t in itertools.combinations(range(n_s), 2):
+        run = sp[s:t + 1]
+        fast = run.min(axis=0)
+        suffix_min = np.cumsum(fast[::-1])[::-1]
+        extra = run.sum(axis=0) - fast
+        suffix_max = np.maximum.accumulate(extra[::-1])[::-1]
+        ends = inst.r + suffix_min + suffix_max + sa
+        if inst.per_layer:
+            best = max(best, int((ends + inst.fwd_from[inst.layer]).max()))
+        else:
+            best = max(best, int(inst.terms.bound(int(ends.max()))))
+    return best
+
+
+def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True,
+                   max_calls: int | None = None, stats: dict[str, int] | None = None) -> int:
+    """Lower bound on the period (ticks) of every plan of ``inst`` (several stages).
+
+    The best of the paths (:func:`pair_bound`, unless ``paths`` is false) and the resource
+    views (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a known
+    period). In per-layer mode every view first tries ``hi - 1``: a plan at ``hi`` is proven
+    optimal by one programme per view. ``max_calls`` caps the programmes run (each
+    ``O(n^2)``; a deterministic limit), ``stats["calls"]`` receives their number.
+    """
+    calls = _Calls(max_calls)
+    out = stats if stats is not None else {}
+    out["calls"] = 0
+    views = resource_views(inst) if len(inst.stages) > 1 else []
+    if not views or lo >= hi:
+        return min(lo, hi)
+    if paths:
+        lo = max(lo, min(hi, pair_bound(inst)))
+    if lo >= hi:
+        return hi
+    if inst.per_layer:
+        for view in views:
+            if calls.feasible(inst, view, hi - 1) is False:
+                out["calls"] = calls.used
+                return hi
+    for view in views:
+        lo = max(lo, _view_bound(inst, view, lo, hi - 1 if inst.per_layer else hi, calls))
+    out["calls"] = calls.used
+    return lo
+
+
+def bottleneck_plans(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance
+                     ) -> list[Segments]:
+    """Plans paced by one resource: per resource view, the one-stage instance of its stages
+    (one stage alone, or the stages that share the resource as one task), its readiness-order
+    programme's plan and, with reordering, Schrage's rule on that instance (durations of the
+    resource alone: on the summed costs of every stage the rule may wait for work the
+    resource has long finished) and on the summed costs, applied to that plan, to every unit
+    alone and to every layer alone. Segments of ``inst`` (built with
+    ``merge=bool(opts.merge_layers)``, as :func:`.solve.solve` builds it), to be judged by the
+    exact multi-stage period."""
+    merge = bool(opts.merge_layers)
+    plans: list[Segments] = []
+    fine: Segments = [(i, i) for i in range(inst.n)]
+    for view in resource_views(inst):
+        on = view.on[0] if len(view.on) == 1 else view.on
+        one = build_instance(trace, cluster, opts, merge=merge, stage=on)
+        if one.n != inst.n:
+            continue
+        segs = solve_fifo_per_layer(one)[1] if one.per_layer else solve_wait_for_all(one)[1]
+        cands = [segs]
+        if opts.reorder:
+            for c in (segs, fine, list(inst.layer_runs)):
+                cands += [schrage_order(one, c), schrage_order(inst, c)]
+        plans += [c for c in cands if c not in plans]
+    return plans
+
+
+
+def bottleneck(inst: Instance) -> ResourceView:
+    """The resource view with the most work (start-up cost and bandwidth parts of all units)."""
+    return max(resource_views(inst), key=lambda v: v.a + int(v.p.sum()))
+
+
+def flow_order(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance
+               ) -> Callable[[Segments], Segments]:
+    """The launch order the local search gives a bucketing of several stages: the better, by
+    the exact period, of Schrage's rule on the one-stage instance of the bottleneck resource
+    (:func:`bottleneck`) and on the summed costs."""
+    on = bottleneck(inst).on
+    one = build_instance(trace, cluster, opts, merge=bool(opts.merge_layers),
+                         stage=on[0] if len(on) == 1 else on)
+    if one.n != inst.n:
+        return lambda segs: schrage_order(inst, segs)
+
+    def order(segs: Segments) -> Segments:
+        cands = (schrage_order(one, segs), schrage_order(inst, segs))
+        return min(cands, key=lambda c: inst.evaluate(c).period)
+
+    return order
