@@ -30,7 +30,7 @@ from .files import (
     output_files,
 )
 from .plan import Plan, Schedule
-from .policies import POLICIES, make_plan, sharded_specs
+from .policies import POLICIES, SHARDED_POLICIES, make_plan, sharded_specs
 from .report import SolveProgress, split_policy_specs
 from .simulate import simulate
 from .trace import Trace
@@ -403,10 +403,12 @@ def list_cmd(
     with user_errors():
         rows = list_instances()
     if as_json:
-        print_json({"instances": rows, "policies": list(POLICIES)})
+        print_json({"instances": rows, "policies": list(POLICIES),
+                    "sharded_policies": list(SHARDED_POLICIES)})
         return
     console.print(report.list_table(rows, long))
     console.print("policies: " + ", ".join(POLICIES))
+    console.print("sharded (compare --sharding): " + ", ".join(SHARDED_POLICIES))
     if not long:
         console.print("`schedopt list --long` adds each instance's source; `schedopt info NAME`"
                       " describes one.")

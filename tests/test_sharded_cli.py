@@ -90,3 +90,10 @@ def test_bad_plan_fields_are_one_line_errors(tmp_path: Path, plan: dict, field: 
 
 def test_bad_sharding_option() -> None:
     assert "--sharding" in _error("compare", TRACE, CLUSTER, "--sharding", "zero")
+
+
+def test_list_names_the_sharded_baselines() -> None:
+    out = _json("list")
+    assert isinstance(out, dict)
+    assert out["sharded_policies"] == ["fsdp", "zero3", "megatron-distopt"]
+    assert not set(out["sharded_policies"]) & set(out["policies"])
