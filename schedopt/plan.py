@@ -100,7 +100,8 @@ class Sharding(BaseModel):
         2, description="Streams for all-gathers and reduce-scatters (1 shared, 2 separate).")
 
     def check_against(self, trace: Trace) -> list[list[str]]:
-        """Check the units against ``trace`` and return each unit's tensor names (forward order).
+        """Check the units against ``trace`` and return each unit's tensor names (forward order;
+        a tensor shared by several layers belongs to the unit of the earliest).
 
         Raises
         ------
@@ -122,8 +123,9 @@ class Sharding(BaseModel):
             why = ("layer is in no unit" if missing else
                    "every layer must appear once, units contiguous in forward order")
             raise SchedoptError(why, "plan.sharding.units", value)
-        tensors = [[t.name for name in unit for t in trace.layers[index[name]].tensors]
-                   for unit in self.units]
+        owner = trace.tensor_layer_by_name  # a tied tensor belongs to its earliest layer
+        tensors = [[t.name for name in unit for t in trace.layers[index[name]].tensors
+                    if owner[t.name] == index[name]] for unit in self.units]
         for k, names in enumerate(tensors):
             if not names:
                 raise SchedoptError("unit holds no tensor (merge it with a neighbour)",
@@ -415,6 +417,12 @@ class Schedule:
         Steady-state breakdown; sums to ``iteration_time_s``.
     iterations
         Number of iterations simulated.
+    peak_memory_bytes
+        Sharded plans: the largest sum, per rank, of unsharded parameters and not yet
+        reduce-scattered gradients alive at once (docs/model.md); None for all-reduce plans.
+    shard_bytes
+        Sharded plans: the constant parameter shard per rank (parameter bytes / ranks),
+        reported apart from the peak; None for all-reduce plans.
     tasks
         Per task key (``("fwd", t, l)``, ``("bwd", t, l)``, ``("comm", t, k, s)``,
         ``("update", t, k)``, ``("io", t)``, ``("h2d", t)``) its ``(start, end)`` in seconds.
@@ -429,6 +437,8 @@ class Schedule:
     world_size: int
     batch_size: int
     comm_busy_s: float = 0.0
+    peak_memory_bytes: float | None = None
+    shard_bytes: float | None = None
     tasks: dict[tuple, tuple[float, float]] = field(default_factory=dict, repr=False)
     resources: dict[tuple, tuple[str, ...]] = field(default_factory=dict, repr=False)
 
