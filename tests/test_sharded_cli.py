@@ -97,3 +97,39 @@ def test_list_names_the_sharded_baselines() -> None:
     assert isinstance(out, dict)
     assert out["sharded_policies"] == ["fsdp", "zero3", "megatron-distopt"]
     assert not set(out["sharded_policies"]) & set(out["policies"])
+
+
+def test_gantt_legend_names_sharded_tasks_only_when_drawn(tmp_path: Path) -> None:
+    """A sharded plan's all-gathers and reduce-scatters get colours and legend entries of their
+    own; an all-reduce plan's legend does not list them."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from schedopt.files import load_cluster, load_trace
+    from schedopt.plotting import charts
+    from schedopt.policies import make_plan
+    from schedopt.simulate import simulate
+
+    tr, cl = load_trace("gpt2-124m-a100-bf16"), load_cluster("dgx-a100-4n")
+    legends = {}
+    for policy in ("fsdp", "ddp"):
+        sched = simulate(tr, cl, make_plan(policy, tr, cl), record=True)
+        captured: list = []
+        real = plt.Axes.legend
+
+        def spy(self, handles, labels, _out=captured, _real=real, **kw):  # type: ignore[no-untyped-def]
+            _out.append((list(labels), [h.get_facecolor() for h in handles]))
+            return _real(self, handles, labels, **kw)
+
+        plt.Axes.legend = spy  # type: ignore[method-assign]
+        try:
+            charts.gantt_chart(sched, tmp_path / f"{policy}.png", iterations=1)
+        finally:
+            plt.Axes.legend = real  # type: ignore[method-assign]
+        legends[policy] = captured[0]
+    labels, colours = legends["fsdp"]
+    assert {"ag", "rs"} <= set(labels)
+    assert len(set(map(tuple, colours))) == len(labels)  # every kind its own colour
+    assert not {"ag", "rs"} & set(legends["ddp"][0])

@@ -18,7 +18,10 @@ __all__ = ["breakdown_chart", "gantt_chart", "pick_curves", "scaling_chart", "st
            "tune_chart"]
 
 _COLORS = {"io": "#9e9e9e", "h2d": "#795548", "fwd": "#4caf50", "bwd": "#2196f3",
-           "comm": "#ff9800", "update": "#9c27b0"}
+           "comm": "#ff9800", "update": "#9c27b0", "ag": "#00bcd4", "rs": "#ff5722"}
+#: Kinds that are always in the legend; the others (a sharded plan's all-gathers and
+#: reduce-scatters) only when drawn.
+_ALWAYS = ("io", "h2d", "fwd", "bwd", "comm", "update")
 
 
 def steady_window(schedule: Schedule, iterations: int) -> tuple[float, float, list[int]]:
@@ -77,8 +80,10 @@ def gantt_chart(schedule: Schedule, path: str | Path, *, title: str = "",
     ax.set_xlim(0, (t1 - t0) * 1e3)
     ax.set_xlabel("time (ms)" if iterations is None else
                   f"time (ms) in the last {iterations} steady-state iterations (dashed: period)")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in _COLORS.values()]
-    ax.legend(handles, list(_COLORS), ncol=6, loc="upper center", bbox_to_anchor=(0.5, -0.35),
+    drawn = {kind for _, kind in bars}
+    shown = [k for k in _COLORS if k in _ALWAYS or k in drawn]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=_COLORS[k]) for k in shown]
+    ax.legend(handles, shown, ncol=8, loc="upper center", bbox_to_anchor=(0.5, -0.35),
               frameon=False)
     period = f"iteration time {schedule.iteration_time_s * 1e3:.2f} ms"
     ax.set_title(f"{title}: {period}" if title else period)
