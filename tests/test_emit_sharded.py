@@ -184,3 +184,20 @@ def test_zero3_is_never_exact_and_refuses_odd_dtypes() -> None:
     assert merged["zero_optimization"]["stage"] == 3 and merged["train_batch_size"] == 8
     with pytest.raises(SchedoptError, match=r"plan\.comm_dtype"):
         emit("deepspeed", sharded_plan(tr, BLOCKS, comm_dtype="float8"), tr)
+
+
+def test_with_a_cluster_both_times_are_simulated() -> None:
+    from schedopt.files import load_cluster
+    from schedopt.simulate import simulate
+
+    tr = load_trace("gpt2-124m-a100-bf16")
+    cl = load_cluster("dgx-a100-4n")
+    names = [la.name for la in tr.layers]
+    units = [names[i: i + 8] for i in range(0, len(names), 8)]
+    exact = emit("fsdp", sharded_plan(tr, units), tr, cl)
+    assert exact.plan_time_s == exact.emitted_time_s == simulate(
+        tr, cl, sharded_plan(tr, units)).iteration_time_s
+    lazy = sharded_plan(tr, units, forward_prefetch=0, backward_prefetch=0)
+    out = emit("fsdp", lazy, tr, cl)
+    assert out.plan_time_s == simulate(tr, cl, lazy).iteration_time_s
+    assert out.emitted_time_s == exact.plan_time_s  # FSDP2 runs depth 1

@@ -181,7 +181,8 @@ def emit_fsdp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitt
     -------
     Emitted
         ``fsdp.json`` (the settings) and ``fsdp_snippet.py`` (``apply_fsdp(model)`` and
-        ``train_step``).
+        ``train_step``); with a cluster, the simulated times of the plan and of the plan as
+        FSDP2 runs it (depth at least 1, two streams).
 
     Raises
     ------
@@ -193,7 +194,21 @@ def emit_fsdp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitt
     config, notes = fsdp_config(plan, trace)
     files = {"fsdp.json": json.dumps(config, indent=1) + "\n",
              "fsdp_snippet.py": _snippet(plan, trace, config, not notes)}
-    return Emitted(target="fsdp", files=files, exact=not notes, notes=notes, config=config)
+    out = Emitted(target="fsdp", files=files, exact=not notes, notes=notes, config=config)
+    if cluster is not None:
+        from ..simulate import simulate
+
+        out.plan_time_s = simulate(trace, cluster, plan).iteration_time_s
+        out.emitted_time_s = simulate(trace, cluster, _as_run(plan, config)).iteration_time_s
+    return out
+
+
+def _as_run(plan: Plan, config: dict) -> Plan:
+    """The plan as FSDP2 runs it: its prefetch depths and two streams (tied moves aside)."""
+    sharding = _sharding(plan, "fsdp").model_copy(update={
+        "forward_prefetch": config["forward_prefetch"],
+        "backward_prefetch": config["backward_prefetch"], "streams": 2})
+    return plan.model_copy(update={"sharding": sharding})
 
 
 _SNIPPET_BODY = '''
