@@ -101,7 +101,7 @@ class Sharding(BaseModel):
 
     def check_against(self, trace: Trace) -> list[list[str]]:
         """Check the units against ``trace`` and return each unit's tensor names (forward order;
-        a tied tensor once, in the unit of its earliest layer).
+        a tensor shared by several layers belongs to the unit of the earliest).
 
         Raises
         ------
