@@ -94,3 +94,18 @@ def test_fsdp_groups_are_the_units_and_training_matches(tmp_path: Path, case: st
     for got, ref in zip(out["losses"], out["reference"], strict=True):
         assert got == pytest.approx(ref, rel=REL_TOL)
     assert out["losses"][1] < out["losses"][0]  # the step did train
+
+
+def test_applying_without_a_process_group_is_one_error() -> None:
+    import torch
+
+    from schedopt.errors import SchedoptError
+    from schedopt.integrations.fsdp import apply_sharded_plan, train_step
+    from tests.fsdp_worker import Tiny, tiny_trace
+
+    plan = CASES["grad-op-accumulate"]
+    with pytest.raises(SchedoptError, match="process_group"):
+        apply_sharded_plan(Tiny(), plan, tiny_trace())
+    opt = torch.optim.SGD(Tiny().parameters(), lr=0.1)
+    with pytest.raises(SchedoptError, match="accumulates 2 micro-batches"):
+        train_step(Tiny(), [None], lambda m, b: None, opt, plan)
