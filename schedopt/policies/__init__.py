@@ -12,3 +12,4 @@ from .registry import SHARDED_POLICIES as SHARDED_POLICIES
 from .registry import make_plan as make_plan
 from .registry import parse_spec as parse_spec
 from .registry import policy_names as policy_names
+from .registry import sharded_specs as sharded_specs

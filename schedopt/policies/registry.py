@@ -27,7 +27,8 @@ from .sync_easgd import sync_easgd
 from .tensorflow import tensorflow
 from .zero3 import zero3
 
-__all__ = ["POLICIES", "SHARDED_POLICIES", "make_plan", "parse_spec", "policy_names"]
+__all__ = ["POLICIES", "SHARDED_POLICIES", "make_plan", "parse_spec", "policy_names",
+           "sharded_specs"]
 
 PolicyFn = Callable[..., Plan]
 
@@ -54,6 +55,26 @@ SHARDED_POLICIES: dict[str, PolicyFn] = {
     "zero3": zero3,
     "megatron-distopt": megatron_distopt,
 }
+
+#: The sharded baselines ``compare --sharding MODE`` lists, per mode.
+SHARDED_SPECS: dict[str, list[str]] = {
+    "full": ["fsdp", "zero3"],
+    "grad-op": ["fsdp:reshard_after_forward=false", "megatron-distopt"],
+}
+
+
+def sharded_specs(mode: str) -> list[str]:
+    """The sharded baselines of ``mode`` (``full`` or ``grad-op``) as policy specs.
+
+    Raises
+    ------
+    SchedoptError
+        For another mode.
+    """
+    if mode not in SHARDED_SPECS:
+        raise SchedoptError(f"must be one of {', '.join(SHARDED_SPECS)}", "--sharding", mode)
+    return list(SHARDED_SPECS[mode])
+
 
 #: Knobs every policy accepts, applied to the plan it returns.
 COMMON_KNOBS = {"prefetch": 1}
