@@ -201,3 +201,22 @@ def test_with_a_cluster_both_times_are_simulated() -> None:
     out = emit("fsdp", lazy, tr, cl)
     assert out.plan_time_s == simulate(tr, cl, lazy).iteration_time_s
     assert out.emitted_time_s == exact.plan_time_s  # FSDP2 runs depth 1
+
+
+def test_zero3_fragment_is_what_deepspeed_reads() -> None:
+    """DeepSpeed's own config classes parse the fragment to the same values (with DeepSpeed)."""
+    pytest.importorskip("deepspeed")
+    from deepspeed.runtime.config import get_communication_data_type
+    from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+
+    tr = small_trace()
+    config = emit("deepspeed", sharded_plan(tr, BLOCKS, comm_dtype="bfloat16"), tr).config
+    zero = DeepSpeedZeroConfig(**config["zero_optimization"])
+    z = config["zero_optimization"]
+    assert (zero.stage, zero.prefetch_bucket_size, zero.max_live_parameters,
+            zero.max_reuse_distance, zero.param_persistence_threshold,
+            zero.reduce_bucket_size) == (3, z["stage3_prefetch_bucket_size"],
+                                         z["stage3_max_live_parameters"],
+                                         z["stage3_max_reuse_distance"], 0,
+                                         z["reduce_bucket_size"])
+    assert str(get_communication_data_type(config)) == "torch.bfloat16"
