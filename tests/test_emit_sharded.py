@@ -220,3 +220,18 @@ def test_zero3_fragment_is_what_deepspeed_reads() -> None:
                                          z["stage3_max_reuse_distance"], 0,
                                          z["reduce_bucket_size"])
     assert str(get_communication_data_type(config)) == "torch.bfloat16"
+
+
+def test_an_fsdp_baseline_plan_names_its_spec() -> None:
+    from schedopt.files import load_cluster
+    from schedopt.policies import make_plan
+
+    tr = load_trace("llama-7b-h100-bf16")
+    cl = load_cluster("dgx-h100-4n")
+    out = emit("fsdp", make_plan("fsdp:backward_prefetch=2", tr, cl), tr, cl)
+    assert out.exact and out.spec is not None and out.spec.startswith("fsdp:")
+    assert make_plan(out.spec, tr, cl).sharding == make_plan("fsdp:backward_prefetch=2", tr,
+                                                             cl).sharding
+    assert out.config["backward_prefetch"] == 2
+    assert f"Policy spec: {out.spec}" in out.files["fsdp_snippet.py"]
+    assert emit("fsdp", sharded_plan(tr, [[la.name for la in tr.layers]]), tr).spec is None

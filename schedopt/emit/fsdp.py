@@ -40,7 +40,7 @@ from ..cluster import Cluster
 from ..errors import SchedoptError
 from ..plan import Plan, Sharding
 from ..trace import Trace
-from .common import Emitted
+from .common import Emitted, placeholder_cluster, spec_of
 
 __all__ = ["emit_fsdp", "fsdp_config", "unit_modules"]
 
@@ -192,15 +192,33 @@ def emit_fsdp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitt
     _sharding(plan, "fsdp")
     plan.check_against(trace, cluster)
     config, notes = fsdp_config(plan, trace)
+    spec = _baseline_spec(plan, trace, cluster)
     files = {"fsdp.json": json.dumps(config, indent=1) + "\n",
-             "fsdp_snippet.py": _snippet(plan, trace, config, not notes)}
-    out = Emitted(target="fsdp", files=files, exact=not notes, notes=notes, config=config)
+             "fsdp_snippet.py": _snippet(plan, trace, config, not notes, spec)}
+    out = Emitted(target="fsdp", files=files, exact=not notes, notes=notes, config=config,
+                  spec=spec)
     if cluster is not None:
         from ..simulate import simulate
 
         out.plan_time_s = simulate(trace, cluster, plan).iteration_time_s
         out.emitted_time_s = simulate(trace, cluster, _as_run(plan, config)).iteration_time_s
     return out
+
+
+def _baseline_spec(plan: Plan, trace: Trace, cluster: Cluster | None) -> str | None:
+    """The ``fsdp`` baseline spec that rebuilds the plan's units and settings, if one does."""
+    from ..policies import make_plan
+
+    if plan.policy != "fsdp":
+        return None
+    spec = spec_of("fsdp", plan.knobs)
+    try:
+        again = make_plan(spec, trace, cluster or placeholder_cluster())
+    except SchedoptError:
+        return None
+    same = (again.sharding == plan.sharding and again.comm_dtype == plan.comm_dtype
+            and again.accumulate == plan.accumulate)
+    return spec if same else None
 
 
 def _as_run(plan: Plan, config: dict) -> Plan:
@@ -269,13 +287,14 @@ def train_step(model, micro_batches, loss_fn, optimizer):
 '''
 
 
-def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:
+def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool, spec: str | None) -> str:
     head = "\n".join([
         f'"""FSDP2 settings for the {plan.policy} sharded plan of {trace.name} '
         f"(trace {trace.fingerprint()}).",
         "",
         "groups: module names per unit (one fully_shard call each; '' is the root module).",
         f"{'Exact' if exact else 'Approximate'}: see the notes of `schedopt emit`.",
+        *([f"Policy spec: {spec}"] if spec else []),
         '"""',
         "",
         f"FSDP = {pprint.pformat(config, width=96, sort_dicts=False)}",
