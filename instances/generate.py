@@ -65,7 +65,8 @@ CLUSTERS = REPO / "instances" / "clusters"
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
 BCAFFE_COMMIT = "github.com/hclhkbu/B-Caffe @ fdb55951 (logdata/)"
 
-#: Parameter counts of reference/FACTS.md; the generated traces must match them exactly.
+#: Parameter counts of reference/FACTS.md (Llama: the published Llama-2 7B and 70B counts); the
+#: generated traces must match them exactly.
 EXPECTED_PARAMS: dict[str, tuple[int, int | None]] = {
     "alexnet": (61_100_840, None),
     "vgg16": (138_357_544, None),
