@@ -46,6 +46,16 @@ def _compute_order(trace: Trace, plan: Plan, first_layer: list[int], t: int,
     return out
 
 
+def _compute_duration(trace: Trace, key: Key, nbytes: np.ndarray, total: float) -> float:
+    """Duration of a compute-stream task: a layer's forward or backward, or an update (the
+    whole ``update_s``, or bucket ``k``'s byte share)."""
+    if key[0] == "fwd":
+        return float(trace.forward[key[2]])
+    if key[0] == "bwd":
+        return float(trace.backward[key[2]])
+    return trace.update_s if key[2] == -1 else float(trace.update_s * nbytes[key[2]] / total)
+
+
 def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -> nx.DiGraph:
     """Unroll ``iterations`` iterations of ``plan`` into a task graph.
 
@@ -96,13 +106,7 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
                 g.add_edge(last_compute[done], ("io", d))
         chain = _compute_order(trace, plan, first_layer, t, iterations - 1)
         for key in chain:
-            if key[0] == "fwd":
-                add(key, trace.forward[key[2]], ("compute",))
-            elif key[0] == "bwd":
-                add(key, trace.backward[key[2]], ("compute",))
-            else:
-                share = trace.update_s if key[2] == -1 else trace.update_s * nbytes[key[2]] / total
-                add(key, share, ("compute",))
+            add(key, _compute_duration(trace, key, nbytes, total), ("compute",))
         res_seq["compute"] += chain
         g.add_edge(("h2d", t), chain[next(i for i, key in enumerate(chain) if key[0] == "fwd")])
         last_compute[t] = ("update", t, -1) if plan.next_forward == "wait-for-all" else (

@@ -26,7 +26,7 @@ from schedopt.plan import Plan, Sharding
 from schedopt.policies import make_plan
 from schedopt.policies.units import merge_tensorless
 from schedopt.sharded import Network, peak_bytes
-from schedopt.simulate import simulate
+from schedopt.simulate import Model, recost, simulate, simulate_model
 from schedopt.trace import Trace
 
 from .strategies import clusters, traces
@@ -319,3 +319,15 @@ def test_sharded_invariants(inst: tuple[Trace, Cluster, Plan]) -> None:
     assert sched.peak_memory_bytes <= 2 * sum(p_u)
     if r > 1:  # every all-gather takes time: a unit's parameters are alive a while
         assert sched.peak_memory_bytes >= max(p_u)
+
+
+def test_recost_rebuilds_a_sharded_model() -> None:
+    """Calibration re-costs a built model on other cluster parameters: a sharded model is
+    rebuilt, so its all-gathers follow the new costs."""
+    tr = _trace([(10, 20, MB4)])
+    plan = _sharded(tr, [[0]], p=0, q=0)
+    fast = _cluster(allreduce={"alpha_s": 1 * MS, "beta_s_per_byte": 0.5e-9})
+    model = recost(Model.build(tr, _cluster(), plan), fast)
+    # AG = RS = (1 ms + 2 ms) / 2 = 1.5 ms: 3 · 1.5 + 10 + 20
+    assert simulate_model(model).iteration_time_s == pytest.approx(34.5 * MS, rel=1e-12)
+    assert simulate_model(model).iteration_time_s == simulate(tr, fast, plan).iteration_time_s
