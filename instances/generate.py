@@ -14,7 +14,7 @@ Estimated traces
 ----------------
 Every estimated model is built on PyTorch's ``meta`` device (shapes only, no memory, no weights
 downloaded): AlexNet, VGG-16 and ResNet-50/152 as plain ``torch.nn`` modules written below after
-torchvision's layouts and parameter names; BERT and GPT-2 from ``transformers`` configs. One
+torchvision's layouts and parameter names; BERT, GPT-2 and Llama from ``transformers`` configs. One
 forward pass runs under a dispatch mode that sees every ATen operator with its tensors:
 
 - a *layer* is a module that owns parameters (conv, linear, norm, embedding), in the order its
@@ -65,7 +65,8 @@ CLUSTERS = REPO / "instances" / "clusters"
 DEFAULT_REFERENCE = REPO.parent / "shared" / "reference"
 BCAFFE_COMMIT = "github.com/hclhkbu/B-Caffe @ fdb55951 (logdata/)"
 
-#: Parameter counts of reference/FACTS.md; the generated traces must match them exactly.
+#: Parameter counts of reference/FACTS.md (Llama: the published Llama-2 7B and 70B counts); the
+#: generated traces must match them exactly.
 EXPECTED_PARAMS: dict[str, tuple[int, int | None]] = {
     "alexnet": (61_100_840, None),
     "vgg16": (138_357_544, None),
@@ -75,6 +76,8 @@ EXPECTED_PARAMS: dict[str, tuple[int, int | None]] = {
     "bert-large": (335_141_888, None),
     "gpt2-124m": (124_439_808, None),
     "gpt2-1.5b": (1_557_611_200, None),
+    "llama-7b": (6_738_415_616, 291),
+    "llama-70b": (68_976_648_192, 723),
 }
 
 
@@ -296,7 +299,7 @@ class ModelSpec:
 
     key: str
     description: str
-    kind: str  # "image" | "bert" | "gpt2"
+    kind: str  # "image" | "bert" | "gpt2" | "llama"
     config: dict[str, Any]
 
 
@@ -319,6 +322,23 @@ MODELS: dict[str, ModelSpec] = {
                            " GPT2LMHeadModel, GPT2Config(n_embd=1600, n_layer=48, n_head=25);"
                            " lm_head tied to wte)", "gpt2",
                            {"n_embd": 1600, "n_layer": 48, "n_head": 25}),
+    "llama-7b": ModelSpec("llama-7b", "Llama-style 7B with LM head and loss (transformers"
+                          " LlamaForCausalLM, LlamaConfig(hidden_size=4096,"
+                          " intermediate_size=11008, num_hidden_layers=32,"
+                          " num_attention_heads=32, num_key_value_heads=32, vocab_size=32000):"
+                          " the Llama-2-7B shape; lm_head not tied)", "llama",
+                          {"hidden_size": 4096, "intermediate_size": 11008,
+                           "num_hidden_layers": 32, "num_attention_heads": 32,
+                           "num_key_value_heads": 32, "vocab_size": 32000}),
+    "llama-70b": ModelSpec("llama-70b", "Llama-style 70B with LM head and loss (transformers"
+                           " LlamaForCausalLM, LlamaConfig(hidden_size=8192,"
+                           " intermediate_size=28672, num_hidden_layers=80,"
+                           " num_attention_heads=64, num_key_value_heads=8, vocab_size=32000):"
+                           " the Llama-2-70B shape with grouped-query attention; lm_head not"
+                           " tied)", "llama",
+                           {"hidden_size": 8192, "intermediate_size": 28672,
+                            "num_hidden_layers": 80, "num_attention_heads": 64,
+                            "num_key_value_heads": 8, "vocab_size": 32000}),
 }
 
 
@@ -359,6 +379,10 @@ ESTIMATED: list[TraceSpec] = [
     TraceSpec("gpt2-1.5b-v100-fp16", "gpt2-1.5b", "v100", "fp16", 1, 1024, "float16"),
     TraceSpec("gpt2-1.5b-a100-bf16", "gpt2-1.5b", "a100", "bf16", 8, 1024, "bfloat16"),
     TraceSpec("gpt2-1.5b-h100-bf16", "gpt2-1.5b", "h100", "bf16", 8, 1024, "bfloat16"),
+    TraceSpec("llama-7b-a100-bf16", "llama-7b", "a100", "bf16", 2, 4096, "bfloat16"),
+    TraceSpec("llama-7b-h100-bf16", "llama-7b", "h100", "bf16", 2, 4096, "bfloat16"),
+    TraceSpec("llama-70b-a100-bf16", "llama-70b", "a100", "bf16", 1, 4096, "bfloat16"),
+    TraceSpec("llama-70b-h100-bf16", "llama-70b", "h100", "bf16", 1, 4096, "bfloat16"),
 ]
 
 
@@ -479,11 +503,30 @@ def _build(spec: ModelSpec, gpu: GPU, batch: int, seq: int, dtype: Any) -> tuple
             model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
 
         return model, run
+    if spec.kind == "llama":
+        return _build_llama(spec, attn, batch, seq, dtype)
     from transformers import GPT2Config, GPT2LMHeadModel
 
     cfg = GPT2Config(**spec.config, attn_implementation=attn)
     with torch.device("meta"):
         model = GPT2LMHeadModel(cfg).to(dtype)
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+
+    def run() -> None:
+        model(input_ids=ids, labels=ids)
+
+    return model, run
+
+
+def _build_llama(spec: ModelSpec, attn: str, batch: int, seq: int, dtype: Any
+                 ) -> tuple[Any, Callable]:
+    """A Llama-style causal LM on the meta device and its forward pass with loss."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(**spec.config, attn_implementation=attn)
+    with torch.device("meta"):
+        model = LlamaForCausalLM(cfg).to(dtype)
         ids = torch.zeros(batch, seq, dtype=torch.long)
 
     def run() -> None:
@@ -510,7 +553,7 @@ def estimate_trace(ts: TraceSpec) -> Trace:
         if own:
             owners.append((mname, module, own))
             module.register_forward_pre_hook(lambda _m, _a, n=mname: costs.enter(n))
-    ctx = (_flash_attention(causal=spec.kind == "gpt2") if gpu.attention == "flash"
+    ctx = (_flash_attention(causal=spec.kind in ("gpt2", "llama")) if gpu.attention == "flash"
            else contextlib.nullcontext())
     with ctx, _dispatch_mode(costs):
         run()

@@ -568,7 +568,8 @@ def emit_cmd(
     trace: TraceArg,
     cluster: ClusterArg,
     target: Annotated[
-        str, typer.Option("--target", "-t", help="ddp | horovod | deepspeed | megatron | json")
+        str, typer.Option("--target", "-t",
+                          help="ddp | fsdp | horovod | deepspeed | megatron | json")
     ],
     policy: PolicyOpt = None,
     plan_file: PlanOpt = None,

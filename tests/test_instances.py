@@ -32,7 +32,14 @@ FACTS_PARAMS = {
     "gpt2-124m-": (124_439_808, None),
     "gpt2-1.5b-": (1_557_611_200, None),
 }
-ESTIMATED = [n for n in TRACE_NAMES if any(n.startswith(p) for p in FACTS_PARAMS)]
+#: Large models for sharded plans, A100 and H100 only: sizes from transformers' LlamaConfig on the
+#: meta device (the published Llama-2 7B and 70B counts).
+LLAMA_PARAMS = {
+    "llama-7b-": (6_738_415_616, 291),
+    "llama-70b-": (68_976_648_192, 723),
+}
+ESTIMATED = [n for n in TRACE_NAMES
+             if any(n.startswith(p) for p in {**FACTS_PARAMS, **LLAMA_PARAMS})]
 
 #: Instances other modules depend on by name (the optimizer benchmarks among them).
 REQUIRED_TRACES = [
@@ -115,7 +122,8 @@ def test_trace_loads_and_simulates(name: str) -> None:
 
 @pytest.mark.parametrize("name", ESTIMATED)
 def test_parameter_counts_match_facts(name: str) -> None:
-    want, want_tensors = next(v for p, v in FACTS_PARAMS.items() if name.startswith(p))
+    want, want_tensors = next(v for p, v in {**FACTS_PARAMS, **LLAMA_PARAMS}.items()
+                              if name.startswith(p))
     tr = load_trace(name)
     assert sum(t.numel for t in tr.tensor_list) == want
     if want_tensors is not None:
@@ -140,6 +148,34 @@ def test_gpt2_lm_head_is_tied_to_the_embedding() -> None:
     assert [t.name for t in tr.layers[-1].tensors] == ["transformer.wte.weight"]
     assert tr.tensor_layer_by_name["transformer.wte.weight"] == 0
     assert tr.num_tensors == 580
+
+
+def test_llama_on_a100_and_h100() -> None:
+    for prefix in LLAMA_PARAMS:
+        assert {n.split("-")[2] for n in ESTIMATED if n.startswith(prefix)} == {"a100", "h100"}
+
+
+def test_llama_layers_are_module_names() -> None:
+    """``-t fsdp`` addresses modules by the trace's layer names: they must be the real ones."""
+    pytest.importorskip("transformers")
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = generate_module().MODELS["llama-7b"]
+    with torch.device("meta"):
+        model = LlamaForCausalLM(LlamaConfig(**spec.config))
+    owners = {n for n, m in model.named_modules() if any(True for _ in m.parameters(False))}
+    for name in ("llama-7b-a100-bf16", "llama-7b-h100-bf16"):
+        tr = load_trace(name)
+        assert {la.name for la in tr.layers} == owners
+        assert tr.layers[0].name == "model.embed_tokens" and tr.layers[-1].name == "lm_head"
+        assert {t.name for t in tr.tensor_list} == {n for n, _ in model.named_parameters()}
+    tr70 = load_trace("llama-70b-a100-bf16")
+    assert [la.name for la in tr70.layers[1:10]] == [
+        f"model.layers.0.{m}" for m in ("input_layernorm", "self_attn.q_proj",
+                                        "self_attn.k_proj", "self_attn.v_proj",
+                                        "self_attn.o_proj", "post_attention_layernorm",
+                                        "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
 
 
 def test_resnet50_layout() -> None:

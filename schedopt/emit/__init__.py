@@ -1,8 +1,9 @@
-"""Plan -> framework configs: PyTorch DDP, Horovod, DeepSpeed, Megatron-Core, plan JSON.
+"""Plan -> framework configs: PyTorch DDP, FSDP2, Horovod, DeepSpeed, Megatron-Core, plan JSON.
 
 Every emitter is ``emit_X(plan, trace, cluster=None) -> Emitted``; :data:`EMITTERS` maps the
 target names to them and :func:`emit` dispatches by name. docs/emit.md says, per target, what
-is exact and what is approximated.
+is exact and what is approximated. Sharded plans go to ``fsdp``, ``deepspeed`` (ZeRO stage 3)
+and ``json`` only (:data:`SHARDED_TARGETS`); ``fsdp`` needs one.
 """
 
 from __future__ import annotations
@@ -17,17 +18,24 @@ from .common import Emitted as Emitted
 from .ddp import ddp_caps as ddp_caps
 from .ddp import emit_ddp as emit_ddp
 from .deepspeed import emit_deepspeed as emit_deepspeed
+from .fsdp import emit_fsdp as emit_fsdp
 from .horovod import emit_horovod as emit_horovod
 from .megatron import emit_megatron as emit_megatron
 from .plan_json import emit_json as emit_json
 
 EmitFn = Callable[..., Emitted]
 
+#: Targets that can express a sharded plan.
+SHARDED_TARGETS = ("fsdp", "deepspeed", "json")
+#: Targets that need a sharded plan.
+SHARDED_ONLY_TARGETS = ("fsdp",)
+
 #: Every emitter by target name.
 EMITTERS: dict[str, EmitFn] = {
     "ddp": emit_ddp,
     "horovod": emit_horovod,
     "deepspeed": emit_deepspeed,
+    "fsdp": emit_fsdp,
     "megatron": emit_megatron,
     "json": emit_json,
 }
@@ -43,16 +51,22 @@ def emit(target: str, plan: Plan, trace: Trace, cluster: Cluster | None = None) 
     """
     if target not in EMITTERS:
         raise SchedoptError(f"unknown target (known: {', '.join(EMITTERS)})", "target", target)
+    if plan.sharding is not None and target not in SHARDED_TARGETS:
+        raise SchedoptError(f"a sharded plan needs one of {', '.join(SHARDED_TARGETS)}",
+                            "target", target)
     return EMITTERS[target](plan, trace, cluster)
 
 
 __all__ = [
     "EMITTERS",
+    "SHARDED_ONLY_TARGETS",
+    "SHARDED_TARGETS",
     "Emitted",
     "ddp_caps",
     "emit",
     "emit_ddp",
     "emit_deepspeed",
+    "emit_fsdp",
     "emit_horovod",
     "emit_json",
     "emit_megatron",

@@ -30,6 +30,7 @@ from .common import (
     size_grid,
     whole_tensor_buckets,
 )
+from .zero3 import emit_zero3
 
 __all__ = ["emit_deepspeed", "overflow_size_interval"]
 
@@ -84,6 +85,7 @@ def _candidate(stage: int, size: int, overlap: bool) -> Candidate:
 def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
     """Express ``plan`` as a DeepSpeed ``zero_optimization`` fragment.
 
+    A sharded plan gets ZeRO stage 3 settings instead (:func:`schedopt.emit.zero3.emit_zero3`).
     Exact when the plan's buckets are what one uniform ``reduce_bucket_size`` gives (ZeRO
     stage 2 with ``overlap_comm`` equal to the plan's ``overlap``; stage 1 is also tried for
     plans that communicate after the backward); otherwise the uniform size whose plan
@@ -102,6 +104,8 @@ def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> 
     Emitted
         ``deepspeed.json`` (a fragment to merge into ds_config) and ``deepspeed_snippet.py``.
     """
+    if plan.sharding is not None:
+        return emit_zero3(plan, trace, cluster)
     plan.check_against(trace, cluster)
     groups = whole_tensor_buckets(plan, trace)
     bucket_of = {name: k for k, b in enumerate(groups) for name in b}

@@ -1,0 +1,143 @@
+"""One rank of the FSDP2 check (tests/test_fsdp_torch.py): shard a tiny model with a plan's units,
+train one step, and write what FSDP built and the loss to a JSON file.
+
+Usage: python tests/fsdp_worker.py RANK WORLD RENDEZVOUS_FILE PLAN_JSON OUT_JSON
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from schedopt.emit.fsdp import emit_fsdp
+from schedopt.integrations.fsdp import apply_sharded_plan, fsdp_groups, train_step
+from schedopt.plan import Plan
+from schedopt.trace import Trace
+
+SEED = 1234
+BATCH = 8  # per rank
+MICRO = 2  # micro-batches per step when the plan accumulates
+
+
+class Block(nn.Module):
+    """A residual MLP block."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(width, 2 * width)
+        self.fc2 = nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fc2(torch.tanh(self.fc1(x)))
+
+
+class Tiny(nn.Module):
+    """Input projection, four blocks, head: 10 leaf layers owning parameters."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.blocks = nn.ModuleList([Block(8) for _ in range(4)])
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def tiny_trace() -> Trace:
+    """The model's trace by hand: one layer per leaf module, its parameters as tensors."""
+    torch.manual_seed(SEED)
+    model = Tiny()
+    layers = []
+    for name, module in model.named_modules():
+        own = list(module.named_parameters(recurse=False))
+        if own and next(module.children(), None) is None:
+            layers.append({"name": name, "forward_s": 1e-4, "backward_s": 2e-4, "tensors": [
+                {"name": f"{name}.{p}", "bytes": t.numel() * 4} for p, t in own]})
+    return Trace.model_validate({"name": "tiny", "batch_size": BATCH, "layers": layers})
+
+
+def data(world: int, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The global batch of every step (the same on every rank)."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    x = torch.randn(steps, world * BATCH, 6, generator=g)
+    y = torch.randint(0, 3, (steps, world * BATCH), generator=g)
+    return x, y
+
+
+def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    x, y = batch
+    return nn.functional.cross_entropy(model(x), y)
+
+
+def reference_losses(world: int, steps: int, accumulate: int) -> list[float]:
+    """Unsharded training on the global batch (the mean over ranks of their losses)."""
+    torch.manual_seed(SEED)
+    model = Tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    xs, ys = data(world, steps)
+    out = []
+    for s in range(steps):
+        total = 0.0
+        for m in range(accumulate):
+            xm = torch.cat([xs[s, r * BATCH:(r + 1) * BATCH].chunk(accumulate)[m]
+                            for r in range(world)])
+            ym = torch.cat([ys[s, r * BATCH:(r + 1) * BATCH].chunk(accumulate)[m]
+                            for r in range(world)])
+            loss = loss_fn(model, (xm, ym)) / accumulate
+            loss.backward()
+            total += float(loss)
+        opt.step()
+        opt.zero_grad()
+        out.append(total)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    rank, world = int(argv[1]), int(argv[2])
+    plan = Plan.model_validate_json(Path(argv[4]).read_text())
+    trace = tiny_trace()
+    dist.init_process_group("gloo", init_method=f"file://{argv[3]}", rank=rank,
+                            world_size=world)
+    torch.manual_seed(SEED)
+    model = apply_sharded_plan(Tiny(), plan, trace)
+    groups = fsdp_groups(model)
+    reduce_dtypes = sorted({str(g.mp_policy.reduce_dtype) for m in model.modules()
+                            if hasattr(m, "_get_fsdp_state")
+                            for g in m._get_fsdp_state()._fsdp_param_groups})
+    # the emitted snippet, applied to a second copy, builds the same groups
+    snippet: dict = {}
+    exec(compile(emit_fsdp(plan, trace).files["fsdp_snippet.py"], "fsdp_snippet.py", "exec"),
+         snippet)
+    torch.manual_seed(SEED)
+    snippet_groups = fsdp_groups(snippet["apply_fsdp"](Tiny()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    steps = 2
+    xs, ys = data(world, steps)
+    losses = []
+    for s in range(steps):
+        x = xs[s, rank * BATCH:(rank + 1) * BATCH]
+        y = ys[s, rank * BATCH:(rank + 1) * BATCH]
+        micro = list(zip(x.chunk(plan.accumulate), y.chunk(plan.accumulate), strict=True))
+        local = torch.tensor(train_step(model, micro, loss_fn, opt, plan))
+        dist.all_reduce(local)
+        losses.append(float(local) / world)
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(argv[5]).write_text(json.dumps({
+            "groups": groups, "snippet_groups": snippet_groups, "losses": losses,
+            "reduce_dtypes": reduce_dtypes,
+            "reference": reference_losses(world, steps, plan.accumulate)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv))
