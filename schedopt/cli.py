@@ -660,6 +660,17 @@ def optimize_cmd(
         Path | None, typer.Option("--out", help="Write the result and its plan (JSON).")
     ] = None,
     as_json: JsonOpt = False,
+    sharding: Annotated[
+        str | None, typer.Option("--sharding", help="full | grad-op: search sharded plans"
+                                 " (units, prefetch depths) instead of all-reduce buckets.")
+    ] = None,
+    memory_cap: Annotated[
+        int | None, typer.Option("--memory-cap", help="With --sharding: largest peak of"
+                                 " unsharded parameters and gradients per rank (BYTES).")
+    ] = None,
+    accumulate: Annotated[
+        int, typer.Option("--accumulate", help="With --sharding: micro-batches per step.")
+    ] = 1,
 ) -> None:
     """Find the best plan (exact DP or CP-SAT) and compare it with every baseline."""
     from pydantic import ValidationError
@@ -672,6 +683,8 @@ def optimize_cmd(
         check_int_option(workers, "--workers", 1, 1024)
         check_int_option(seed, "--seed", 0, 2**31 - 1)
         check_int_option(partition, "--partition", 1, MAX_BYTES)
+        from .optimize.sharding.options import sharded_options
+
         tr, cl = load_pair(trace, cluster, nodes)
         if partition is not None:
             check_pieces("pieces", sum(-(-t.bytes // partition) for t in tr.tensor_list),
@@ -685,6 +698,7 @@ def optimize_cmd(
         try:
             opts = SolveOptions.model_validate({
                 **cls, "time_limit_s": time_limit, "workers": workers, "seed": seed,
+                **sharded_options(sharding, memory_cap, accumulate),
             })
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
