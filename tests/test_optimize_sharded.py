@@ -136,13 +136,8 @@ def test_optimal_claims_match_brute_force(case: tuple, cap_frac: float | None) -
 
 def _config(res) -> Config:  # type: ignore[no-untyped-def]
     sh = res.plan.sharding
-    names = [n for unit in sh.units for n in unit]
-    starts, i = [], 0
-    for unit in sh.units:
-        starts.append(i)
-        i += len(unit)
-    assert len(names) == i
-    return Config(tuple(starts), sh.forward_prefetch, sh.backward_prefetch, sh.streams)
+    starts = tuple(itertools.accumulate([0, *[len(u) for u in sh.units[:-1]]]))
+    return Config(starts, sh.forward_prefetch, sh.backward_prefetch, sh.streams)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -57,6 +57,10 @@ class Method(StrEnum):
     BOUNDS = "bounds"
     #: One-stage relaxations of a multi-stage collective.
     STAGE_RELAXATION = "stage-relaxation"
+    #: Sharded plans: every configuration evaluated (small instances; proves the optimum).
+    ENUMERATION = "enumeration"
+    #: Sharded plans: units of the same number of tensor-holding layers, small depths.
+    UNIFORM_UNITS = "uniform-units"
 
 
 class BaselineRow(BaseModel):

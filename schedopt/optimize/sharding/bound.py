@@ -73,9 +73,16 @@ def step_bound(inst: ShardedInstance) -> float:
 
 
 def peak_floor(inst: ShardedInstance) -> int:
-    """Lower bound (bytes) on every sharded plan's peak: the unit holding layer ``l`` keeps
-    its parameters gathered and, from its first backward on, its gradients too, so while that
-    backward runs (``b_l > 0``) at least ``2 p_l`` bytes are unsharded, and during its forward
-    (``f_l > 0``) at least ``p_l``."""
+    """Lower bound (bytes) on every sharded plan's peak.
+
+    The unit holding layer ``l`` keeps its parameters gathered and, from its first backward
+    on, its gradients too: while that backward runs (``b_l > 0``) at least ``2 p_l`` bytes are
+    unsharded, and during its forward (``f_l > 0``) at least ``p_l``. In grad-op mode every
+    unit stays gathered from its first forward to its last backward, so when the last forward
+    ends and the last layer's backward takes time, all parameters are gathered at once.
+    """
     both = np.where(inst.b > 0, 2 * inst.p, np.where(inst.f > 0, inst.p, 0))
-    return int(both.max(initial=0))
+    floor = int(both.max(initial=0))
+    if inst.mode == "grad-op" and inst.b[-1] > 0:
+        floor = max(floor, int(inst.p.sum()))
+    return floor

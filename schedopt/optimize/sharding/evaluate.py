@@ -27,7 +27,8 @@ from ...errors import SchedoptError
 from ...plan import Plan, Sharding
 from ...trace import DTYPE_BYTES, Trace
 
-__all__ = ["Config", "ShardedInstance", "Step", "build_sharded", "gather_time", "step_time"]
+__all__ = ["Config", "ShardedInstance", "Step", "build_sharded", "config_of_plan", "gather_time",
+           "step_time"]
 
 
 def gather_time(cluster: Cluster, nbytes: float) -> float:
@@ -334,3 +335,20 @@ def _backward(inst: ShardedInstance, un: _Units, q: int, net: _Network, t0: floa
         if full and q == 0 and u - 1 >= 0:
             net.issue(_AGB * U + u - 1, prev, un.ag[u - 1], True)
     return prev
+
+
+def config_of_plan(inst: ShardedInstance, plan: Plan) -> Config | None:
+    """The configuration of a sharded ``plan`` in ``inst`` (None when ``inst`` cannot express
+    it: another mode, accumulation, communication dtype or data prefetch, or no sharding)."""
+    sh = plan.sharding
+    if (sh is None or sh.mode != inst.mode or plan.accumulate != inst.accumulate
+            or plan.comm_dtype != inst.comm_dtype or plan.prefetch != inst.prefetch):
+        return None
+    starts, i = [], 0
+    for unit in sh.units:
+        starts.append(i)
+        i += len(unit)
+    if [n for unit in sh.units for n in unit] != inst.names:
+        return None
+    q = sh.backward_prefetch if inst.mode == "full" else 1
+    return Config(tuple(starts), sh.forward_prefetch, q, sh.streams)

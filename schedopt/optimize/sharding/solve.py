@@ -52,7 +52,7 @@ class _Search:
     budget: Budget
     progress: Progress | None
     best: Scored | None = None
-    method: Method = Method.DP_HEURISTIC
+    method: Method = Method.UNIFORM_UNITS
     bound_s: float = 0.0
     bound_method: Method = Method.BOUNDS
     exact: bool = False
@@ -91,9 +91,8 @@ def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
     inst = build_sharded(trace, cluster, opts.sharding, opts.accumulate, None, opts.prefetch)
     cap, floor = opts.memory_cap_bytes, peak_floor(inst)
     if cap is not None and cap < floor:
-        raise SchedoptError(f"below the least peak any sharded plan can have ({floor:,} bytes: "
-                            "the largest layer's parameters and gradients)",
-                            "options.memory_cap_bytes", cap)
+        raise SchedoptError(f"below the least peak any {opts.sharding} sharded plan can have "
+                            f"({floor:,} bytes)", "options.memory_cap_bytes", cap)
     budget = Budget(opts.time_limit_s)
     with Control(budget.deadline) as control:
         search = _Search(inst, opts, control, budget, progress)
@@ -118,9 +117,9 @@ def _run(search: _Search) -> None:
         best = enumerate_all(inst, cap, search.check)
         budget.spend(count * search.eval_s)
         if best is not None:
-            search.offer(best, Method.DP)
+            search.offer(best, Method.ENUMERATION)
             search.exact = True
-            search.bound_method = Method.DP
+            search.bound_method = Method.ENUMERATION
         return
     _starts(search)
     best = search.best
@@ -142,7 +141,7 @@ def _starts(search: _Search) -> None:
                 search.check()
                 q_used = q if inst.mode == "full" else 1
                 search.offer(score(inst, Config(starts, p, q_used, streams), cap),
-                             Method.DP_HEURISTIC)
+                             Method.UNIFORM_UNITS)
                 evals += len(starts)
     search.budget.spend(evals * search.eval_s)
 
