@@ -400,6 +400,30 @@ class Cluster(BaseModel):
         """Total communication time of one bucket of ``nbytes`` bytes (stages run back to back)."""
         return sum(s.time(nbytes) for s in self.comm_stages(collective))
 
+    def shard_collective_time(self, nbytes: float, collective: str | None = None) -> float:
+        """Time of one all-gather, or one reduce-scatter, of ``nbytes`` bytes (sharded plans).
+
+        Each is half of this cluster's all-reduce of ``nbytes`` bytes, the per-collective
+        overhead counted once per call: ``overhead + (allreduce_time(n) - overhead) / 2``
+        (ring: ``(r-1)`` steps of ``n/r`` bytes; fitted and hierarchical forms halved alike;
+        docs/model.md, "Sharded data parallel"). Zero on one rank.
+
+        Raises
+        ------
+        SchedoptError
+            For the ``ps`` collective, which has no sharded form.
+        """
+        kind = collective or self.collective
+        if kind == "ps":
+            raise SchedoptError("a sharded plan needs an all-gather and a reduce-scatter; the ps"
+                                " collective has none (use ring, tree or hierarchical)",
+                                "collective", kind)
+        stages = self.comm_stages(collective)
+        if not stages:
+            return 0.0
+        over = self.collective_overhead_s
+        return over + (sum(s.time(nbytes) for s in stages) - over) / 2.0
+
 
 class ClusterFamily(BaseModel):
     """A cluster without a fixed node count; :meth:`at` derives the cluster of each size.

@@ -415,6 +415,12 @@ class Schedule:
         Steady-state breakdown; sums to ``iteration_time_s``.
     iterations
         Number of iterations simulated.
+    peak_memory_bytes
+        Sharded plans: the largest sum, per rank, of unsharded parameters and not yet
+        reduce-scattered gradients alive at once (docs/model.md); None for all-reduce plans.
+    shard_bytes
+        Sharded plans: the constant parameter shard per rank (parameter bytes / ranks),
+        reported apart from the peak; None for all-reduce plans.
     tasks
         Per task key (``("fwd", t, l)``, ``("bwd", t, l)``, ``("comm", t, k, s)``,
         ``("update", t, k)``, ``("io", t)``, ``("h2d", t)``) its ``(start, end)`` in seconds.
@@ -429,6 +435,8 @@ class Schedule:
     world_size: int
     batch_size: int
     comm_busy_s: float = 0.0
+    peak_memory_bytes: float | None = None
+    shard_bytes: float | None = None
     tasks: dict[tuple, tuple[float, float]] = field(default_factory=dict, repr=False)
     resources: dict[tuple, tuple[str, ...]] = field(default_factory=dict, repr=False)
 

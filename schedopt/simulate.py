@@ -16,6 +16,7 @@ import numpy as np
 
 from .cluster import Cluster, CommStage
 from .plan import Breakdown, Plan, Schedule
+from .sharded import Network, ShardedUnits, comm_member_bytes, peak_bytes, shard_units
 from .trace import Trace
 from .validation import check_finite_result
 
@@ -111,18 +112,26 @@ class Model:
     chain_index: np.ndarray  # layer index, or bucket index for updates
     shared_stage_resources: bool
     comm_sequence: np.ndarray  # (n, 2): (stage, bucket) in resource order, when shared
+    chain_micro: np.ndarray | None = None  # micro-batch of every chain task (accumulate > 1)
+    units: ShardedUnits | None = None  # sharded plans: the units (schedopt.sharded)
 
     @classmethod
     def build(cls, trace: Trace, cluster: Cluster, plan: Plan) -> Model:
         """Validate ``plan`` against ``trace`` and ``cluster`` and lay out the arrays."""
+        units = shard_units(trace, cluster, plan) if plan.sharding is not None else None
         members = plan.check_against(trace, cluster)
         stages = cluster.comm_stages(plan.collective)
         nbytes = members.bucket_bytes()
+        if plan.comm_dtype is not None:  # communicated bytes follow comm_dtype
+            moved = comm_member_bytes(trace, plan, members.nbytes)
+            cbytes = np.bincount(members.bucket, weights=moved, minlength=members.num_buckets)
+        else:
+            cbytes = nbytes
         bucket_layer = members.ready_layer()
         n_b, n_s = len(nbytes), len(stages)
         comm = np.zeros((n_b, n_s))
         for s, st in enumerate(stages):
-            comm[:, s] = st.times(nbytes)
+            comm[:, s] = st.times(cbytes)
         perms = []
         for s in range(n_s):
             order = plan.stage_orders.get(s)
@@ -153,6 +162,18 @@ class Model:
             chain_kind = np.r_[np.zeros(n_l, np.int8), np.ones(n_l, np.int8)]
             chain_index = np.r_[np.arange(n_l), np.arange(n_l - 1, -1, -1)]
             chain_dur = np.r_[trace.forward, trace.backward[::-1]]
+        chain_micro = None
+        if plan.accumulate > 1:  # micro-batches 1..k-1: forward and backward again
+            k, one = plan.accumulate, 2 * n_l
+            again = (k - 1) * one
+            chain_micro = np.r_[np.zeros(chain_dur.size, np.int64),
+                                np.repeat(np.arange(1, k), one)]
+            chain_kind = np.r_[chain_kind, np.tile(np.r_[np.zeros(n_l, np.int8),
+                                                         np.ones(n_l, np.int8)], k - 1)]
+            chain_index = np.r_[chain_index, np.tile(np.r_[np.arange(n_l),
+                                                           np.arange(n_l - 1, -1, -1)], k - 1)]
+            chain_dur = np.r_[chain_dur, np.resize(np.r_[trace.forward, trace.backward[::-1]],
+                                                   again)]
         used: list[str] = [r for st in stages for r in st.resources]
         return cls(
             trace=trace,
@@ -171,7 +192,17 @@ class Model:
             comm_sequence=np.asarray(
                 plan.comm_sequence(n_s) if len(used) != len(set(used)) else [], dtype=np.int64
             ).reshape(-1, 2),
+            chain_micro=chain_micro,
+            units=units,
         )
+
+    @property
+    def readies(self) -> np.ndarray:
+        """Mask of the chain's backward tasks whose ends ready buckets (the last micro-batch)."""
+        mask = self.chain_kind == 1
+        if self.chain_micro is not None:
+            mask &= self.chain_micro == self.plan.accumulate - 1
+        return mask
 
 
 def simulate(
@@ -201,8 +232,7 @@ def simulate(
         Iteration time (long-run period), cold first iteration, breakdown.
     """
     model = Model.build(trace, cluster, plan)
-    sim = (_Simulator(model, record) if cluster.overlap_slowdown == 1.0
-           else _SlowdownSimulator(model, record))
+    sim = _simulator(model, record)
     sched = sim.run(min_iterations, max(min_iterations, max_iterations))
     cause = f"trace {trace.name!r} on cluster {cluster.name!r} with plan {plan.policy!r}"
     check_finite_result(sched.iteration_time_s, "iteration_time_s", cause)
@@ -254,8 +284,9 @@ class _Simulator:
 
     # ------------------------------------------------------------------------------ compute
     def _chain(self, t: int, dur: np.ndarray, rel: np.ndarray, kind: np.ndarray,
-               index: np.ndarray) -> np.ndarray:
-        """Run a compute-stream segment and attribute its idle gaps."""
+               index: np.ndarray, micro: np.ndarray | None = None) -> np.ndarray:
+        """Run a compute-stream segment and attribute its idle gaps (``micro``: the tasks'
+        micro-batches, recorded as a fourth key element for all but the last)."""
         ends = chain_ends(self.compute_free, dur, rel)
         starts = ends - dur
         prev = np.r_[self.compute_free, ends[:-1]]
@@ -271,8 +302,15 @@ class _Simulator:
                 it = t - 1 if kd == 2 and index[i] >= 0 else t
                 if it < 0:
                     continue
-                self._rec((names[kd], it, int(index[i])), starts[i], ends[i], ("compute",))
+                self._rec(self._key(names[kd], it, int(index[i]), micro, i), starts[i],
+                          ends[i], ("compute",))
         return ends
+
+    def _key(self, name: str, t: int, index: int, micro: np.ndarray | None, i: int) -> tuple:
+        """Task key: ``(name, t, index)``, with the micro-batch appended before the last."""
+        if micro is None or micro[i] == self.m.plan.accumulate - 1 or name == "update":
+            return (name, t, index)
+        return (name, t, index, int(micro[i]))
 
     # ---------------------------------------------------------------------------- one step
     def step(self, t: int) -> None:
@@ -293,9 +331,10 @@ class _Simulator:
             rel[upd] = self.pending_comm[index[upd]]
         first_fwd = int(np.flatnonzero(kind == 0)[0])
         rel[first_fwd] = self.h2d_end[t]
-        ends = self._chain(t, dur, rel, kind, index)
+        ends = self._chain(t, dur, rel, kind, index, m.chain_micro)
         bwd_end = np.empty(n_l)
-        bwd_end[index[kind == 1]] = ends[kind == 1]
+        last = m.readies
+        bwd_end[index[last]] = ends[last]
         ready = bwd_end[m.bucket_layer] if m.plan.overlap else np.full(
             len(m.bucket_layer), bwd_end[0]
         )
@@ -418,7 +457,7 @@ class _Simulator:
             period = (ends[-1] - ends[half]) / cycle
         gi = (gaps[-1][1] - gaps[-1 - cycle][1]) / cycle
         tr = m.trace
-        f, b, u = float(tr.forward.sum()), float(tr.backward.sum()), tr.update_s
+        f, b, u = self.totals()
         # the measured comm gap equals this up to rounding; taking the difference makes the
         # parts sum exactly to the period
         if abs(gi) < 1e-12 * max(period, 1.0):  # rounding noise of the cumulative sums
@@ -434,10 +473,156 @@ class _Simulator:
             iterations=t,
             world_size=m.cluster.world_size,
             batch_size=tr.batch_size,
-            comm_busy_s=float(m.comm_dur.sum()),
+            comm_busy_s=self.comm_busy_s(),
+            **self.memory(),
             tasks=self.tasks,
             resources=self.resources,
         )
+
+    def totals(self) -> tuple[float, float, float]:
+        """Forward, backward and update time of one step on the compute stream."""
+        tr, k = self.m.trace, self.m.plan.accumulate
+        return k * float(tr.forward.sum()), k * float(tr.backward.sum()), tr.update_s
+
+    def comm_busy_s(self) -> float:
+        """Communication time of one step (sum over its tasks)."""
+        return float(self.m.comm_dur.sum())
+
+    def memory(self) -> dict[str, float]:
+        """The schedule's memory fields (none for all-reduce plans)."""
+        return {}
+
+
+# ------------------------------------------------------------------------ sharded plans
+class _ShardedSimulator(_Simulator):
+    """A sharded plan (docs/model.md, "Sharded data parallel"): per micro-batch, each unit's
+    forward and backward on the compute stream after its all-gathers; reduce-scatters after the
+    last micro-batch's backward; all on one network (:class:`~schedopt.sharded.Network`, lazily
+    served as the compute stream asks for all-gathers); the step on the shard after the last
+    reduce-scatter. Also records the peak memory of every step."""
+
+    def __init__(self, m: Model, record: bool) -> None:
+        super().__init__(m, record)
+        assert m.units is not None and m.plan.sharding is not None
+        self.un, self.sh = m.units, m.plan.sharding
+        self.net_res = tuple(sorted({r for st in m.stages for r in st.resources}))
+        self.peak = 0.0
+        self.busy_s = 0.0
+        self.net = Network(self.sh.streams)
+        self.mem: list[tuple[float, float, float]] = []
+        self.held: dict[int, float] = {}  # grad-op: start of each unit's gathered parameters
+        self.grad_from: dict[int, float] = {}  # start of each unit's first backward
+
+    def step(self, t: int) -> None:
+        """Simulate step ``t`` (``accumulate`` micro-batches)."""
+        m, un = self.m, self.un
+        if t == 0 or not m.plan.prefetch:
+            self._data(t)
+        if m.plan.prefetch:
+            self._data(t + 1)
+        self.net = net = Network(self.sh.streams,
+                                 max((self.free[r] for r in self.net_res), default=0.0))
+        self.mem, self.held, self.grad_from = [], {}, {}
+        clock = self.compute_free
+        phi = max(clock, self.h2d_end[t])
+        self.gap_io += phi - clock
+        for mb in range(m.plan.accumulate):
+            clock = self._backward(t, mb, self._forward(t, mb, phi))
+            phi = clock
+        net.drain()
+        rs_end = max(net.done[("rs", t, u)][1] for u in range(un.num_units))
+        for u in range(un.num_units):
+            self.mem.append((self.grad_from[u], net.done[("rs", t, u)][1],
+                             float(un.param_bytes[u])))
+        if t == 0:
+            self.first_done = max(rs_end, clock)
+        start = max(clock, rs_end)
+        self.gap_comm += start - clock
+        self.compute_free = start + m.trace.update_s / m.cluster.world_size
+        for r in self.net_res:
+            self.free[r] = net.free
+        self.busy_s = sum(e - s for s, e in net.done.values())
+        self.peak = max(self.peak, peak_bytes(self.mem))
+        if self.record:
+            self._rec(("update", t, -1), start, self.compute_free, ("compute",))
+            for key, (s, e) in net.done.items():
+                self._rec(key, s, e, self.net_res)
+        self.compute_done[t] = self.compute_free
+
+    def _run_unit(self, t: int, mb: int, clock: float, u: int, ready: float,
+                  name: str) -> tuple[float, float]:
+        """Run unit ``u``'s forward or backward after ``clock`` and ``ready``: (start, end)."""
+        start = max(clock, ready)
+        self.gap_comm += start - clock
+        times = self.m.trace.forward if name == "fwd" else self.m.trace.backward
+        layers = self.un.layers[u] if name == "fwd" else self.un.layers[u][::-1]
+        end = start
+        for lay in layers:
+            if self.record:
+                key = (name, t, lay) if mb == self.m.plan.accumulate - 1 else (name, t, lay, mb)
+                self._rec(key, end, end + float(times[lay]), ("compute",))
+            end += float(times[lay])
+        return start, end
+
+    def _forward(self, t: int, mb: int, phi: float) -> float:
+        """Micro-batch ``mb``'s forward from ``phi``; returns its end."""
+        un, net, p = self.un, self.net, self.sh.forward_prefetch
+        n_u, full = un.num_units, self.sh.mode == "full"
+        gather = full or mb == 0
+        for u in range(min(max(p, 1), n_u) if gather else 0):
+            net.issue(("ag", t, u, mb, "fwd"), phi, float(un.ag_s[u]), False)
+        clock = phi
+        for u in range(n_u):
+            key = ("ag", t, u, mb, "fwd")
+            start, clock = self._run_unit(t, mb, clock, u,
+                                          net.end_of(key) if gather else _NEG, "fwd")
+            if gather and p >= 1 and u + p < n_u:
+                net.issue(("ag", t, u + p, mb, "fwd"), start, float(un.ag_s[u + p]), False)
+            if gather and p == 0 and u + 1 < n_u:
+                net.issue(("ag", t, u + 1, mb, "fwd"), clock, float(un.ag_s[u + 1]), False)
+            if full:
+                self.mem.append((net.done[key][0], clock, float(un.param_bytes[u])))
+            elif gather:
+                self.held[u] = net.done[key][0]
+        return clock
+
+    def _backward(self, t: int, mb: int, clock: float) -> float:
+        """Micro-batch ``mb``'s backward from ``clock``; returns its end."""
+        un, net, q = self.un, self.net, self.sh.backward_prefetch
+        n_u, full = un.num_units, self.sh.mode == "full"
+        last = mb == self.m.plan.accumulate - 1
+        for u in range(n_u - 1, max(n_u - 1 - max(q, 1), -1), -1) if full else ():
+            net.issue(("ag", t, u, mb, "bwd"), clock, float(un.ag_s[u]), False)
+        for u in range(n_u - 1, -1, -1):
+            key = ("ag", t, u, mb, "bwd")
+            start, clock = self._run_unit(t, mb, clock, u, net.end_of(key) if full else _NEG,
+                                          "bwd")
+            self.grad_from.setdefault(u, start)
+            if full and q >= 1 and u - q >= 0:
+                net.issue(("ag", t, u - q, mb, "bwd"), start, float(un.ag_s[u - q]), False)
+            if last:
+                net.issue(("rs", t, u), clock, float(un.rs_s[u]), True)
+            if full and q == 0 and u >= 1:
+                net.issue(("ag", t, u - 1, mb, "bwd"), clock, float(un.ag_s[u - 1]), False)
+            if full:
+                self.mem.append((net.done[key][0], clock, float(un.param_bytes[u])))
+            elif last:
+                self.mem.append((self.held[u], clock, float(un.param_bytes[u])))
+        return clock
+
+    def totals(self) -> tuple[float, float, float]:
+        """Forward, backward (``accumulate`` times) and the step on the shard."""
+        f, b, _ = super().totals()
+        return f, b, self.m.trace.update_s / self.m.cluster.world_size
+
+    def comm_busy_s(self) -> float:
+        """Network time of the last step (all-gathers and reduce-scatters)."""
+        return self.busy_s
+
+    def memory(self) -> dict[str, float]:
+        """Peak of unsharded parameters and unreduced gradients; the parameter shard."""
+        return {"peak_memory_bytes": self.peak,
+                "shard_bytes": float(self.un.param_bytes.sum()) / self.m.cluster.world_size}
 
 
 # ------------------------------------------------------------------------ overlap slowdown
@@ -541,7 +726,8 @@ class _SlowdownSimulator(_Simulator):
         else:
             rel[upd] = self.pending_comm[index[upd]]
         rel[int(np.flatnonzero(kind == 0)[0])] = self.h2d_end[t]
-        self._chain(t, dur, rel, kind, index)
+        micro = None if m.chain_micro is None else m.chain_micro[:n_pre]
+        self._chain(t, dur, rel, kind, index, micro)
         return True
 
     def step(self, t: int) -> None:
@@ -559,6 +745,7 @@ class _SlowdownSimulator(_Simulator):
         end: list[list[float | None]] = [[None] * n_s for _ in range(n_b)]
         heads = [0] * len(self.queues)
         overlap, by_layer, record = m.plan.overlap, self.by_layer, self.record
+        readies = m.readies.tolist()
         i0 = self.n_pre if self._forwards(t, self.n_pre) else 0
         free_c, gap_io, gap_comm = self.compute_free, 0.0, 0.0
         for i in range(i0, len(kind)):
@@ -576,10 +763,10 @@ class _SlowdownSimulator(_Simulator):
             gap_comm += (stop - start) - work  # the slowdown counts as exposed communication
             if record and (kd != 2 or t > 0):
                 it = t - 1 if kd == 2 and index[i] >= 0 else t
-                self._rec((("fwd", "bwd", "update")[kd], it, index[i]), start, stop,
-                          ("compute",))
+                self._rec(self._key(("fwd", "bwd", "update")[kd], it, index[i],
+                                    m.chain_micro, i), start, stop, ("compute",))
             free_c = stop
-            if kd == 1 and overlap and index[i] in by_layer:
+            if readies[i] and overlap and index[i] in by_layer:
                 for k in by_layer[index[i]]:
                     ready[k] = stop
                 self._place(t, ready, end, heads)
@@ -629,7 +816,8 @@ def recost(model: Model, cluster: Cluster) -> Model:
     which evaluates the same rows under many parameter values.
     """
     stages = cluster.comm_stages(model.plan.collective)
-    if [st.resources for st in stages] != [st.resources for st in model.stages]:
+    if model.units is not None or [st.resources for st in stages] != [
+            st.resources for st in model.stages]:
         return Model.build(model.trace, cluster, model.plan)
     comm = np.zeros_like(model.comm_dur)
     for s, st in enumerate(stages):
@@ -640,6 +828,13 @@ def recost(model: Model, cluster: Cluster) -> Model:
 def simulate_model(model: Model, *, record: bool = False, min_iterations: int = 3,
                    max_iterations: int = 256) -> Schedule:
     """:func:`simulate` of an already built :class:`Model`."""
-    sim = (_Simulator(model, record) if model.cluster.overlap_slowdown == 1.0
-           else _SlowdownSimulator(model, record))
-    return sim.run(min_iterations, max(min_iterations, max_iterations))
+    return _simulator(model, record).run(min_iterations, max(min_iterations, max_iterations))
+
+
+def _simulator(model: Model, record: bool) -> _Simulator:
+    """The simulator of ``model``: sharded, with the overlap slowdown, or the plain one."""
+    if model.units is not None:
+        return _ShardedSimulator(model, record)
+    if model.cluster.overlap_slowdown != 1.0:
+        return _SlowdownSimulator(model, record)
+    return _Simulator(model, record)
