@@ -24,7 +24,7 @@ import numpy as np
 from ...cluster import Cluster
 from .evaluate import ShardedInstance
 
-__all__ = ["envelope", "peak_floor", "step_bound"]
+__all__ = ["DP_LAYERS", "envelope", "gather_matrix", "idle_bound", "peak_floor", "step_bound"]
 
 
 def envelope(cluster: Cluster, layers: int) -> tuple[float, float]:
@@ -46,8 +46,20 @@ def envelope(cluster: Cluster, layers: int) -> tuple[float, float]:
     return (A if A >= 0 else layers * A), B
 
 
-def step_bound(inst: ShardedInstance) -> float:
-    """Lower bound (s) on the step of every sharded plan of ``inst`` (see the module)."""
+def step_bound(inst: ShardedInstance, cap: int | None = None) -> float:
+    """Lower bound (s) on the step of every sharded plan of ``inst`` within ``cap`` (see the
+    module): the closed forms, and the compute plus :func:`idle_bound` when ``inst`` has at
+    most :data:`DP_LAYERS` layers."""
+    closed = _closed_bound(inst)
+    if inst.n > DP_LAYERS:
+        return closed
+    k = inst.accumulate
+    compute = k * float(inst.f.sum() + inst.b.sum()) + inst.update_s
+    return max(closed, compute + idle_bound(inst, cap))
+
+
+def _closed_bound(inst: ShardedInstance) -> float:
+    """The closed-form bounds of the module."""
     A, B = envelope(inst.cluster, inst.n)
 
     def coll(nbytes: np.ndarray | float) -> np.ndarray:
@@ -86,3 +98,77 @@ def peak_floor(inst: ShardedInstance) -> int:
     if inst.mode == "grad-op" and inst.b[-1] > 0:
         floor = max(floor, int(inst.p.sum()))
     return floor
+
+
+#: Largest number of layers for the programme over unit boundaries (O(n^3)).
+DP_LAYERS = 400
+
+
+def gather_matrix(inst: ShardedInstance, col: int) -> np.ndarray:
+    """``M[a, b]``: the all-gather time of the bytes of layers ``a..b-1`` (column ``col`` of
+    :attr:`ShardedInstance.sums`: 2 parameters, 3 gradients), as
+    :meth:`~schedopt.cluster.Cluster.shard_collective_time`; 0 for no bytes."""
+    cs = inst.sums[:, col]
+    nbytes = np.maximum(0.0, cs[None, :] - cs[:, None])
+    stages = inst.cluster.comm_stages()
+    if not stages:
+        return np.zeros_like(nbytes)
+    over = inst.cluster.collective_overhead_s
+    total = sum(s.times(nbytes) for s in stages)
+    return np.where(nbytes > 0, over + (total - over) / 2.0, 0.0)
+
+
+def idle_bound(inst: ShardedInstance, cap: int | None) -> float:
+    """Least idle time of the compute stream over every partition into units (a programme
+    over unit boundaries, docs/formulation.md): the first unit's all-gather before each
+    micro-batch that gathers, its reduce-scatter after the last backward, in full mode the
+    last unit's all-gather between each forward and backward, and the all-gathers the cap
+    forbids to overlap the previous unit's compute."""
+    n, k, full = inst.n, inst.accumulate, inst.mode == "full"
+    ag, rs = gather_matrix(inst, 2), gather_matrix(inst, 3)
+    cs = inst.sums
+    cum_t = np.r_[0, np.cumsum(inst.has_tensor)]
+    C = float(cap) if cap is not None else np.inf
+    total = float(cs[n, 2])
+    inf = np.inf
+    V = np.full((n + 1, n + 1), inf)  # V[b, c]: last unit [b, c)
+    for c in range(1, n + 1):
+        if cum_t[c] > 0:
+            V[0, c] = (k if full else 1) * ag[0, c] + rs[0, c]
+    for b in range(1, n):
+        a = np.arange(b)
+        ok_a = (cum_t[b] - cum_t[a] > 0) & np.isfinite(V[a, b])
+        if not ok_a.any():
+            continue
+        a, prev = a[ok_a], V[a[ok_a], b]
+        p_a = cs[b, 2] - cs[a, 2]
+        f_a = cs[b, 0] - cs[a, 0]
+        for c in range(b + 1, n + 1):
+            if cum_t[c] == cum_t[b]:
+                continue
+            cost = prev + _pair(inst, p_a, f_a, ag[a, b], b, c, ag[b, c], C, total, k, full)
+            V[b, c] = float(cost.min())
+    turn = np.array([k * ag[b, n] if full else 0.0 for b in range(n + 1)])
+    return float(np.min(V[:, n] + turn))
+
+
+def _pair(inst: ShardedInstance, p_a: np.ndarray, f_a: np.ndarray, ag_a: np.ndarray, b: int,
+          c: int, ag_b: float, C: float, total: float, k: int, full: bool) -> np.ndarray:
+    """Idle time the cap forces between units ``A = [a, b)`` (vectors over ``a``) and
+    ``B = [b, c)``: ``AGf(B)`` after ``F(A)``, and in full mode ``AGb(A)`` after ``B(B)``."""
+    cs = inst.sums
+    p_b = cs[c, 2] - cs[b, 2]
+    b_b = cs[c, 1] - cs[b, 1]
+    out = np.zeros_like(p_a)
+    if full:  # forward of micro-batch m: P_A alive, and from m = 1 on every gradient
+        for m in range(k):
+            alive = p_a + (total if m >= 1 else 0.0)
+            out += np.where((f_a > 0) & (alive + p_b > C), ag_b, 0.0)
+        if b_b > 0:
+            for m in range(k):
+                grads = (p_b if k == 1 else cs[inst.n, 2] - cs[b, 2] if m == 0
+                         else cs[c, 2] if m == k - 1 else total)
+                out += np.where(p_b + grads + p_a > C, ag_a, 0.0)
+    else:  # grad-op gathers in the first micro-batch only, and keeps units 0..A gathered
+        out += np.where((f_a > 0) & (cs[b, 2] + p_b > C), ag_b, 0.0)
+    return out

@@ -32,21 +32,17 @@ __all__ = ["Config", "ShardedInstance", "Step", "build_sharded", "config_of_plan
 
 
 def gather_time(cluster: Cluster, nbytes: float) -> float:
-    """All-gather (= reduce-scatter) time of ``nbytes`` bytes: half the all-reduce, the
-    per-collective overhead once.
+    """All-gather (= reduce-scatter) time of ``nbytes`` bytes
+    (:meth:`~schedopt.cluster.Cluster.shard_collective_time`; 0 for nothing).
 
     Raises
     ------
     SchedoptError
         On the ``ps`` collective, which cannot shard.
     """
-    if cluster.collective == "ps":
-        raise SchedoptError("the ps collective cannot shard parameters (use ring, tree or "
-                            "hierarchical)", "cluster.collective", cluster.collective)
-    if nbytes <= 0 or cluster.world_size == 1:
+    if nbytes <= 0:
         return 0.0
-    over = cluster.collective_overhead_s
-    return over + (cluster.allreduce_time(nbytes) - over) / 2.0
+    return cluster.shard_collective_time(nbytes)
 
 
 @dataclass(frozen=True)
@@ -161,9 +157,12 @@ def build_sharded(trace: Trace, cluster: Cluster, mode: str, accumulate: int = 1
     Raises
     ------
     SchedoptError
-        On the ``ps`` collective.
+        On the ``ps`` collective, or an overlap slowdown (not modelled for sharded plans).
     """
     gather_time(cluster, 1.0)  # refuses ps
+    if cluster.overlap_slowdown != 1.0:
+        raise SchedoptError("the overlap slowdown is not modelled for sharded plans (use 1)",
+                            "cluster.overlap_slowdown", cluster.overlap_slowdown)
     owner = trace.tensor_layer_by_name
     n = len(trace.layers)
     p = np.zeros(n, dtype=np.int64)

@@ -16,13 +16,15 @@ from typing import Any
 
 from ...cluster import Cluster
 from ...errors import SchedoptError
+from ...policies import make_plan
+from ...simulate import simulate
 from ...trace import Trace
 from ..control import Control, Halt
 from ..options import SolveOptions
-from ..result import Method, SolveResult, Status
-from ..solve import Budget, Share
+from ..result import BaselineRow, Method, SolveResult, Status
+from ..solve import AGREE, Budget, Share
 from .bound import peak_floor, step_bound
-from .evaluate import Config, ShardedInstance, build_sharded
+from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan
 from .search import Scored, count_partitions, enumerate_all, local_search, score, uniform_starts
 
 __all__ = ["solve_sharded"]
@@ -57,6 +59,7 @@ class _Search:
     bound_method: Method = Method.BOUNDS
     exact: bool = False
     notes: list[str] = field(default_factory=list)
+    baselines: list[BaselineRow] = field(default_factory=list)
 
     def offer(self, s: Scored, method: Method) -> None:
         """Keep ``s`` when it ranks before the best."""
@@ -96,10 +99,10 @@ def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
     budget = Budget(opts.time_limit_s)
     with Control(budget.deadline) as control:
         search = _Search(inst, opts, control, budget, progress)
-        search.bound_s = inst.period(step_bound(inst))
+        search.bound_s = inst.period(step_bound(inst, opts.memory_cap_bytes))
         control.searching = True
         try:
-            _run(search)
+            _run(search, trace, cluster)
         except Halt:
             pass
         finally:
@@ -108,8 +111,10 @@ def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
             return _result(search, trace, cluster)
 
 
-def _run(search: _Search) -> None:
-    """Enumerate when small, otherwise the starts and the local search."""
+def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
+    """The baselines, then enumerate when small, otherwise the starts and the local search."""
+    if search.opts.baselines:
+        _baselines(search, trace, cluster)
     inst, budget = search.inst, search.budget
     cap = search.opts.memory_cap_bytes
     count = count_partitions(inst, EXACT_WORK)
@@ -129,6 +134,38 @@ def _run(search: _Search) -> None:
                               lambda s: search.offer(s, Method.LOCAL_SEARCH))
     budget.spend(evals * search.eval_s)
     log.info("sharded local search: %d evaluations, %.6g s", evals, out.step.period_s)
+
+
+def sharded_policies() -> list[str]:
+    """Names of the registered sharded baselines (``policies.SHARDED_POLICIES``)."""
+    from ... import policies
+
+    return list(getattr(policies, "SHARDED_POLICIES", {}))
+
+
+def _baselines(search: _Search, trace: Trace, cluster: Cluster) -> None:
+    """Simulate every sharded baseline (its plan with the options' accumulation); those the
+    options express within the cap start the search."""
+    inst, cap = search.inst, search.opts.memory_cap_bytes
+    for name in sharded_policies():
+        search.check()
+        try:
+            plan = make_plan(name, trace, cluster)
+            if plan.accumulate != inst.accumulate:
+                plan = plan.model_copy(update={"accumulate": inst.accumulate})
+            sched = simulate(trace, cluster, plan)
+        except SchedoptError as exc:  # a policy that does not apply here
+            log.info("baseline %s skipped: %s", name, exc)
+            continue
+        config = config_of_plan(inst, plan)
+        reason = "" if config is not None else "another mode, dtype or data prefetch"
+        peak = sched.peak_memory_bytes or 0.0
+        if config is not None and cap is not None and peak > cap:
+            reason = f"peak {peak:,.0f} bytes over the cap"
+        search.baselines.append(BaselineRow(policy=name, iteration_time_s=sched.iteration_time_s,
+                                            expressible=not reason, reason=reason))
+        if config is not None and not reason:
+            search.offer(score(inst, config, cap), Method.HINT)
 
 
 def _starts(search: _Search) -> None:
@@ -161,17 +198,21 @@ def _result(search: _Search, trace: Trace, cluster: Cluster) -> SolveResult:
     if best.key[0]:
         raise SchedoptError(f"no sharded plan found within the memory cap (smallest peak found:"
                             f" {best.step.peak_bytes:,} bytes)", "options.memory_cap_bytes", cap)
+    notes = list(search.notes)
     knobs: dict[str, object] = {"sharding": opts.sharding, "memory_cap_bytes": cap,
                                 "accumulate": opts.accumulate}
     plan = inst.to_plan(best.config, knobs)
     value = best.step.period_s
-    sim = value  # judged by the closed form until the simulator knows sharded plans
+    sched = simulate(trace, cluster, plan)  # the judge
+    sim = sched.iteration_time_s
+    agree = abs(value - sim) <= AGREE * sim
+    if not agree:
+        notes.append(f"closed form {value:.6g} s and simulation {sim:.6g} s disagree")
     bound = value if search.exact else min(search.bound_s, value)
     gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
-    status = Status.OPTIMAL if gap <= 1e-12 else Status.FEASIBLE
-    notes = list(search.notes)
-    notes.append(f"peak of unsharded parameters and gradients {best.step.peak_bytes:,} bytes"
-                 + (f" (cap {cap:,})" if cap is not None else ""))
+    status = Status.OPTIMAL if gap <= 1e-12 and agree else Status.FEASIBLE
+    notes.append(f"peak of unsharded parameters and gradients {sched.peak_memory_bytes:,.0f} "
+                 f"bytes" + (f" (cap {cap:,})" if cap is not None else ""))
     control = search.control
     wall_stop = control.halted and not search.exact
     if control.interrupted:
@@ -179,11 +220,16 @@ def _result(search: _Search, trace: Trace, cluster: Cluster) -> SolveResult:
     elif wall_stop:
         notes.append("the wall-clock safety stop ended the search before its deterministic "
                      "limits: the result may depend on the machine's load")
+    expr = [b for b in search.baselines if b.expressible]
+    hint = min(expr, key=lambda b: b.iteration_time_s) if expr else None
     fields: dict[str, Any] = {
         "status": status, "plan": plan, "objective_s": value, "iteration_time_s": sim,
         "bound_s": bound, "gap": gap, "solve_time_s": search.budget.elapsed(),
         "method": search.method,
         "bound_method": search.bound_method if search.exact or gap <= 0 else Method.BOUNDS,
         "interrupted": control.interrupted, "wall_stop": wall_stop,
-        "work_s": search.budget.work_used_s, "notes": notes}
+        "work_s": search.budget.work_used_s, "notes": notes, "baselines": search.baselines,
+        "hint_policy": hint.policy if hint else None,
+        "hint_iteration_time_s": hint.iteration_time_s if hint else None,
+        "improvement_s": max(0.0, hint.iteration_time_s - sim) if hint else 0.0}
     return SolveResult(**fields)
