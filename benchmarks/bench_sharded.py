@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_sharded.py                 # 4 rows, 60 s each (about 4 minutes)
+    python benchmarks/bench_sharded.py                 # 5 rows, at most 60 s each
     python benchmarks/bench_sharded.py --time-limit 10
     python benchmarks/bench_sharded.py --json out.json
 
@@ -11,11 +11,11 @@ synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 que
 key-value heads, MLP 28672, vocabulary 128256, bfloat16; a block is one layer holding its nine
 tensors; compute from 2 x parameters x 4096 tokens plus attention at 450 TFLOP/s, backward twice
 the forward; Adam step 0.37 s for all parameters on one GPU) on ``dgx-h100-4n`` (32 GPUs).
-Rows: full and grad-op sharding, without a cap, then under a cap halfway between the floor
-(:func:`~schedopt.optimize.sharding.bound.peak_floor`) and the uncapped plan's peak; one
-worker, seed 0. The table prints
-instance, mode, cap, method, the objective, the bound, the gap, the solve time and the peak; the
-target is a gap within 1% in 60 s.
+Rows (one worker, seed 0): full sharding without a cap, then under a cap of 3/4 of the
+uncapped plan's peak (so that plan does not fit), and grad-op without a cap; the same two full
+rows for the A100 trace (``llama*-70b-a100*``, else the same synthetic one) on ``dgx-a100-4n``. The
+table prints instance, mode, cap, method, the objective, the bound, the gap, the solve time, the
+peak and the number of units; the target is a gap within 1% in 60 s.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
-from schedopt.optimize.sharding.bound import peak_floor
 from schedopt.optimize.sharding.evaluate import build_sharded, config_of_plan, step_time
 from schedopt.trace import Trace
 
@@ -62,44 +62,56 @@ def synthetic_70b() -> Trace:
                                  "source": "bench_sharded.py: Llama 70B shapes", "layers": layers})
 
 
-def the_trace() -> Trace:
-    """The shipped 70B trace if any, else :func:`synthetic_70b`."""
-    shipped = sorted((ROOT / "instances" / "traces").glob("llama*-70b*.json"))
+def the_trace(path: Path | None = None, gpu: str = "h100") -> Trace:
+    """``path``, else the shipped ``llama*-70b-<gpu>*`` trace if any, else
+    :func:`synthetic_70b`."""
+    if path is not None:
+        return load_trace(str(path))
+    shipped = sorted((ROOT / "instances" / "traces").glob(f"llama*-70b-{gpu}*.json"))
     return load_trace(str(shipped[0])) if shipped else synthetic_70b()
+
+
+def run(trace: Trace, cluster: Cluster, mode: str, cap: int | None,
+        time_limit_s: float) -> dict[str, Any]:
+    """Solve one row and print it."""
+    inst = build_sharded(trace, cluster, mode)
+    res = solve(trace, cluster, SolveOptions(sharding=mode, memory_cap_bytes=cap,
+                                             time_limit_s=time_limit_s, baselines=False))
+    config = config_of_plan(inst, res.plan)
+    assert config is not None
+    peak = step_time(inst, config).peak_bytes
+    assert cap is None or peak <= cap
+    row = {"instance": f"{trace.name} on {cluster.name}", "mode": mode, "cap": cap,
+           "method": str(res.method), "objective_s": res.objective_s,
+           "iteration_time_s": res.iteration_time_s, "bound_s": res.bound_s, "gap": res.gap,
+           "time_s": res.solve_time_s, "peak_bytes": peak, "units": len(config.starts),
+           "status": str(res.status)}
+    print(f"{row['instance']:<36} {mode:<8} {'-' if cap is None else f'{cap / 1e9:.2f}':>7} "
+          f"{row['method']:<13} {res.objective_s * 1e3:>12.3f} {res.bound_s * 1e3:>9.3f} "
+          f"{res.gap:>7.3%} {res.solve_time_s:>7.1f} {peak / 1e9:>8.2f} {len(config.starts):>5}",
+          flush=True)
+    return row
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--trace", type=Path, default=None, help="Another trace (H100 rows).")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    trace = the_trace()
-    cluster = load_cluster(str(ROOT / "instances" / "clusters" / "dgx-h100-4n.json"))
+    clusters = ROOT / "instances" / "clusters"
+    h100 = load_cluster(str(clusters / "dgx-h100-4n.json"))
+    a100 = load_cluster(str(clusters / "dgx-a100-4n.json"))
+    print(f"{'instance':<36} {'mode':<8} {'cap GB':>7} {'method':<13} {'objective ms':>12} "
+          f"{'bound ms':>9} {'gap':>7} {'time s':>7} {'peak GB':>8} {'units':>5}")
     rows = []
-    print(f"{'instance':<28} {'mode':<8} {'cap GB':>7} {'method':<13} {'objective ms':>12} "
-          f"{'bound ms':>9} {'gap':>7} {'time s':>7} {'peak GB':>8}")
-    for mode in ("full", "grad-op"):
-        inst = build_sharded(trace, cluster, mode)
-        floor = peak_floor(inst)
-        cap: int | None = None
-        for _ in range(2):
-            opts = SolveOptions(sharding=mode, memory_cap_bytes=cap,
-                                time_limit_s=args.time_limit, baselines=False)
-            res = solve(trace, cluster, opts)
-            config = config_of_plan(inst, res.plan)
-            assert config is not None
-            peak = step_time(inst, config).peak_bytes
-            row = {"instance": f"{trace.name} on {cluster.name}", "mode": mode, "cap": cap,
-                   "method": str(res.method), "objective_s": res.objective_s,
-                   "bound_s": res.bound_s, "gap": res.gap, "time_s": res.solve_time_s,
-                   "peak_bytes": peak, "status": str(res.status)}
-            rows.append(row)
-            print(f"{row['instance']:<28} {mode:<8} "
-                  f"{'-' if cap is None else f'{cap / 1e9:.1f}':>7} {row['method']:<13} "
-                  f"{res.objective_s * 1e3:>12.3f} {res.bound_s * 1e3:>9.3f} "
-                  f"{res.gap:>7.3%} {res.solve_time_s:>7.1f} {peak / 1e9:>8.2f}")
-            cap = (floor + peak) // 2  # the next row: between the floor and this peak
+    for trace, cluster in ((the_trace(args.trace), h100), (the_trace(args.trace, "a100"), a100)):
+        free = run(trace, cluster, "full", None, args.time_limit)
+        cap = int(0.75 * free["peak_bytes"])  # binds: the uncapped plan does not fit
+        rows += [free, run(trace, cluster, "full", cap, args.time_limit)]
+        if cluster is h100:
+            rows.append(run(trace, cluster, "grad-op", None, args.time_limit))
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -4,9 +4,9 @@ memory cap (docs/formulation.md, "Sharded data parallel").
 * Small instances: every contiguous partition into units with a tensor each, every prefetch
   depth that makes a difference (``0..U``) and both stream layouts are evaluated
   (:func:`enumerate_all`): the best is proven optimal.
-* Otherwise: starts (the expressible sharded baselines; units of ``g`` tensor-holding layers
-  for every ``g``, with small depths), then a first-improvement local search on the unit
-  boundaries and the knobs (:func:`local_search`), judged by the closed-form step
+* Otherwise: starts (the expressible sharded baselines; units of ``g`` blocks and of ``g``
+  tensor-holding layers for every ``g``, with small depths), then a first-improvement local
+  search on the unit boundaries and the knobs (:func:`local_search`), judged by the closed-form step
   (:func:`~.evaluate.step_time`); the bound is :func:`~.bound.step_bound`.
 
 Configurations over the cap rank after every one within it, by their excess, so the search
@@ -22,8 +22,13 @@ import numpy as np
 
 from .evaluate import Config, ShardedInstance, Step, step_time
 
-__all__ = ["Scored", "count_partitions", "enumerate_all", "local_search", "partitions",
-           "uniform_starts"]
+__all__ = ["Scored", "block_of", "block_starts", "count_partitions", "enumerate_all",
+           "local_search", "partitions", "uniform_starts"]
+
+
+#: Up to this many layers, the local search tries a cut at every layer; above, it splits each
+#: unit at half its bytes.
+SPLIT_EVERYWHERE = 200
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ def partitions(inst: ShardedInstance) -> Iterator[tuple[int, ...]]:
 def count_partitions(inst: ShardedInstance, limit: int) -> int:
     """Work of :func:`enumerate_all` (its configurations' units), counted up to ``limit``."""
     n = inst.n
+    if 2 ** (int(inst.has_tensor.sum()) - 1) > limit:  # at least one unit per cut set
+        return limit + 1
     # ways[i][u]: partitions of layers i.. into u units
     ways: list[dict[int, int]] = [dict() for _ in range(n + 1)]
     ways[n] = {0: 1}
@@ -115,6 +122,32 @@ def uniform_starts(inst: ShardedInstance) -> list[tuple[int, ...]]:
     return [tuple(at[::g]) for g in range(1, len(at) + 1)]
 
 
+def block_of(name: str) -> str:
+    """The block a layer belongs to: its name up to the first numeric component
+    (``model.layers.3.mlp.up_proj`` -> ``model.layers.3``); the whole name without one."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[:i + 1])
+    return name
+
+
+def block_starts(inst: ShardedInstance) -> list[tuple[int, ...]]:
+    """Units of ``g`` blocks each (:func:`block_of`; FSDP's one unit per transformer block
+    is ``g = 1``), for every ``g``; a block without a tensor joins the next."""
+    heads = [i for i in range(inst.n) if i == 0 or block_of(inst.names[i])
+             != block_of(inst.names[i - 1])]
+    out: list[tuple[int, ...]] = []
+    for g in range(1, len(heads) + 1):
+        starts = [0]
+        for h in heads[g::g]:
+            if inst.has_tensor[starts[-1]:h].any() and inst.has_tensor[h:].any():
+                starts.append(h)
+        if tuple(starts) not in out:
+            out.append(tuple(starts))
+    return out
+
+
 def _neighbours(inst: ShardedInstance, c: Config) -> Iterator[Config]:
     """Moves: the knobs by one, each boundary moved by one, removed, and each cut added."""
     full = inst.mode == "full"
@@ -132,10 +165,20 @@ def _neighbours(inst: ShardedInstance, c: Config) -> Iterator[Config]:
                              c.backward_prefetch, c.streams)
         yield Config((*s[:i], *s[i + 1:]), c.forward_prefetch, c.backward_prefetch, c.streams)
     cuts = set(s)
-    for j in range(1, inst.n):
-        if j not in cuts:
-            yield Config(tuple(sorted((*s, j))), c.forward_prefetch, c.backward_prefetch,
-                         c.streams)
+    if inst.n <= SPLIT_EVERYWHERE:
+        splits: list[int] = [j for j in range(1, inst.n) if j not in cuts]
+    else:  # each unit at the layer nearest half its bytes
+        ends = (*s[1:], inst.n)
+        pp = inst.sums[:, 2]
+        splits = []
+        for a, b in zip(s, ends, strict=True):
+            j = int(np.searchsorted(pp, 0.5 * (pp[a] + pp[b])))
+            j = min(max(j, a + 1), b - 1)
+            if a < j < b:
+                splits.append(j)
+    for j in splits:
+        yield Config(tuple(sorted((*s, j))), c.forward_prefetch, c.backward_prefetch,
+                     c.streams)
 
 
 def local_search(inst: ShardedInstance, start: Scored, cap: int | None, max_work: int,
