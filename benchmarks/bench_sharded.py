@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/bench_sharded.py                 # 5 rows, at most 60 s each
-    python benchmarks/bench_sharded.py --time-limit 10
+    python benchmarks/bench_sharded.py --time-limit 10 --synthetic
     python benchmarks/bench_sharded.py --json out.json
 
 Instance: the shipped ``instances/traces/llama*-70b*`` trace when there is one, else a
@@ -62,11 +62,13 @@ def synthetic_70b() -> Trace:
                                  "source": "bench_sharded.py: Llama 70B shapes", "layers": layers})
 
 
-def the_trace(path: Path | None = None, gpu: str = "h100") -> Trace:
-    """``path``, else the shipped ``llama*-70b-<gpu>*`` trace if any, else
-    :func:`synthetic_70b`."""
+def the_trace(path: Path | None = None, gpu: str = "h100", synthetic: bool = False) -> Trace:
+    """``path``, else the shipped ``llama*-70b-<gpu>*`` trace if any (and not
+    ``synthetic``), else :func:`synthetic_70b`."""
     if path is not None:
         return load_trace(str(path))
+    if synthetic:
+        return synthetic_70b()
     shipped = sorted((ROOT / "instances" / "traces").glob(f"llama*-70b-{gpu}*.json"))
     return load_trace(str(shipped[0])) if shipped else synthetic_70b()
 
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--trace", type=Path, default=None, help="Another trace (H100 rows).")
+    ap.add_argument("--trace", type=Path, default=None, help="Another trace (all rows).")
+    ap.add_argument("--synthetic", action="store_true", help="The synthetic 70B-shaped trace.")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     clusters = ROOT / "instances" / "clusters"
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'instance':<36} {'mode':<8} {'cap GB':>7} {'method':<13} {'objective ms':>12} "
           f"{'bound ms':>9} {'gap':>7} {'time s':>7} {'peak GB':>8} {'units':>5}")
     rows = []
-    for trace, cluster in ((the_trace(args.trace), h100), (the_trace(args.trace, "a100"), a100)):
+    for trace, cluster in ((the_trace(args.trace, "h100", args.synthetic), h100),
+                           (the_trace(args.trace, "a100", args.synthetic), a100)):
         free = run(trace, cluster, "full", None, args.time_limit)
         cap = int(0.75 * free["peak_bytes"])  # binds: the uncapped plan does not fit
         rows += [free, run(trace, cluster, "full", cap, args.time_limit)]

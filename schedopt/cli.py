@@ -720,10 +720,13 @@ def optimize_cmd(
 def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, cls: dict[str, Any],
                      out: Path | None) -> None:
     """The table of ``optimize``: the optimized plan against every baseline, then the status."""
+    from .optimize.sharding.options import sharded_labels
+
     next_forward, reorder, partition = cls["next_forward"], cls["reorder"], cls["partition_bytes"]
-    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {next_forward}"
-                        f"{', reorder' if reorder else ''}"
-                        f"{f', partition {partition} B' if partition else ''}")
+    shard = sharded_labels(res)
+    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): " + (
+        f"{next_forward}{', reorder' if reorder else ''}"
+        f"{f', partition {partition} B' if partition else ''}" if shard is None else shard[0]))
     for col in ("plan", "iteration ms", "vs optimized", "expressible"):
         table.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
     table.add_row("[bold]optimized[/bold]", f"{res.iteration_time_s * 1e3:.3f}", "1.000x", "")
@@ -735,7 +738,8 @@ def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, cls: dict[str, An
     console.print(table)
     typer.echo(f"status {res.status}  objective {res.objective_s * 1e3:.3f} ms  bound "
                f"{res.bound_s * 1e3:.3f} ms  gap {report.fmt_gap(res.gap)}  time "
-               f"{res.solve_time_s:.2f} s  method {res.method}  buckets {res.plan.num_buckets}")
+               f"{res.solve_time_s:.2f} s  method {res.method}  "
+               + (f"buckets {res.plan.num_buckets}" if shard is None else shard[1]))
     for note in res.notes:
         typer.echo(f"note: {note}")
     _beyond_class(tr, cl, res, cls)

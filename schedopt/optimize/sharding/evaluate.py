@@ -173,13 +173,16 @@ def build_sharded(trace: Trace, cluster: Cluster, mode: str, accumulate: int = 1
         scale = 1.0 if comm_dtype is None else DTYPE_BYTES[comm_dtype] / DTYPE_BYTES[t.dtype]
         g[la] += t.bytes * scale
     r = cluster.world_size
+    # a tensor shared by several layers (tied weights) belongs to the earliest one's unit
+    owned = [[t.name for t in la.tensors if owner[t.name] == i]
+             for i, la in enumerate(trace.layers)]
     return ShardedInstance(
         names=[la.name for la in trace.layers], f=trace.forward.astype(float),
         b=trace.backward.astype(float), p=p, g=g,
-        has_tensor=np.array([bool(la.tensors) for la in trace.layers]), mode=mode,
+        has_tensor=np.array([bool(x) for x in owned]), mode=mode,
         accumulate=accumulate, update_s=trace.update_s / r, io_s=trace.io_s,
         h2d_s=trace.h2d_s, prefetch=prefetch, cluster=cluster,
-        tensors=[[t.name for t in la.tensors] for la in trace.layers], comm_dtype=comm_dtype)
+        tensors=owned, comm_dtype=comm_dtype)
 
 
 # ------------------------------------------------------------------------------- the network

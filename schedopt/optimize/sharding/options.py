@@ -8,7 +8,7 @@ from ...errors import SchedoptError
 from ...plan import MAX_ACCUMULATE
 from ...validation import check_int_option
 
-__all__ = ["MAX_CAP_BYTES", "sharded_options"]
+__all__ = ["MAX_CAP_BYTES", "sharded_labels", "sharded_options"]
 
 #: Largest memory cap accepted (bytes).
 MAX_CAP_BYTES = 2**62
@@ -37,3 +37,18 @@ def sharded_options(sharding: str | None, memory_cap: int | None,
     if sharding is None:
         return {}
     return {"sharding": sharding, "memory_cap_bytes": memory_cap, "accumulate": accumulate}
+
+
+def sharded_labels(res: Any) -> tuple[str, str] | None:
+    """``optimize``'s table title and status tail for a sharded result (None otherwise):
+    the mode, cap and accumulation; the units, prefetch depths and streams."""
+    plan = res.plan
+    sh = plan.sharding
+    if sh is None:
+        return None
+    cap = plan.knobs.get("memory_cap_bytes")
+    title = (f"sharding {sh.mode}" + (f", cap {cap:,} B" if cap is not None else "")
+             + (f", accumulate {plan.accumulate}" if plan.accumulate > 1 else ""))
+    tail = (f"units {len(sh.units)}  prefetch {sh.forward_prefetch}/{sh.backward_prefetch}  "
+            f"streams {sh.streams}")
+    return title, tail
