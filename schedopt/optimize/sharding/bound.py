@@ -101,7 +101,7 @@ def peak_floor(inst: ShardedInstance) -> int:
 
 
 #: Largest number of layers for the programme over unit boundaries (O(n^3)).
-DP_LAYERS = 400
+DP_LAYERS = 1000
 
 
 def gather_matrix(inst: ShardedInstance, col: int) -> np.ndarray:
@@ -126,49 +126,47 @@ def idle_bound(inst: ShardedInstance, cap: int | None) -> float:
     forbids to overlap the previous unit's compute."""
     n, k, full = inst.n, inst.accumulate, inst.mode == "full"
     ag, rs = gather_matrix(inst, 2), gather_matrix(inst, 3)
-    cs = inst.sums
     cum_t = np.r_[0, np.cumsum(inst.has_tensor)]
     C = float(cap) if cap is not None else np.inf
-    total = float(cs[n, 2])
-    inf = np.inf
-    V = np.full((n + 1, n + 1), inf)  # V[b, c]: last unit [b, c)
-    for c in range(1, n + 1):
-        if cum_t[c] > 0:
-            V[0, c] = (k if full else 1) * ag[0, c] + rs[0, c]
+    V = np.full((n + 1, n + 1), np.inf)  # V[b, c]: the least idle time with last unit [b, c)
+    first = np.arange(1, n + 1)
+    V[0, first] = np.where(cum_t[first] > 0, (k if full else 1) * ag[0, first] + rs[0, first],
+                           np.inf)
     for b in range(1, n):
         a = np.arange(b)
         ok_a = (cum_t[b] - cum_t[a] > 0) & np.isfinite(V[a, b])
-        if not ok_a.any():
+        c = np.arange(b + 1, n + 1)
+        c = c[cum_t[c] > cum_t[b]]
+        if not ok_a.any() or not c.size:
             continue
-        a, prev = a[ok_a], V[a[ok_a], b]
-        p_a = cs[b, 2] - cs[a, 2]
-        f_a = cs[b, 0] - cs[a, 0]
-        for c in range(b + 1, n + 1):
-            if cum_t[c] == cum_t[b]:
-                continue
-            cost = prev + _pair(inst, p_a, f_a, ag[a, b], b, c, ag[b, c], C, total, k, full)
-            V[b, c] = float(cost.min())
-    turn = np.array([k * ag[b, n] if full else 0.0 for b in range(n + 1)])
+        a = a[ok_a]
+        cost = V[a, b][:, None] + _pair(inst, a, b, c, ag, C, k, full)
+        V[b, c] = cost.min(axis=0)
+    turn = k * ag[:, n] if full else np.zeros(n + 1)
     return float(np.min(V[:, n] + turn))
 
 
-def _pair(inst: ShardedInstance, p_a: np.ndarray, f_a: np.ndarray, ag_a: np.ndarray, b: int,
-          c: int, ag_b: float, C: float, total: float, k: int, full: bool) -> np.ndarray:
-    """Idle time the cap forces between units ``A = [a, b)`` (vectors over ``a``) and
-    ``B = [b, c)``: ``AGf(B)`` after ``F(A)``, and in full mode ``AGb(A)`` after ``B(B)``."""
+def _pair(inst: ShardedInstance, a: np.ndarray, b: int, c: np.ndarray, ag: np.ndarray,
+          C: float, k: int, full: bool) -> np.ndarray:
+    """Idle time the cap forces between units ``A = [a, b)`` (rows) and ``B = [b, c)``
+    (columns): ``AGf(B)`` after ``F(A)``, and in full mode ``AGb(A)`` after ``B(B)``."""
     cs = inst.sums
-    p_b = cs[c, 2] - cs[b, 2]
-    b_b = cs[c, 1] - cs[b, 1]
-    out = np.zeros_like(p_a)
-    if full:  # forward of micro-batch m: P_A alive, and from m = 1 on every gradient
+    total = float(cs[inst.n, 2])
+    p_a = (cs[b, 2] - cs[a, 2])[:, None]
+    f_a = (cs[b, 0] - cs[a, 0])[:, None]
+    ag_a = ag[a, b][:, None]
+    p_b = (cs[c, 2] - cs[b, 2])[None, :]
+    b_b = (cs[c, 1] - cs[b, 1])[None, :]
+    ag_b = ag[b, c][None, :]
+    out = np.zeros((a.size, c.size))
+    if full:  # forward of micro-batch m: P_A held, and from m = 1 on every gradient
         for m in range(k):
-            alive = p_a + (total if m >= 1 else 0.0)
-            out += np.where((f_a > 0) & (alive + p_b > C), ag_b, 0.0)
-        if b_b > 0:
-            for m in range(k):
-                grads = (p_b if k == 1 else cs[inst.n, 2] - cs[b, 2] if m == 0
-                         else cs[c, 2] if m == k - 1 else total)
-                out += np.where(p_b + grads + p_a > C, ag_a, 0.0)
+            held = p_a + (total if m >= 1 else 0.0)
+            out += np.where((f_a > 0) & (held + p_b > C), ag_b, 0.0)
+        for m in range(k):  # backward: P_B, the gradients surely alive, then P_A
+            grads = (p_b if k == 1 else total - cs[b, 2] if m == 0
+                     else cs[c, 2][None, :] if m == k - 1 else total)
+            out += np.where((b_b > 0) & (p_b + grads + p_a > C), ag_a, 0.0)
     else:  # grad-op gathers in the first micro-batch only, and keeps units 0..A gathered
         out += np.where((f_a > 0) & (cs[b, 2] + p_b > C), ag_b, 0.0)
     return out

@@ -23,7 +23,7 @@ from ..control import Control, Halt
 from ..options import SolveOptions
 from ..result import BaselineRow, Method, SolveResult, Status
 from ..solve import AGREE, Budget, Share
-from .bound import peak_floor, step_bound
+from .bound import DP_LAYERS, peak_floor, step_bound
 from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan
 from .search import (
     Scored,
@@ -45,6 +45,10 @@ EXACT_WORK = 60_000
 #: Deterministic charge (s) of evaluating one unit of one micro-batch (measured: 73 units of
 #: GPT-2 1.5B in 1.1 ms; 33-56 us per unit on the 723-layer Llama 70B trace).
 EVAL_S_PER_UNIT = 5e-5
+
+#: Deterministic charge (s) of one cell of the bound's programme over unit boundaries
+#: (measured: 1.3-1.6 s for the 723 layers of the Llama 70B trace, 63 million cells).
+BOUND_S_PER_CELL = 3e-8
 
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
@@ -121,6 +125,8 @@ def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
     with Control(budget.deadline) as control:
         search = _Search(inst, opts, control, budget, progress)
         search.bound_s = inst.period(step_bound(inst, opts.memory_cap_bytes))
+        if inst.n <= DP_LAYERS:  # the programme over unit boundaries: O(n^3 / 6) cells
+            budget.spend(BOUND_S_PER_CELL * inst.accumulate * inst.n ** 3 / 6)
         control.searching = True
         try:
             _run(search, trace, cluster)
