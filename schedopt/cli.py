@@ -30,7 +30,7 @@ from .files import (
     output_files,
 )
 from .plan import Plan, Schedule
-from .policies import POLICIES, make_plan
+from .policies import POLICIES, SHARDED_POLICIES, make_plan, sharded_specs
 from .report import SolveProgress, split_policy_specs
 from .simulate import simulate
 from .trace import Trace
@@ -131,9 +131,18 @@ def result_dict(plan: Plan, sched: Schedule, **extra: Any) -> dict[str, Any]:
         "first_iteration_s": sched.first_iteration_s,
         "throughput_samples_s": sched.throughput_samples_s,
         "breakdown": sched.breakdown.as_dict(),
+        **_memory(sched),
         **extra,
         "plan": plan.model_dump(mode="json"),
     }
+
+
+def _memory(sched: Schedule) -> dict[str, float]:
+    """A sharded plan's memory figures (nothing for all-reduce plans)."""
+    if sched.peak_memory_bytes is None:
+        return {}
+    return {"peak_memory_bytes": sched.peak_memory_bytes,
+            "shard_bytes": sched.shard_bytes or 0.0}
 
 
 def print_json(data: Any) -> None:
@@ -232,6 +241,9 @@ def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> Non
     table.add_row("buckets", str(plan.num_buckets))
     for key, value in sched.breakdown.as_dict().items():
         table.add_row(key.removesuffix("_s").replace("_", " "), f"{value * 1e3:.3f} ms")
+    if sched.peak_memory_bytes is not None:
+        table.add_row("peak memory", report.fmt_bytes(sched.peak_memory_bytes))
+        table.add_row("parameter shard", report.fmt_bytes(sched.shard_bytes or 0.0))
     console.print(table)
 
 
@@ -265,12 +277,18 @@ def compare(
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write a stacked breakdown chart (PNG/SVG/PDF).")
     ] = None,
+    sharding: Annotated[
+        str | None, typer.Option("--sharding", help="Also (or, without -p, only) the sharded"
+                                 " baselines of this mode: full (fsdp, zero3) or grad-op.")
+    ] = None,
 ) -> None:
     """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
     with user_errors(), output_files({"--plot": plot}) as files:
         _check_figure_path(plot, "--plot")
+        extra = sharded_specs(sharding) if sharding is not None else []
         tr, cl = load_pair(trace, cluster, nodes)
-        rows = compare_rows(tr, cl, split_policy_specs(policies) or list(POLICIES))
+        given = split_policy_specs(policies)
+        rows = compare_rows(tr, cl, (given or []) + extra if given or extra else list(POLICIES))
         if plot is not None:
             from .plotting import breakdown_chart
 
@@ -385,10 +403,12 @@ def list_cmd(
     with user_errors():
         rows = list_instances()
     if as_json:
-        print_json({"instances": rows, "policies": list(POLICIES)})
+        print_json({"instances": rows, "policies": list(POLICIES),
+                    "sharded_policies": list(SHARDED_POLICIES)})
         return
     console.print(report.list_table(rows, long))
     console.print("policies: " + ", ".join(POLICIES))
+    console.print("sharded (compare --sharding): " + ", ".join(SHARDED_POLICIES))
     if not long:
         console.print("`schedopt list --long` adds each instance's source; `schedopt info NAME`"
                       " describes one.")

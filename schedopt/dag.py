@@ -15,9 +15,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 
 from .cluster import Cluster
+from .errors import SchedoptError
 from .plan import Plan, Schedule
+from .sharded import comm_member_bytes
 from .trace import Trace
 
 __all__ = ["build_dag", "check_schedule", "longest_path_starts", "write_dag"]
@@ -27,14 +30,17 @@ Key = tuple
 
 def _compute_order(trace: Trace, plan: Plan, first_layer: list[int], t: int,
                    last: int) -> list[Key]:
-    """Compute-stream tasks of iteration ``t`` in stream order."""
-    n_l = len(trace.layers)
+    """Compute-stream tasks of iteration ``t`` in stream order (``accumulate`` micro-batches,
+    all but the last keyed with their micro-batch index)."""
+    n_l, k_mb = len(trace.layers), plan.accumulate
     out: list[Key] = []
-    for lay in range(n_l):
-        if plan.next_forward == "per-layer" and t > 0:
-            out += [("update", t - 1, k) for k, fl in enumerate(first_layer) if fl == lay]
-        out.append(("fwd", t, lay))
-    out += [("bwd", t, lay) for lay in range(n_l - 1, -1, -1)]
+    for mb in range(k_mb):
+        tag = () if mb == k_mb - 1 else (mb,)
+        for lay in range(n_l):
+            if mb == 0 and plan.next_forward == "per-layer" and t > 0:
+                out += [("update", t - 1, k) for k, fl in enumerate(first_layer) if fl == lay]
+            out.append(("fwd", t, lay, *tag))
+        out += [("bwd", t, lay, *tag) for lay in range(n_l - 1, -1, -1)]
     if plan.next_forward == "wait-for-all":
         out.append(("update", t, -1))
     return out
@@ -55,10 +61,16 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
     networkx.DiGraph
         Nodes carry ``duration`` (s) and ``resources`` (tuple of names); edges are precedences.
     """
+    if plan.sharding is not None:
+        raise SchedoptError("the DAG fixes every resource's order in advance; a sharded plan's"
+                            " network order follows its issue times (simulate it instead)",
+                            "plan.sharding", plan.sharding.mode)
     members = plan.check_against(trace, cluster)
     g = nx.DiGraph()
     stages = cluster.comm_stages(plan.collective)
     nbytes = members.bucket_bytes()
+    moved = np.bincount(members.bucket, minlength=members.num_buckets,
+                        weights=comm_member_bytes(trace, plan, members.nbytes))
     first_layer = [int(x) for x in members.ready_layer()]
     n_b, n_s = len(nbytes), len(stages)
     total = float(nbytes.sum())
@@ -92,12 +104,12 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
                 share = trace.update_s if key[2] == -1 else trace.update_s * nbytes[key[2]] / total
                 add(key, share, ("compute",))
         res_seq["compute"] += chain
-        g.add_edge(("h2d", t), ("fwd", t, 0))
+        g.add_edge(("h2d", t), chain[next(i for i, key in enumerate(chain) if key[0] == "fwd")])
         last_compute[t] = ("update", t, -1) if plan.next_forward == "wait-for-all" else (
             "bwd", t, 0)
         for s, k in comm_order:
             key = ("comm", t, k, s)
-            add(key, stages[s].time(nbytes[k]), stages[s].resources)
+            add(key, stages[s].time(moved[k]), stages[s].resources)
             for r in stages[s].resources:
                 res_seq[r].append(key)
             src: Key

@@ -100,7 +100,8 @@ class Sharding(BaseModel):
         2, description="Streams for all-gathers and reduce-scatters (1 shared, 2 separate).")
 
     def check_against(self, trace: Trace) -> list[list[str]]:
-        """Check the units against ``trace`` and return each unit's tensor names (forward order).
+        """Check the units against ``trace`` and return each unit's tensor names (forward order;
+        a tensor shared by several layers belongs to the unit of the earliest).
 
         Raises
         ------
@@ -122,8 +123,9 @@ class Sharding(BaseModel):
             why = ("layer is in no unit" if missing else
                    "every layer must appear once, units contiguous in forward order")
             raise SchedoptError(why, "plan.sharding.units", value)
-        tensors = [[t.name for name in unit for t in trace.layers[index[name]].tensors]
-                   for unit in self.units]
+        owner = trace.tensor_layer_by_name  # a tied tensor belongs to its earliest layer
+        tensors = [[t.name for name in unit for t in trace.layers[index[name]].tensors
+                    if owner[t.name] == index[name]] for unit in self.units]
         for k, names in enumerate(tensors):
             if not names:
                 raise SchedoptError("unit holds no tensor (merge it with a neighbour)",

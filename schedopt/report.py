@@ -121,7 +121,10 @@ def compare_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
     table = Table(title=title, caption=(
         "scaling eff.: throughput / (GPUs x the same policy's throughput on one GPU); "
         "exposed: communication not hidden behind compute, per iteration"))
-    cols = ("policy", "ms/iter", "vs best", "samples/s", "scaling eff.", "exposed ms", "buckets")
+    cols: tuple[str, ...] = ("policy", "ms/iter", "vs best", "samples/s", "scaling eff.",
+                             "exposed ms", "buckets")
+    memory = any("peak_memory_bytes" in r for r in rows)  # sharded plans: their peak
+    cols += ("peak MiB",) if memory else ()
     for col in cols:
         if col == "policy":
             table.add_column(col, overflow="fold", min_width=10)
@@ -136,6 +139,8 @@ def compare_table(rows: Sequence[dict[str, Any]], title: str) -> Table:
             f"{r['scaling_efficiency'] * 100:.1f}%",
             f"{r['breakdown']['exposed_comm_s'] * 1e3:.3f}",
             str(len(r["plan"]["buckets"])),
+            *([f"{r['peak_memory_bytes'] / 2**20:,.1f}" if "peak_memory_bytes" in r else "-"]
+              if memory else []),
         )
     return table
 

@@ -162,18 +162,8 @@ class Model:
             chain_kind = np.r_[np.zeros(n_l, np.int8), np.ones(n_l, np.int8)]
             chain_index = np.r_[np.arange(n_l), np.arange(n_l - 1, -1, -1)]
             chain_dur = np.r_[trace.forward, trace.backward[::-1]]
-        chain_micro = None
-        if plan.accumulate > 1:  # micro-batches 1..k-1: forward and backward again
-            k, one = plan.accumulate, 2 * n_l
-            again = (k - 1) * one
-            chain_micro = np.r_[np.zeros(chain_dur.size, np.int64),
-                                np.repeat(np.arange(1, k), one)]
-            chain_kind = np.r_[chain_kind, np.tile(np.r_[np.zeros(n_l, np.int8),
-                                                         np.ones(n_l, np.int8)], k - 1)]
-            chain_index = np.r_[chain_index, np.tile(np.r_[np.arange(n_l),
-                                                           np.arange(n_l - 1, -1, -1)], k - 1)]
-            chain_dur = np.r_[chain_dur, np.resize(np.r_[trace.forward, trace.backward[::-1]],
-                                                   again)]
+        chain_kind, chain_index, chain_dur, chain_micro = _accumulate(
+            trace, plan.accumulate, chain_kind, chain_index, chain_dur)
         used: list[str] = [r for st in stages for r in st.resources]
         return cls(
             trace=trace,
@@ -203,6 +193,22 @@ class Model:
         if self.chain_micro is not None:
             mask &= self.chain_micro == self.plan.accumulate - 1
         return mask
+
+
+def _accumulate(trace: Trace, k: int, kind: np.ndarray, index: np.ndarray, dur: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The compute chain of ``k`` micro-batches: micro-batch 0's chain (``kind``, ``index``,
+    ``dur``), then forward and backward ``k - 1`` times more; and each task's micro-batch
+    (None when ``k`` is 1)."""
+    if k == 1:
+        return kind, index, dur, None
+    n_l = len(trace.layers)
+    one = 2 * n_l
+    micro = np.r_[np.zeros(dur.size, np.int64), np.repeat(np.arange(1, k), one)]
+    kind = np.r_[kind, np.tile(np.r_[np.zeros(n_l, np.int8), np.ones(n_l, np.int8)], k - 1)]
+    index = np.r_[index, np.tile(np.r_[np.arange(n_l), np.arange(n_l - 1, -1, -1)], k - 1)]
+    dur = np.r_[dur, np.resize(np.r_[trace.forward, trace.backward[::-1]], (k - 1) * one)]
+    return kind, index, dur, micro
 
 
 def simulate(

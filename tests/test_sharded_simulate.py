@@ -14,14 +14,21 @@ all-gather or reduce-scatter of ``n`` bytes takes ``AG(n) = (2 ms + n ns) / 2``:
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from schedopt.cluster import Cluster
+from schedopt.dag import build_dag, check_schedule, longest_path_starts
 from schedopt.errors import SchedoptError
 from schedopt.plan import Plan, Sharding
+from schedopt.policies import make_plan
 from schedopt.sharded import Network, peak_bytes
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
 
+from .strategies import clusters, traces
+
+PAPER = ["cntk", "caffe-mpi", "sync-easgd", "mxnet", "tensorflow"]
 MS = 1e-3
 MB4 = 4_000_000
 
@@ -229,3 +236,26 @@ def test_sharded_plan_refuses_the_overlap_slowdown() -> None:
     tr = _trace([(10, 20, MB4)])
     with pytest.raises(SchedoptError, match="overlap_slowdown"):
         simulate(tr, _cluster(overlap_slowdown=1.5), _sharded(tr, [[0]]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(trace=traces(), cluster=clusters(), spec=st.sampled_from(PAPER),
+       accumulate=st.integers(1, 3), dtype=st.sampled_from([None, "float16", "float64"]))
+def test_accumulation_and_dtype_match_the_dag(trace: Trace, cluster: Cluster, spec: str,
+                                              accumulate: int, dtype: str | None) -> None:
+    """All-reduce plans with micro-batches and a communication dtype: the simulator's starts
+    are the DAG's longest paths (schedopt/dag.py unrolls the micro-batches)."""
+    plan = make_plan(spec, trace, cluster).model_copy(
+        update={"accumulate": accumulate, "comm_dtype": dtype})
+    sched = simulate(trace, cluster, plan, record=True, max_iterations=8)
+    starts = longest_path_starts(build_dag(trace, cluster, plan, iterations=sched.iterations))
+    assert len(starts) == len(sched.tasks)
+    for key, start in starts.items():
+        assert sched.tasks[key][0] == pytest.approx(start, abs=1e-12), key
+    assert check_schedule(trace, cluster, plan, sched) == []
+
+
+def test_dag_refuses_sharded_plans() -> None:
+    tr = _trace([(10, 20, MB4)])
+    with pytest.raises(SchedoptError, match=r"plan\.sharding"):
+        build_dag(tr, _cluster(), _sharded(tr, [[0]]))

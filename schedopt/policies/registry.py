@@ -17,14 +17,18 @@ from .caffe_mpi import caffe_mpi
 from .cntk import cntk
 from .ddp import ddp
 from .deepspeed import deepspeed
+from .fsdp import fsdp
 from .horovod import horovod
 from .megatron import megatron
+from .megatron_distopt import megatron_distopt
 from .mgwfbp import mgwfbp
 from .mxnet import mxnet
 from .sync_easgd import sync_easgd
 from .tensorflow import tensorflow
+from .zero3 import zero3
 
-__all__ = ["POLICIES", "make_plan", "parse_spec", "policy_names"]
+__all__ = ["POLICIES", "SHARDED_POLICIES", "make_plan", "parse_spec", "policy_names",
+           "sharded_specs"]
 
 PolicyFn = Callable[..., Plan]
 
@@ -43,6 +47,35 @@ POLICIES: dict[str, PolicyFn] = {
     "megatron": megatron,
 }
 
+#: Sharded baselines (plans with ``sharding``), apart from :data:`POLICIES` so that the
+#: all-reduce comparisons (``compare``, ``optimize``'s baselines) stay as they were;
+#: ``compare --sharding`` lists them.
+SHARDED_POLICIES: dict[str, PolicyFn] = {
+    "fsdp": fsdp,
+    "zero3": zero3,
+    "megatron-distopt": megatron_distopt,
+}
+
+#: The sharded baselines ``compare --sharding MODE`` lists, per mode.
+SHARDED_SPECS: dict[str, list[str]] = {
+    "full": ["fsdp", "zero3"],
+    "grad-op": ["fsdp:reshard_after_forward=false", "megatron-distopt"],
+}
+
+
+def sharded_specs(mode: str) -> list[str]:
+    """The sharded baselines of ``mode`` (``full`` or ``grad-op``) as policy specs.
+
+    Raises
+    ------
+    SchedoptError
+        For another mode.
+    """
+    if mode not in SHARDED_SPECS:
+        raise SchedoptError(f"must be one of {', '.join(SHARDED_SPECS)}", "--sharding", mode)
+    return list(SHARDED_SPECS[mode])
+
+
 #: Knobs every policy accepts, applied to the plan it returns.
 COMMON_KNOBS = {"prefetch": 1}
 
@@ -52,9 +85,17 @@ def register(name: str, fn: PolicyFn) -> None:
     POLICIES[name] = fn
 
 
-def policy_names() -> list[str]:
-    """Names of all policies."""
-    return list(POLICIES)
+def policy_names(*, sharded: bool = False) -> list[str]:
+    """Names of the all-reduce policies (``sharded``: of the sharded baselines)."""
+    return list(SHARDED_POLICIES if sharded else POLICIES)
+
+
+def _lookup(name: str) -> PolicyFn:
+    fn = POLICIES.get(name) or SHARDED_POLICIES.get(name)
+    if fn is None:
+        known = ", ".join([*POLICIES, *SHARDED_POLICIES])
+        raise SchedoptError(f"unknown policy (known: {known})", "policy", name)
+    return fn
 
 
 def _parse_value(text: str) -> Any:
@@ -91,8 +132,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """
     name, _, rest = spec.partition(":")
     name = name.strip()
-    if name not in POLICIES:
-        raise SchedoptError(f"unknown policy (known: {', '.join(POLICIES)})", "policy", name)
+    _lookup(name)
     knobs: dict[str, Any] = {}
     for item in _split_knobs(rest):
         key, eq, value = item.partition("=")
@@ -112,7 +152,7 @@ def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
     """
     name, knobs = parse_spec(spec)
     knobs.update(extra)
-    fn = POLICIES[name]
+    fn = _lookup(name)
     common = {k: knobs.pop(k, v) for k, v in COMMON_KNOBS.items()}
     params = inspect.signature(fn).parameters
     for key in knobs:

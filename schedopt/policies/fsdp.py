@@ -1,0 +1,77 @@
+"""PyTorch FSDP2 (``torch.distributed.fsdp.fully_shard``) with its defaults, as a sharded plan.
+
+Read in torch 2.13.0, ``torch/distributed/fsdp/_fully_shard/``:
+
+- ``_fully_shard.py`` (``fully_shard``): one parameter group per ``fully_shard`` call, holding
+  the module's parameters not already in a group of a submodule (called bottom-up: one per
+  transformer block, then the root). ``reshard_after_forward=None`` means True for non-root
+  modules and False for the root (``_fsdp_state.py``, ``_lazy_init``).
+- ``_fsdp_param_group.py``: the all-gather and reduce-scatter run on streams of their own
+  (``all_gather_stream``, ``reduce_scatter_stream``, ``FSDPCommContext.lazy_init``); in the
+  backward ``_backward_prefetch`` all-gathers the group before the current one in
+  post-forward order (one ahead); in the forward the next group's all-gather is issued by its
+  pre-forward hook while the current group computes (implicit prefetch, one ahead).
+
+The plan: a unit per block (layers sharing a name prefix that ends in a block index, such as
+``transformer.h.3``) or per top-level child; the root's own layers (embeddings, final norm,
+head) become a unit per contiguous run (an approximation: FSDP2 gathers them as one group and
+keeps it unsharded after the forward); mode ``full``; prefetch 1 and 1; two streams;
+``reduce_dtype`` the communication dtype (``MixedPrecisionPolicy``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ..cluster import Cluster
+from ..plan import Plan
+from ..trace import Dtype, Trace
+from .common import positive
+from .units import block_units, child_units, sharded_plan
+
+__all__ = ["fsdp"]
+
+
+def fsdp(
+    trace: Trace,
+    cluster: Cluster,
+    *,
+    wrap: Literal["block", "child"] = "block",
+    reshard_after_forward: bool = True,
+    forward_prefetch: int = 1,
+    backward_prefetch: int = 1,
+    reduce_dtype: Dtype | None = None,
+) -> Plan:
+    """FSDP2 ``fully_shard`` per block (or per top-level child).
+
+    Parameters
+    ----------
+    trace, cluster
+        The instance.
+    wrap
+        ``block``: a unit per block, the root's layers a unit per contiguous run; ``child``: a
+        unit per top-level child (first component of the layer name).
+    reshard_after_forward
+        True: mode ``full``; False: ``grad-op`` (parameters kept from forward to backward).
+    forward_prefetch, backward_prefetch
+        All-gathers issued ahead (FSDP2's implicit default: 1 each).
+    reduce_dtype
+        Dtype of the reduce-scatter (``MixedPrecisionPolicy.reduce_dtype``; None: the
+        parameters').
+
+    Returns
+    -------
+    Plan
+        A sharded plan bound to ``trace`` and ``cluster``.
+    """
+    for name, value in (("forward_prefetch", forward_prefetch),
+                        ("backward_prefetch", backward_prefetch)):
+        positive(value, f"fsdp.{name}", allow_zero=True)
+    units = block_units(trace) if wrap == "block" else child_units(trace)
+    knobs = {"wrap": wrap, "reshard_after_forward": reshard_after_forward,
+             "forward_prefetch": forward_prefetch, "backward_prefetch": backward_prefetch,
+             "reduce_dtype": reduce_dtype}
+    return sharded_plan("fsdp", trace, cluster, units, knobs,
+                        mode="full" if reshard_after_forward else "grad-op",
+                        forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch,
+                        streams=2, comm_dtype=reduce_dtype)
