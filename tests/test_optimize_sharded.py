@@ -5,6 +5,9 @@ the memory cap, bad options and determinism."""
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,8 +22,11 @@ from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.bound import peak_floor, step_bound
 from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, build_sharded, step_time
 from schedopt.optimize.sharding.search import partitions
+from schedopt.policies import SHARDED_POLICIES, make_plan
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
+
+from . import strategies
 
 MS = 1e-3
 
@@ -235,6 +241,27 @@ def test_never_worse_than_per_block_fsdp_defaults(n: int, mode: str, bw: float,
     assert res.bound_s <= res.objective_s
 
 
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(strategies.traces(max_layers=8), st.sampled_from([2e8, 2e9, 2e10]),
+       st.integers(2, 8), st.sampled_from(["full", "grad-op"]), st.integers(1, 2))
+def test_never_worse_than_expressible_sharded_baselines(tr: Trace, bw: float, ranks: int,
+                                                        mode: str, k: int) -> None:
+    cl = _cluster(bw, ranks, latency=1e-5)
+    res = solve(tr, cl, SolveOptions(sharding=mode, accumulate=k, time_limit_s=5))
+    checked = 0
+    for name in SHARDED_POLICIES:
+        plan = make_plan(name, tr, cl).model_copy(update={"accumulate": k})
+        assert plan.sharding is not None
+        if plan.sharding.mode != mode or plan.prefetch != 1 or plan.comm_dtype is not None:
+            continue
+        checked += 1
+        base = simulate(tr, cl, plan).iteration_time_s
+        assert res.iteration_time_s <= base * (1 + 1e-12), name
+    rows = {b.policy: b for b in res.baselines}
+    assert sum(b.expressible for b in rows.values()) == checked
+    assert res.bound_s <= res.objective_s == pytest.approx(res.iteration_time_s, rel=1e-9)
+
+
 def test_memory_cap_is_respected_and_costs_time() -> None:
     tr, cl = _blocks(10), _cluster(2e9, 8)
     inst = build_sharded(tr, cl, "full")
@@ -271,6 +298,28 @@ def test_time_limit_returns_feasible_plan_with_gap() -> None:
     assert res.status is Status.FEASIBLE and res.gap > 0
     assert res.plan.sharding is not None and res.bound_s <= res.objective_s
     res.plan.check_against(tr)
+
+
+@pytest.mark.parametrize("at", [1, 40])
+def test_sigint_in_the_starts_returns_the_best_plan_so_far(at: int) -> None:
+    tr, cl = _blocks(40), _cluster(2e8, 8)
+    real, calls = sharded_solve.score, {"n": 0}
+
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sharded_solve, "score", interrupted)
+        t0 = time.perf_counter()
+        res = solve(tr, cl, SolveOptions(sharding="full", time_limit_s=30, baselines=False))
+    assert res.interrupted and time.perf_counter() - t0 < 10
+    assert (res.status is Status.OPTIMAL) == (res.gap == 0) and 0 <= res.gap < 1
+    assert any("interrupted" in note for note in res.notes)
+    assert simulate(tr, cl, res.plan).iteration_time_s == res.iteration_time_s
+    assert res.bound_s <= res.objective_s
 
 
 # -------------------------------------------------------------------------- bad options
