@@ -773,6 +773,10 @@ def _beyond_class(tr: Trace, cl: Cluster, res: Any, cls: dict[str, Any]) -> None
 
     for b in sorted(res.baselines, key=lambda b: b.iteration_time_s):
         if not b.expressible and b.iteration_time_s < res.iteration_time_s * (1 - 1e-6):
+            if res.plan.sharding is not None:  # the reason names the options that reach it
+                typer.echo(f"note: {b.policy} ({b.iteration_time_s * 1e3:.3f} ms) is faster and"
+                           f" lies outside this class: {b.reason}")
+                continue
             typer.echo(f"note: {b.policy} ({b.iteration_time_s * 1e3:.3f} ms) is faster and lies"
                        f" outside this class ({b.reason}): "
                        f"{beyond_class(b.policy, tr, cl, cls)}")

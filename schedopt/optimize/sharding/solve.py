@@ -16,6 +16,7 @@ from typing import Any
 
 from ...cluster import Cluster
 from ...errors import SchedoptError
+from ...plan import Plan
 from ...policies import make_plan
 from ...simulate import simulate
 from ...trace import Trace
@@ -191,16 +192,26 @@ def _baselines(search: _Search, trace: Trace, cluster: Cluster) -> None:
             log.info("baseline %s skipped: %s", name, exc)
             continue
         config = config_of_plan(inst, plan)
-        reason = "" if config is not None else "another mode, dtype or data prefetch"
+        reason = "" if config is not None else _why_not(inst, plan)
         peak = sched.peak_memory_bytes or 0.0
         if config is not None and cap is not None and peak > cap:
-            reason = f"peak {peak:,.0f} bytes over the cap"
+            reason = f"its peak, {peak:,.0f} bytes, exceeds the memory cap"
         search.baselines.append(BaselineRow(policy=name, iteration_time_s=sched.iteration_time_s,
                                             expressible=not reason, reason=reason))
         if config is not None and not reason:
             scored = score(inst, config, cap)
             search.starts.append(scored)
             search.offer(scored, Method.HINT)
+
+
+def _why_not(inst: ShardedInstance, plan: Plan) -> str:
+    """Why the options cannot express a sharded baseline's ``plan``, and what would."""
+    assert plan.sharding is not None
+    if plan.sharding.mode != inst.mode:
+        return f"{plan.sharding.mode} sharding (--sharding {plan.sharding.mode} searches it)"
+    if plan.comm_dtype != inst.comm_dtype:
+        return f"gradients reduced in {plan.comm_dtype}"
+    return f"data prefetch {plan.prefetch}"
 
 
 def _starts(search: _Search) -> list[Scored]:
