@@ -2,9 +2,9 @@
 
 Usage::
 
-    python benchmarks/bench_sharded.py                 # 5 rows, at most 60 s each
-    python benchmarks/bench_sharded.py --time-limit 10 --synthetic
-    python benchmarks/bench_sharded.py --json out.json
+    python benchmarks/bench_optimize_sharded.py                 # 5 rows, at most 60 s each
+    python benchmarks/bench_optimize_sharded.py --time-limit 10 --synthetic
+    python benchmarks/bench_optimize_sharded.py --json out.json
 
 Instance: the shipped ``instances/traces/llama*-70b*`` trace when there is one, else a
 synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 query and 8
@@ -59,7 +59,7 @@ def synthetic_70b() -> Trace:
                {"name": "lm_head", "forward_s": head, "backward_s": 2 * head,
                 "tensors": tensors("lm_head", {"w": VOCAB * HIDDEN})}]
     return Trace.model_validate({"name": "synthetic-70b", "batch_size": 1, "update_s": 0.37,
-                                 "source": "bench_sharded.py: Llama 70B shapes", "layers": layers})
+                                 "source": "bench_optimize_sharded.py: Llama 70B shapes", "layers": layers})
 
 
 def the_trace(path: Path | None = None, gpu: str = "h100", synthetic: bool = False) -> Trace:
