@@ -400,13 +400,20 @@ class Cluster(BaseModel):
         """Total communication time of one bucket of ``nbytes`` bytes (stages run back to back)."""
         return sum(s.time(nbytes) for s in self.comm_stages(collective))
 
-    def shard_collective_time(self, nbytes: float, collective: str | None = None) -> float:
+    def shard_collective_time(self, nbytes: Any, collective: str | None = None) -> Any:
         """Time of one all-gather, or one reduce-scatter, of ``nbytes`` bytes (sharded plans).
 
         Each is half of this cluster's all-reduce of ``nbytes`` bytes, the per-collective
         overhead counted once per call: ``overhead + (allreduce_time(n) - overhead) / 2``
         (ring: ``(r-1)`` steps of ``n/r`` bytes; fitted and hierarchical forms halved alike;
         docs/model.md, "Sharded data parallel"). Zero on one rank.
+
+        Parameters
+        ----------
+        nbytes
+            A positive byte count, or an array of them (then an array of times).
+        collective
+            Override of the cluster's collective.
 
         Raises
         ------
@@ -418,11 +425,13 @@ class Cluster(BaseModel):
             raise SchedoptError("a sharded plan needs an all-gather and a reduce-scatter; the ps"
                                 " collective has none (use ring, tree or hierarchical)",
                                 "collective", kind)
+        n = np.asarray(nbytes, dtype=float)
+        total: np.ndarray = np.zeros_like(n)
         stages = self.comm_stages(collective)
-        if not stages:
-            return 0.0
-        over = self.collective_overhead_s
-        return over + (sum(s.time(nbytes) for s in stages) - over) / 2.0
+        if stages:
+            over = self.collective_overhead_s
+            total = over + (np.sum([st.times(n) for st in stages], axis=0) - over) / 2.0
+        return float(total) if np.ndim(nbytes) == 0 else total
 
 
 class ClusterFamily(BaseModel):

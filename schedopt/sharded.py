@@ -15,6 +15,7 @@ those of docs/model.md ("Sharded data parallel"):
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -109,21 +110,12 @@ def shard_units(trace: Trace, cluster: Cluster, plan: Plan) -> ShardedUnits:
     g_b = p_b if target is None else np.array(
         [sum(size[n][0] * target / DTYPE_BYTES[size[n][1]] for n in unit) for unit in names],
         dtype=float)
-    fwd, bwd = trace.forward, trace.backward
-    f_u = np.array([float(fwd[ls].sum()) for ls in layers])
-    b_u = np.array([float(bwd[ls].sum()) for ls in layers])
-    ag = np.array([cluster.shard_collective_time(float(n), plan.collective) for n in p_b])
-    rs = np.array([cluster.shard_collective_time(float(n), plan.collective) for n in g_b])
+    first = np.cumsum([0] + [len(u) for u in layers[:-1]])  # units are contiguous
+    f_u = np.add.reduceat(trace.forward, first)
+    b_u = np.add.reduceat(trace.backward, first)
+    ag = cluster.shard_collective_time(p_b, plan.collective)
+    rs = cluster.shard_collective_time(g_b, plan.collective)
     return ShardedUnits(layers, p_b, g_b, f_u, b_u, ag, rs)
-
-
-@dataclass
-class _Task:
-    issue: float
-    seq: int
-    rs: bool
-    key: tuple
-    dur: float
 
 
 @dataclass
@@ -135,7 +127,8 @@ class Network:
     all-gather before any reduce-scatter (``streams`` 2). Serving is lazy: :meth:`end_of` serves
     tasks until the one asked for has ended, which is exact when every task issued before the
     caller's current time has been issued (the caller waits for that task, so nothing is issued
-    meanwhile).
+    meanwhile). All-gathers and reduce-scatters wait in a heap each, ordered by issue time and
+    order, so serving a task costs ``O(log n)``.
 
     Attributes
     ----------
@@ -150,37 +143,35 @@ class Network:
     streams: int
     free: float = 0.0
     done: dict[tuple, tuple[float, float]] = field(default_factory=dict)
-    _pending: list[_Task] = field(default_factory=list)
+    _heaps: tuple[list, list] = field(default_factory=lambda: ([], []))  # (ag, rs)
     _seq: int = 0
 
     def issue(self, key: tuple, at: float, duration: float, reduce_scatter: bool) -> None:
         """Issue task ``key`` at time ``at``."""
-        self._pending.append(_Task(at, self._seq, reduce_scatter, key, duration))
+        heapq.heappush(self._heaps[reduce_scatter], (at, self._seq, key, duration))
         self._seq += 1
 
     def _serve_one(self) -> None:
-        pend = self._pending
-        start = max(self.free, min(t.issue for t in pend))
-        ready = [t for t in pend if t.issue <= start]
-        if self.streams == 2:
-            task = min(ready, key=lambda t: (t.rs, t.issue, t.seq))
-        else:
-            task = min(ready, key=lambda t: (t.issue, t.seq))
-        pend.remove(task)
-        self.free = start + task.dur
-        self.done[task.key] = (start, self.free)
+        ag, rs = self._heaps
+        earliest = ag if ag and (not rs or ag[0][:2] < rs[0][:2]) else rs
+        start = max(self.free, earliest[0][0])  # the earliest issued task is ready by then
+        # two streams: an all-gather issued by then goes before any reduce-scatter
+        pick = ag if self.streams == 2 and ag and ag[0][0] <= start else earliest
+        _, _, key, dur = heapq.heappop(pick)
+        self.free = start + dur
+        self.done[key] = (start, self.free)
 
     def end_of(self, key: tuple) -> float:
         """Serve tasks until ``key`` has ended; return its end."""
         while key not in self.done:
-            if not self._pending:
+            if not (self._heaps[0] or self._heaps[1]):
                 raise KeyError(key)
             self._serve_one()
         return self.done[key][1]
 
     def drain(self) -> None:
         """Serve every issued task."""
-        while self._pending:
+        while self._heaps[0] or self._heaps[1]:
             self._serve_one()
 
 

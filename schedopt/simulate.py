@@ -560,14 +560,15 @@ class _ShardedSimulator(_Simulator):
         """Run unit ``u``'s forward or backward after ``clock`` and ``ready``: (start, end)."""
         start = max(clock, ready)
         self.gap_comm += start - clock
-        times = self.m.trace.forward if name == "fwd" else self.m.trace.backward
-        layers = self.un.layers[u] if name == "fwd" else self.un.layers[u][::-1]
-        end = start
-        for lay in layers:
-            if self.record:
+        fwd = name == "fwd"
+        end = start + float(self.un.forward_s[u] if fwd else self.un.backward_s[u])
+        if self.record:  # the unit's layers back to back
+            times = self.m.trace.forward if fwd else self.m.trace.backward
+            at = start
+            for lay in self.un.layers[u] if fwd else self.un.layers[u][::-1]:
                 key = (name, t, lay) if mb == self.m.plan.accumulate - 1 else (name, t, lay, mb)
-                self._rec(key, end, end + float(times[lay]), ("compute",))
-            end += float(times[lay])
+                self._rec(key, at, at + float(times[lay]), ("compute",))
+                at += float(times[lay])
         return start, end
 
     def _forward(self, t: int, mb: int, phi: float) -> float:

@@ -13,6 +13,8 @@ all-gather or reduce-scatter of ``n`` bytes takes ``AG(n) = (2 ms + n ns) / 2``:
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,8 +24,9 @@ from schedopt.dag import build_dag, check_schedule, longest_path_starts
 from schedopt.errors import SchedoptError
 from schedopt.plan import Plan, Sharding
 from schedopt.policies import make_plan
+from schedopt.policies.units import merge_tensorless
 from schedopt.sharded import Network, peak_bytes
-from schedopt.simulate import simulate
+from schedopt.simulate import Model, recost, simulate, simulate_model
 from schedopt.trace import Trace
 
 from .strategies import clusters, traces
@@ -259,3 +262,72 @@ def test_dag_refuses_sharded_plans() -> None:
     tr = _trace([(10, 20, MB4)])
     with pytest.raises(SchedoptError, match=r"plan\.sharding"):
         build_dag(tr, _cluster(), _sharded(tr, [[0]]))
+
+
+@st.composite
+def _sharded_instances(draw: st.DrawFn) -> tuple[Trace, Cluster, Plan]:
+    """A random trace and cluster (no ps) and a random sharded plan over them."""
+    trace = draw(traces())
+    cluster = draw(clusters())
+    if cluster.collective == "ps":
+        cluster = cluster.model_copy(update={"collective": "ring"})
+    if cluster.overlap_slowdown != 1.0:
+        cluster = cluster.model_copy(update={"overlap_slowdown": 1.0})
+    n_l = len(trace.layers)
+    cuts = draw(st.lists(st.booleans(), min_size=n_l - 1, max_size=n_l - 1))
+    runs: list[list[int]] = [[0]]
+    for lay, cut in enumerate(cuts, start=1):
+        runs.append([lay]) if cut else runs[-1].append(lay)
+    units = merge_tensorless(trace, runs)
+    names = [[trace.layers[i].name for i in u] for u in units]
+    sharding = Sharding(mode=draw(st.sampled_from(["full", "grad-op"])), units=names,
+                        forward_prefetch=draw(st.integers(0, 3)),
+                        backward_prefetch=draw(st.integers(0, 3)),
+                        streams=draw(st.sampled_from([1, 2])))
+    buckets = [list(t) for t in reversed(sharding.check_against(trace))]
+    plan = Plan(policy="random", buckets=buckets, sharding=sharding,
+                accumulate=draw(st.integers(1, 3)), prefetch=draw(st.sampled_from([0, 1])),
+                comm_dtype=draw(st.sampled_from([None, "float16"])))
+    return trace, cluster, plan
+
+
+@settings(max_examples=60, deadline=None)
+@given(inst=_sharded_instances())
+def test_sharded_invariants(inst: tuple[Trace, Cluster, Plan]) -> None:
+    """On random sharded plans: compute and the step bound the period from below, the parts sum
+    to it, the detected period is the long-run average, tasks never overlap on the network or
+    the compute stream, and the peak lies between the largest unit and twice the model."""
+    trace, cluster, plan = inst
+    k, r = plan.accumulate, cluster.world_size
+    sched = simulate(trace, cluster, plan, record=True, min_iterations=12, max_iterations=12)
+    period = sched.iteration_time_s
+    assert period >= k * trace.compute_s + trace.update_s / r - 1e-12
+    assert sum(sched.breakdown.as_dict().values()) == pytest.approx(period, abs=1e-12)
+    assert sched.breakdown.exposed_comm_s >= -1e-12
+    ends = [max(e for key, (_, e) in sched.tasks.items() if key[0] == "bwd" and key[1] == i)
+            for i in (5, 11)]
+    assert (ends[1] - ends[0]) / 6 == pytest.approx(period, rel=1e-9, abs=1e-12)
+    for res in ("compute", "net"):
+        spans = sorted(v for key, v in sched.tasks.items()
+                       if (key[0] in ("ag", "rs")) == (res == "net")
+                       and sched.resources[key] != ("cpu",) and sched.resources[key] != ("pcie",)
+                       and v[1] > v[0])
+        for (_, e1), (s2, _) in itertools.pairwise(spans):
+            assert s2 >= e1 - 1e-12 * max(1.0, e1)
+    p_u = [sum(t.bytes for t in trace.tensor_list if t.name in set(b)) for b in plan.buckets]
+    assert sched.peak_memory_bytes is not None
+    assert sched.peak_memory_bytes <= 2 * sum(p_u)
+    if r > 1:  # every all-gather takes time: a unit's parameters are alive a while
+        assert sched.peak_memory_bytes >= max(p_u)
+
+
+def test_recost_rebuilds_a_sharded_model() -> None:
+    """Calibration re-costs a built model on other cluster parameters: a sharded model is
+    rebuilt, so its all-gathers follow the new costs."""
+    tr = _trace([(10, 20, MB4)])
+    plan = _sharded(tr, [[0]], p=0, q=0)
+    fast = _cluster(allreduce={"alpha_s": 1 * MS, "beta_s_per_byte": 0.5e-9})
+    model = recost(Model.build(tr, _cluster(), plan), fast)
+    # AG = RS = (1 ms + 2 ms) / 2 = 1.5 ms: 3 · 1.5 + 10 + 20
+    assert simulate_model(model).iteration_time_s == pytest.approx(34.5 * MS, rel=1e-12)
+    assert simulate_model(model).iteration_time_s == simulate(tr, fast, plan).iteration_time_s
