@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_optimize_sharded.py                 # 5 rows, at most 60 s each
+    python benchmarks/bench_optimize_sharded.py     # 5 rows, at most 60 s each
     python benchmarks/bench_optimize_sharded.py --time-limit 10 --synthetic
     python benchmarks/bench_optimize_sharded.py --json out.json
 
@@ -59,7 +59,8 @@ def synthetic_70b() -> Trace:
                {"name": "lm_head", "forward_s": head, "backward_s": 2 * head,
                 "tensors": tensors("lm_head", {"w": VOCAB * HIDDEN})}]
     return Trace.model_validate({"name": "synthetic-70b", "batch_size": 1, "update_s": 0.37,
-                                 "source": "bench_optimize_sharded.py: Llama 70B shapes", "layers": layers})
+                                 "source": "bench_optimize_sharded.py: Llama 70B shapes",
+                                 "layers": layers})
 
 
 def the_trace(path: Path | None = None, gpu: str = "h100", synthetic: bool = False) -> Trace:
