@@ -22,7 +22,8 @@ from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.bound import peak_floor, step_bound
 from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, build_sharded, step_time
 from schedopt.optimize.sharding.search import partitions
-from schedopt.policies import SHARDED_POLICIES, make_plan
+from schedopt.optimize.sharding.solve import sharded_policies
+from schedopt.policies import make_plan
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
 
@@ -252,7 +253,7 @@ def test_never_worse_than_expressible_sharded_baselines(tr: Trace, bw: float, ra
     cl = _cluster(bw, ranks, latency=1e-5)
     res = solve(tr, cl, SolveOptions(sharding=mode, accumulate=k, time_limit_s=5))
     checked = 0
-    for name in SHARDED_POLICIES:
+    for name in sharded_policies():
         plan = make_plan(name, tr, cl).model_copy(update={"accumulate": k})
         assert plan.sharding is not None
         if plan.sharding.mode != mode or plan.prefetch != 1 or plan.comm_dtype is not None:

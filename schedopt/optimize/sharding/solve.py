@@ -17,7 +17,7 @@ from typing import Any
 from ...cluster import Cluster
 from ...errors import SchedoptError
 from ...plan import Plan
-from ...policies import make_plan
+from ...policies import make_plan, sharded_specs
 from ...simulate import simulate
 from ...trace import Trace
 from ..control import Control, Halt
@@ -171,10 +171,10 @@ def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
 
 
 def sharded_policies() -> list[str]:
-    """Names of the registered sharded baselines (``policies.SHARDED_POLICIES``)."""
-    from ... import policies
-
-    return list(getattr(policies, "SHARDED_POLICIES", {}))
+    """The sharded baselines as policy specs (:func:`~schedopt.policies.sharded_specs` of
+    both modes: FSDP in full and grad-op mode, ZeRO-3, Megatron's distributed optimizer)."""
+    specs = [*sharded_specs("full"), *sharded_specs("grad-op")]
+    return list(dict.fromkeys(specs))
 
 
 def _baselines(search: _Search, trace: Trace, cluster: Cluster) -> None:
