@@ -22,7 +22,7 @@ import numpy as np
 
 from .evaluate import Config, ShardedInstance, Step, step_time
 
-__all__ = ["Scored", "block_of", "block_starts", "count_partitions", "enumerate_all",
+__all__ = ["Scored", "block_of", "block_starts", "count_partitions", "enumerate_all", "kick",
            "local_search", "partitions", "uniform_starts"]
 
 
@@ -206,3 +206,18 @@ def local_search(inst: ShardedInstance, start: Scored, cap: int | None, max_work
             if evals >= max_work:
                 break
     return best, evals
+
+
+def kick(inst: ShardedInstance, c: Config, rng: np.random.Generator, moves: int = 5) -> Config:
+    """``c`` with ``moves`` random boundaries removed or added (the perturbation of the
+    iterated local search); an invalid result is returned unchanged."""
+    s = list(c.starts)
+    for _ in range(moves):
+        if rng.random() < 0.5 and len(s) > 2:
+            s.pop(int(rng.integers(1, len(s))))
+        elif inst.n > 1:
+            j = int(rng.integers(1, inst.n))
+            if j not in s:
+                s = sorted([*s, j])
+    out = Config(tuple(s), c.forward_prefetch, c.backward_prefetch, c.streams)
+    return out if inst.valid(out.starts) else c

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ...cluster import Cluster
 from ...errors import SchedoptError
 from ...plan import Plan
@@ -31,6 +33,7 @@ from .search import (
     block_starts,
     count_partitions,
     enumerate_all,
+    kick,
     local_search,
     score,
     uniform_starts,
@@ -53,6 +56,12 @@ BOUND_S_PER_CELL = 3e-8
 
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
+
+#: The iterated local search stops after this many kicks in a row without improvement.
+ILS_PATIENCE = 40
+
+#: Most unit evaluations of one descent after a kick.
+ILS_STEP_UNITS = 20_000
 
 #: The depth pairs tried with every uniform start.
 START_DEPTHS = ((0, 0), (1, 1), (2, 2))
@@ -168,6 +177,31 @@ def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
         budget.spend(work * search.eval_s)
         log.info("sharded local search from start %d: %d unit evaluations, %.6g s", i, work,
                  out.step.period_s)
+    _iterate(search)
+
+
+def _iterate(search: _Search) -> None:
+    """Iterated local search from the best plan: kick, descend, keep when better; until the
+    work is spent, the bound is met or :data:`ILS_PATIENCE` kicks in a row did not help."""
+    inst, budget, cap = search.inst, search.budget, search.opts.memory_cap_bytes
+    rng = np.random.default_rng(search.opts.seed)
+    idle = 0
+    while idle < ILS_PATIENCE and not search.solved and search.best is not None:
+        left = int(budget.work_left() / search.eval_s)
+        if left <= 0:
+            break
+        best = search.best
+        c = kick(inst, best.config, rng)
+        search.check()
+        start = score(inst, c, cap)
+        out, work = local_search(inst, start, cap, min(left, ILS_STEP_UNITS), search.check,
+                                 lambda s: None)
+        budget.spend((work + len(c.starts)) * search.eval_s)
+        if out.key < best.key:
+            search.offer(out, Method.LOCAL_SEARCH)
+            idle = 0
+        else:
+            idle += 1
 
 
 def sharded_policies() -> list[str]:
