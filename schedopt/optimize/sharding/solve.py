@@ -47,8 +47,9 @@ log = logging.getLogger("schedopt.optimize")
 EXACT_WORK = 60_000
 
 #: Deterministic charge (s) of evaluating one unit of one micro-batch (measured: 73 units of
-#: GPT-2 1.5B in 1.1 ms; 33-56 us per unit on the 723-layer Llama 70B trace).
-EVAL_S_PER_UNIT = 5e-5
+#: GPT-2 1.5B in 1.1 ms; on the 723-layer Llama 70B trace 42 s of charges at 3e-5 took 9 s
+#: on an idle machine; 33-56 us per unit on a loaded one).
+EVAL_S_PER_UNIT = 1e-5
 
 #: Deterministic charge (s) of one cell of the bound's programme over unit boundaries
 #: (measured: 1.3-1.6 s for the 723 layers of the Llama 70B trace, 63 million cells).
@@ -56,6 +57,9 @@ BOUND_S_PER_CELL = 3e-8
 
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
+
+#: The restarts' share of the work left (the iterated local search gets the rest).
+RESTARTS_SHARE = 0.5
 
 #: The iterated local search stops after this many kicks in a row without improvement.
 ILS_PATIENCE = 40
@@ -171,7 +175,7 @@ def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
     for i, start in enumerate(tops):
         if search.solved:
             break
-        max_work = int(budget.work(Share(1.0 / (len(tops) - i))) / search.eval_s)
+        max_work = int(budget.work(Share(RESTARTS_SHARE / (len(tops) - i))) / search.eval_s)
         out, work = local_search(inst, start, cap, max_work, search.check,
                                  lambda s: search.offer(s, Method.LOCAL_SEARCH))
         budget.spend(work * search.eval_s)
