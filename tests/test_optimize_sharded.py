@@ -297,8 +297,10 @@ def test_determinism_same_plan_twice() -> None:
 
 
 def test_time_limit_returns_feasible_plan_with_gap() -> None:
-    tr, cl = _blocks(60), _cluster(2e9, 8)
-    res = solve(tr, cl, SolveOptions(sharding="full", time_limit_s=0.05, baselines=False))
+    tr, cl = _blocks(300), _cluster(2e8, 8)
+    t0 = time.perf_counter()
+    res = solve(tr, cl, SolveOptions(sharding="full", time_limit_s=0.2, baselines=False))
+    assert time.perf_counter() - t0 < 3.0 and res.wall_stop
     assert res.status is Status.FEASIBLE and res.gap > 0
     assert res.plan.sharding is not None and res.bound_s <= res.objective_s
     res.plan.check_against(tr)
