@@ -81,6 +81,17 @@ VaryOpt = Annotated[
 PerLinkOpt = Annotated[
     bool, typer.Option("--per-link", help="Scale alpha and beta of each link separately.")
 ]
+ShardingOpt = Annotated[
+    str | None, typer.Option("--sharding", help="full | grad-op: search sharded plans"
+                             " (units, prefetch depths) instead of all-reduce buckets.")
+]
+MemoryCapOpt = Annotated[
+    int | None, typer.Option("--memory-cap", help="With --sharding: largest peak of"
+                             " unsharded parameters and gradients per rank (BYTES).")
+]
+AccumulateOpt = Annotated[
+    int, typer.Option("--accumulate", help="With --sharding: micro-batches per step.")
+]
 RobustOpt = Annotated[
     str | None, typer.Option("--robust", metavar="PCT",
                              help="Minimise the worst case over alpha, beta and compute scaled"
@@ -723,12 +734,12 @@ def optimize_cmd(
     robust_clusters: RobustClustersOpt = None,
     vary: VaryOpt = "alpha,beta,compute",
     per_link: PerLinkOpt = False,
+    sharding: ShardingOpt = None,
+    memory_cap: MemoryCapOpt = None,
+    accumulate: AccumulateOpt = 1,
 ) -> None:
     """Find the best plan (exact DP or CP-SAT) and compare it with every baseline."""
-    from pydantic import ValidationError
-
-    from .errors import from_validation_error
-    from .optimize import SolveOptions, solve
+    from .optimize import solve
 
     with user_errors(), output_files({"--out": out}) as files:
         check_float_option(time_limit, "--time-limit", -math.inf, MAX_SECONDS)  # (0 in options)
@@ -739,18 +750,12 @@ def optimize_cmd(
         if partition is not None:
             check_pieces("pieces", sum(-(-t.bytes // partition) for t in tr.tensor_list),
                          "--partition", partition)
-        from .targets import target_options
-
-        cls = target_options(target, tr, cl, next_forward=next_forward, reorder=reorder,
-                             partition=partition)
-        next_forward, reorder, partition = (cls["next_forward"], cls["reorder"],
-                                            cls["partition_bytes"])
-        try:
-            opts = SolveOptions.model_validate({
-                **cls, "time_limit_s": time_limit, "workers": workers, "seed": seed,
-            })
-        except ValidationError as exc:
-            raise from_validation_error(exc, "options") from None
+        if sharding is not None and (robust is not None or robust_clusters):
+            raise SchedoptError("robust plans are all-reduce plans; drop --sharding or --robust",
+                                "--sharding", sharding)
+        cls, opts = _solve_options(tr, cl, target, next_forward, reorder, partition, {
+            "time_limit_s": time_limit, "workers": workers, "seed": seed},
+            (sharding, memory_cap, accumulate))
         log.info("solving %s on %s: %s", tr.name, cl.name, cls)
         if robust is not None or robust_clusters:
             res: Any = _robust(tr, cl, opts, robust, robust_clusters, nodes, vary, per_link)
@@ -770,6 +775,27 @@ def optimize_cmd(
         _print_optimized(res, tr, cl, cls, out)
     if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130
         raise typer.Exit(130)
+
+
+def _solve_options(tr: Trace, cl: Cluster, target: str | None, next_forward: str, reorder: bool,
+                   partition: int | None, search: dict[str, Any],
+                   sharded: tuple[str | None, int | None, int]) -> tuple[dict[str, Any], Any]:
+    """The class of plans ``optimize``'s options describe (``--target`` applied) and the
+    :class:`~schedopt.optimize.SolveOptions` of the search."""
+    from pydantic import ValidationError
+
+    from .errors import from_validation_error
+    from .optimize import SolveOptions
+    from .optimize.sharding.options import sharded_options
+    from .targets import target_options
+
+    cls = target_options(target, tr, cl, next_forward=next_forward, reorder=reorder,
+                         partition=partition)
+    try:
+        opts = SolveOptions.model_validate({**cls, **search, **sharded_options(*sharded)})
+    except ValidationError as exc:
+        raise from_validation_error(exc, "options") from None
+    return cls, opts
 
 
 def _robust(tr: Trace, cl: Cluster, opts: Any, robust: str | None,
@@ -798,10 +824,13 @@ def _print_robust(rob: Any, as_json: bool, out: Path | None) -> None:
 def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, cls: dict[str, Any],
                      out: Path | None) -> None:
     """The table of ``optimize``: the optimized plan against every baseline, then the status."""
+    from .optimize.sharding.options import sharded_labels
+
     next_forward, reorder, partition = cls["next_forward"], cls["reorder"], cls["partition_bytes"]
-    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {next_forward}"
-                        f"{', reorder' if reorder else ''}"
-                        f"{f', partition {partition} B' if partition else ''}")
+    shard = sharded_labels(res)
+    table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): " + (
+        f"{next_forward}{', reorder' if reorder else ''}"
+        f"{f', partition {partition} B' if partition else ''}" if shard is None else shard[0]))
     for col in ("plan", "iteration ms", "vs optimized", "expressible"):
         table.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
     table.add_row("[bold]optimized[/bold]", f"{res.iteration_time_s * 1e3:.3f}", "1.000x", "")
@@ -813,7 +842,8 @@ def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, cls: dict[str, An
     console.print(table)
     typer.echo(f"status {res.status}  objective {res.objective_s * 1e3:.3f} ms  bound "
                f"{res.bound_s * 1e3:.3f} ms  gap {report.fmt_gap(res.gap)}  time "
-               f"{res.solve_time_s:.2f} s  method {res.method}  buckets {res.plan.num_buckets}")
+               f"{res.solve_time_s:.2f} s  method {res.method}  "
+               + (f"buckets {res.plan.num_buckets}" if shard is None else shard[1]))
     for note in res.notes:
         typer.echo(f"note: {note}")
     _beyond_class(tr, cl, res, cls)
@@ -827,6 +857,10 @@ def _beyond_class(tr: Trace, cl: Cluster, res: Any, cls: dict[str, Any]) -> None
 
     for b in sorted(res.baselines, key=lambda b: b.iteration_time_s):
         if not b.expressible and b.iteration_time_s < res.iteration_time_s * (1 - 1e-6):
+            if res.plan.sharding is not None:  # the reason names the options that reach it
+                typer.echo(f"note: {b.policy} ({b.iteration_time_s * 1e3:.3f} ms) is faster and"
+                           f" lies outside this class: {b.reason}")
+                continue
             typer.echo(f"note: {b.policy} ({b.iteration_time_s * 1e3:.3f} ms) is faster and lies"
                        f" outside this class ({b.reason}): "
                        f"{beyond_class(b.policy, tr, cl, cls)}")

@@ -347,6 +347,7 @@ def test_perturb_equals_direct_simulation_of_scaled_clusters(
     (["optimize", "--robust-clusters", ","], "--robust-clusters: must name"),
     (["optimize", "--robust-clusters", "dgx-a100"], "--robust-clusters: every cluster needs"),
     (["optimize", "--robust-clusters", "dgx-a100-4n,nonesuch"], "--robust-clusters: cannot load"),
+    (["optimize", "--robust", "10", "--sharding", "full"], "--sharding: robust plans are"),
     (["simulate", "-p", "ddp", "--perturb", "-1"], "--perturb: must be a number"),
     (["simulate", "-p", "ddp", "--perturb", "true"], "--perturb: must be a number"),
     (["simulate", "-p", "ddp", "--samples", "4"], "--samples: needs --perturb"),

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from ..errors import SchedoptError
+from ..plan import MAX_ACCUMULATE
 
 __all__ = ["SolveOptions"]
 
@@ -46,6 +47,14 @@ class SolveOptions(BaseModel):
         Simulate the registered baselines (for the comparison and the hint); False skips them.
     cp_sat
         Raw CP-SAT parameters (``SatParameters`` field names), applied last.
+    sharding
+        ``full`` or ``grad-op``: search sharded plans (units, prefetch depths, streams; see
+        :mod:`.sharding`) instead of all-reduce buckets. None: all-reduce plans.
+    memory_cap_bytes
+        With ``sharding``: the plan's peak of unsharded parameters and gradients per rank must
+        stay within this many bytes. None: no cap.
+    accumulate
+        With ``sharding``: micro-batches per step (communication on the last only).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -67,6 +76,11 @@ class SolveOptions(BaseModel):
     lns: bool | None = Field(None, description="Windowed LNS (None: by instance size).")
     baselines: bool = Field(True, description="Simulate the baselines (comparison and hint).")
     cp_sat: dict[str, Any] = Field(default_factory=dict, description="Raw CP-SAT parameters.")
+    sharding: Literal["full", "grad-op"] | None = Field(
+        None, description="Search sharded plans of this mode (None: all-reduce plans).")
+    memory_cap_bytes: PositiveInt | None = Field(
+        None, description="Largest peak of unsharded parameters and gradients (bytes).")
+    accumulate: int = Field(1, ge=1, le=MAX_ACCUMULATE, description="Micro-batches per step.")
 
     @model_validator(mode="after")
     def _check(self) -> SolveOptions:
@@ -76,4 +90,24 @@ class SolveOptions(BaseModel):
         for key in self.cp_sat:
             if key not in known:
                 raise SchedoptError("unknown CP-SAT parameter", "options.cp_sat", key)
+        self._check_sharding()
         return self
+
+    def _check_sharding(self) -> None:
+        """Sharded options only with ``sharding``; all-reduce options only without it."""
+        if self.sharding is None:
+            if self.memory_cap_bytes is not None:
+                raise SchedoptError("a memory cap needs sharding (all-reduce plans keep every "
+                                    "parameter)", "options.memory_cap_bytes",
+                                    self.memory_cap_bytes)
+            if self.accumulate != 1:
+                raise SchedoptError("accumulation is searched with sharding only",
+                                    "options.accumulate", self.accumulate)
+            return
+        if self.next_forward != "wait-for-all":
+            raise SchedoptError("sharded plans wait for all reduce-scatters",
+                                "options.next_forward", self.next_forward)
+        if self.reorder or self.partition_bytes is not None:
+            field = "options.reorder" if self.reorder else "options.partition_bytes"
+            raise SchedoptError("not with sharding (units launch in backward order, whole)",
+                                field, self.reorder or self.partition_bytes)

@@ -60,6 +60,10 @@ class Method(StrEnum):
     #: The flow-shop view of a multi-stage collective: per-resource bounds with heads and
     #: tails (:mod:`.flowshop`), and plans of the bottleneck stage's programme.
     FLOW_SHOP = "flow-shop"
+    #: Sharded plans: every configuration evaluated (small instances; proves the optimum).
+    ENUMERATION = "enumeration"
+    #: Sharded plans: units of the same number of tensor-holding layers, small depths.
+    UNIFORM_UNITS = "uniform-units"
 
 
 class BaselineRow(BaseModel):

@@ -333,6 +333,10 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
         On a second Ctrl-C.
     """
     opts = options if options is not None else SolveOptions(**kwargs)
+    if opts.sharding is not None:  # units and prefetch of sharded plans (.sharding)
+        from .sharding.solve import solve_sharded
+
+        return solve_sharded(trace, cluster, opts, progress)
     budget = Budget(opts.time_limit_s)
     with Control(budget.deadline) as control:
         search = Search(trace, cluster, opts, budget, control, progress)

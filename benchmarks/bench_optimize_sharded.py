@@ -1,0 +1,125 @@
+"""Benchmark of the sharded search (``optimize --sharding``): a 70B-shaped trace under a memory cap.
+
+Usage::
+
+    python benchmarks/bench_optimize_sharded.py     # 5 rows, at most 60 s each
+    python benchmarks/bench_optimize_sharded.py --time-limit 10 --synthetic
+    python benchmarks/bench_optimize_sharded.py --json out.json
+
+Instance: the shipped ``instances/traces/llama*-70b*`` trace when there is one, else a
+synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 query and 8
+key-value heads, MLP 28672, vocabulary 128256, bfloat16; a block is one layer holding its nine
+tensors; compute from 2 x parameters x 4096 tokens plus attention at 450 TFLOP/s, backward twice
+the forward; Adam step 0.37 s for all parameters on one GPU) on ``dgx-h100-4n`` (32 GPUs).
+Rows (one worker, seed 0): full sharding without a cap, then under a cap of 3/4 of the
+uncapped plan's peak (so that plan does not fit), and grad-op without a cap; the same two full
+rows for the A100 trace (``llama*-70b-a100*``, else the same synthetic one) on ``dgx-a100-4n``. The
+table prints instance, mode, cap, method, the objective, the bound, the gap, the solve time, the
+peak and the number of units; the target is a gap within 1% in 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from schedopt.cluster import Cluster
+from schedopt.files import load_cluster, load_trace
+from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.sharding.evaluate import build_sharded, config_of_plan, step_time
+from schedopt.trace import Trace
+
+ROOT = Path(__file__).resolve().parents[1]
+HIDDEN, BLOCKS, KV, MLP, VOCAB, TOKENS = 8192, 80, 1024, 28672, 128256, 4096
+FLOPS = 450e12
+
+
+def synthetic_70b() -> Trace:
+    """The 70B-shaped trace (see the module)."""
+
+    def tensors(prefix: str, shapes: dict[str, int]) -> list[dict[str, Any]]:
+        return [{"name": f"{prefix}.{k}", "bytes": 2 * v, "dtype": "bfloat16"}
+                for k, v in shapes.items()]
+
+    block = {"q": HIDDEN * HIDDEN, "k": HIDDEN * KV, "v": HIDDEN * KV, "o": HIDDEN * HIDDEN,
+             "gate": HIDDEN * MLP, "up": HIDDEN * MLP, "down": MLP * HIDDEN,
+             "ln1": HIDDEN, "ln2": HIDDEN}
+    params = sum(block.values())
+    fwd = (2 * params * TOKENS + 2 * TOKENS * TOKENS * HIDDEN) / FLOPS
+    head = 2 * VOCAB * HIDDEN * TOKENS / FLOPS
+    layers = [{"name": "embed", "forward_s": 2e-4, "backward_s": 4e-4,
+               "tensors": tensors("embed", {"w": VOCAB * HIDDEN})}]
+    layers += [{"name": f"block.{i}", "forward_s": fwd, "backward_s": 2 * fwd,
+                "tensors": tensors(f"block.{i}", block)} for i in range(BLOCKS)]
+    layers += [{"name": "norm", "forward_s": 1e-4, "backward_s": 2e-4,
+                "tensors": tensors("norm", {"w": HIDDEN})},
+               {"name": "lm_head", "forward_s": head, "backward_s": 2 * head,
+                "tensors": tensors("lm_head", {"w": VOCAB * HIDDEN})}]
+    return Trace.model_validate({"name": "synthetic-70b", "batch_size": 1, "update_s": 0.37,
+                                 "source": "bench_optimize_sharded.py: Llama 70B shapes",
+                                 "layers": layers})
+
+
+def the_trace(path: Path | None = None, gpu: str = "h100", synthetic: bool = False) -> Trace:
+    """``path``, else the shipped ``llama*-70b-<gpu>*`` trace if any (and not
+    ``synthetic``), else :func:`synthetic_70b`."""
+    if path is not None:
+        return load_trace(str(path))
+    if synthetic:
+        return synthetic_70b()
+    shipped = sorted((ROOT / "instances" / "traces").glob(f"llama*-70b-{gpu}*.json"))
+    return load_trace(str(shipped[0])) if shipped else synthetic_70b()
+
+
+def run(trace: Trace, cluster: Cluster, mode: str, cap: int | None,
+        time_limit_s: float) -> dict[str, Any]:
+    """Solve one row and print it."""
+    inst = build_sharded(trace, cluster, mode)
+    res = solve(trace, cluster, SolveOptions(sharding=mode, memory_cap_bytes=cap,
+                                             time_limit_s=time_limit_s, baselines=False))
+    config = config_of_plan(inst, res.plan)
+    assert config is not None
+    peak = step_time(inst, config).peak_bytes
+    assert cap is None or peak <= cap
+    row = {"instance": f"{trace.name} on {cluster.name}", "mode": mode, "cap": cap,
+           "method": str(res.method), "objective_s": res.objective_s,
+           "iteration_time_s": res.iteration_time_s, "bound_s": res.bound_s, "gap": res.gap,
+           "time_s": res.solve_time_s, "peak_bytes": peak, "units": len(config.starts),
+           "status": str(res.status)}
+    print(f"{row['instance']:<36} {mode:<8} {'-' if cap is None else f'{cap / 1e9:.2f}':>7} "
+          f"{row['method']:<13} {res.objective_s * 1e3:>12.3f} {res.bound_s * 1e3:>9.3f} "
+          f"{res.gap:>7.3%} {res.solve_time_s:>7.1f} {peak / 1e9:>8.2f} {len(config.starts):>5}",
+          flush=True)
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--trace", type=Path, default=None, help="Another trace (all rows).")
+    ap.add_argument("--synthetic", action="store_true", help="The synthetic 70B-shaped trace.")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    clusters = ROOT / "instances" / "clusters"
+    h100 = load_cluster(str(clusters / "dgx-h100-4n.json"))
+    a100 = load_cluster(str(clusters / "dgx-a100-4n.json"))
+    print(f"{'instance':<36} {'mode':<8} {'cap GB':>7} {'method':<13} {'objective ms':>12} "
+          f"{'bound ms':>9} {'gap':>7} {'time s':>7} {'peak GB':>8} {'units':>5}")
+    rows = []
+    for trace, cluster in ((the_trace(args.trace, "h100", args.synthetic), h100),
+                           (the_trace(args.trace, "a100", args.synthetic), a100)):
+        free = run(trace, cluster, "full", None, args.time_limit)
+        cap = int(0.75 * free["peak_bytes"])  # binds: the uncapped plan does not fit
+        rows += [free, run(trace, cluster, "full", cap, args.time_limit)]
+        if cluster is h100:
+            rows.append(run(trace, cluster, "grad-op", None, args.time_limit))
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

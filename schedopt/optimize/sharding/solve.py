@@ -1,0 +1,320 @@
+"""``solve`` for sharded plans: :func:`solve_sharded` (called by
+:func:`~schedopt.optimize.solve` when ``options.sharding`` is set).
+
+The search runs under the same :class:`~..solve.Budget` and :class:`~..control.Control` as the
+all-reduce search: deterministic work limits (evaluations at a fixed charge), the wall clock as
+a safety stop, and Ctrl-C or the time limit returning the best plan known, FEASIBLE with its
+gap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...cluster import Cluster
+from ...errors import SchedoptError
+from ...plan import Plan
+from ...policies import make_plan, sharded_specs
+from ...simulate import simulate
+from ...trace import Trace
+from ..control import Control, Halt
+from ..options import SolveOptions
+from ..result import BaselineRow, Method, SolveResult, Status
+from ..solve import AGREE, Budget, Share
+from .bound import DP_LAYERS, peak_floor, step_bound
+from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan
+from .search import (
+    Scored,
+    block_starts,
+    count_partitions,
+    enumerate_all,
+    kick,
+    local_search,
+    score,
+    uniform_starts,
+)
+
+__all__ = ["solve_sharded"]
+
+log = logging.getLogger("schedopt.optimize")
+
+#: Largest enumeration (units summed over its configurations) that proves the optimum.
+EXACT_WORK = 60_000
+
+#: Deterministic charge (s) of evaluating one unit of one micro-batch (measured: 73 units of
+#: GPT-2 1.5B in 1.1 ms; on the 723-layer Llama 70B trace 42 s of charges at 3e-5 took 9 s
+#: on an idle machine; 33-56 us per unit on a loaded one).
+EVAL_S_PER_UNIT = 1e-5
+
+#: Deterministic charge (s) of one cell of the bound's programme over unit boundaries
+#: (measured: 1.3-1.6 s for the 723 layers of the Llama 70B trace, 63 million cells).
+BOUND_S_PER_CELL = 3e-8
+
+#: The local search runs from this many starts (the best of distinct unit layouts).
+RESTARTS = 4
+
+#: The restarts' share of the work left (the iterated local search gets the rest).
+RESTARTS_SHARE = 0.5
+
+#: The iterated local search stops after this many kicks in a row without improvement.
+ILS_PATIENCE = 40
+
+#: Most unit evaluations of one descent after a kick.
+ILS_STEP_UNITS = 20_000
+
+#: The depth pairs tried with every uniform start.
+START_DEPTHS = ((0, 0), (1, 1), (2, 2))
+
+Progress = Callable[[float, float, float], None]
+
+
+@dataclass
+class _Search:
+    """State of one sharded solve."""
+
+    inst: ShardedInstance
+    opts: SolveOptions
+    control: Control
+    budget: Budget
+    progress: Progress | None
+    best: Scored | None = None
+    method: Method = Method.UNIFORM_UNITS
+    bound_s: float = 0.0
+    bound_method: Method = Method.BOUNDS
+    exact: bool = False
+    notes: list[str] = field(default_factory=list)
+    baselines: list[BaselineRow] = field(default_factory=list)
+    starts: list[Scored] = field(default_factory=list)
+
+    @property
+    def solved(self) -> bool:
+        """The best plan fits the cap and meets the bound (or the relative gap asked for)."""
+        best = self.best
+        if best is None or best.key[0]:
+            return False
+        period = best.step.period_s
+        return period - self.bound_s <= self.opts.relative_gap * period
+
+    def offer(self, s: Scored, method: Method) -> None:
+        """Keep ``s`` when it ranks before the best."""
+        if self.best is not None and s.key >= self.best.key:
+            return
+        with self.control.shield():
+            self.best, self.method = s, method
+        if self.progress is not None and s.key[0] == 0:
+            self.progress(self.budget.elapsed(), s.step.period_s,
+                          min(self.bound_s, s.step.period_s))
+
+    def check(self) -> None:
+        """Stop when the limit passed or Ctrl-C came."""
+        self.control.check()
+
+    @property
+    def eval_s(self) -> float:
+        """Deterministic charge of evaluating one unit for every micro-batch."""
+        return EVAL_S_PER_UNIT * self.inst.accumulate
+
+
+def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
+                  progress: Progress | None = None) -> SolveResult:
+    """The best sharded plan under ``opts`` (``opts.sharding`` set); see the module.
+
+    Raises
+    ------
+    SchedoptError
+        On the ``ps`` collective, or when no plan found fits ``opts.memory_cap_bytes``.
+    """
+    assert opts.sharding is not None
+    inst = build_sharded(trace, cluster, opts.sharding, opts.accumulate, None, opts.prefetch)
+    cap, floor = opts.memory_cap_bytes, peak_floor(inst)
+    if cap is not None and cap < floor:
+        raise SchedoptError(f"below the least peak any {opts.sharding} sharded plan can have "
+                            f"({floor:,} bytes)", "options.memory_cap_bytes", cap)
+    budget = Budget(opts.time_limit_s)
+    with Control(budget.deadline) as control:
+        search = _Search(inst, opts, control, budget, progress)
+        search.bound_s = inst.period(step_bound(inst, opts.memory_cap_bytes))
+        if inst.n <= DP_LAYERS:  # the programme over unit boundaries: O(n^3 / 6) cells
+            budget.spend(BOUND_S_PER_CELL * inst.accumulate * inst.n ** 3 / 6)
+        control.searching = True
+        try:
+            _run(search, trace, cluster)
+        except Halt:
+            pass
+        finally:
+            control.searching = False
+        with control.shield(final=True):
+            return _result(search, trace, cluster)
+
+
+def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
+    """The baselines, then enumerate when small, otherwise the starts and the local search."""
+    if search.opts.baselines:
+        _baselines(search, trace, cluster)
+    inst, budget = search.inst, search.budget
+    cap = search.opts.memory_cap_bytes
+    count = count_partitions(inst, EXACT_WORK)
+    if count <= EXACT_WORK and count * search.eval_s <= budget.work_left():
+        best = enumerate_all(inst, cap, search.check)
+        budget.spend(count * search.eval_s)
+        if best is not None:
+            search.offer(best, Method.ENUMERATION)
+            search.exact = True
+            search.bound_method = Method.ENUMERATION
+        return
+    starts = _starts(search)
+    tops: list[Scored] = []
+    for cand in sorted(starts, key=lambda x: x.key):  # the best of distinct unit layouts
+        if len(tops) < RESTARTS and all(cand.config.starts != t.config.starts for t in tops):
+            tops.append(cand)
+    for i, start in enumerate(tops):
+        if search.solved:
+            break
+        max_work = int(budget.work(Share(RESTARTS_SHARE / (len(tops) - i))) / search.eval_s)
+        out, work = local_search(inst, start, cap, max_work, search.check,
+                                 lambda s: search.offer(s, Method.LOCAL_SEARCH))
+        budget.spend(work * search.eval_s)
+        log.info("sharded local search from start %d: %d unit evaluations, %.6g s", i, work,
+                 out.step.period_s)
+    _iterate(search)
+
+
+def _iterate(search: _Search) -> None:
+    """Iterated local search from the best plan: kick, descend, keep when better; until the
+    work is spent, the bound is met or :data:`ILS_PATIENCE` kicks in a row did not help."""
+    inst, budget, cap = search.inst, search.budget, search.opts.memory_cap_bytes
+    rng = np.random.default_rng(search.opts.seed)
+    idle = 0
+    while idle < ILS_PATIENCE and not search.solved and search.best is not None:
+        left = int(budget.work_left() / search.eval_s)
+        if left <= 0:
+            break
+        best = search.best
+        c = kick(inst, best.config, rng)
+        search.check()
+        start = score(inst, c, cap)
+        out, work = local_search(inst, start, cap, min(left, ILS_STEP_UNITS), search.check,
+                                 lambda s: None)
+        budget.spend((work + len(c.starts)) * search.eval_s)
+        if out.key < best.key:
+            search.offer(out, Method.LOCAL_SEARCH)
+            idle = 0
+        else:
+            idle += 1
+
+
+def sharded_policies() -> list[str]:
+    """The sharded baselines as policy specs (:func:`~schedopt.policies.sharded_specs` of
+    both modes: FSDP in full and grad-op mode, ZeRO-3, Megatron's distributed optimizer)."""
+    specs = [*sharded_specs("full"), *sharded_specs("grad-op")]
+    return list(dict.fromkeys(specs))
+
+
+def _baselines(search: _Search, trace: Trace, cluster: Cluster) -> None:
+    """Simulate every sharded baseline (its plan with the options' accumulation); those the
+    options express within the cap start the search."""
+    inst, cap = search.inst, search.opts.memory_cap_bytes
+    for name in sharded_policies():
+        search.check()
+        try:
+            plan = make_plan(name, trace, cluster)
+            if plan.accumulate != inst.accumulate:
+                plan = plan.model_copy(update={"accumulate": inst.accumulate})
+            sched = simulate(trace, cluster, plan)
+        except SchedoptError as exc:  # a policy that does not apply here
+            log.info("baseline %s skipped: %s", name, exc)
+            continue
+        config = config_of_plan(inst, plan)
+        reason = "" if config is not None else _why_not(inst, plan)
+        peak = sched.peak_memory_bytes or 0.0
+        if config is not None and cap is not None and peak > cap:
+            reason = f"its peak, {peak:,.0f} bytes, exceeds the memory cap"
+        search.baselines.append(BaselineRow(policy=name, iteration_time_s=sched.iteration_time_s,
+                                            expressible=not reason, reason=reason))
+        if config is not None and not reason:
+            scored = score(inst, config, cap)
+            search.starts.append(scored)
+            search.offer(scored, Method.HINT)
+
+
+def _why_not(inst: ShardedInstance, plan: Plan) -> str:
+    """Why the options cannot express a sharded baseline's ``plan``, and what would."""
+    assert plan.sharding is not None
+    if plan.sharding.mode != inst.mode:
+        return f"{plan.sharding.mode} sharding (--sharding {plan.sharding.mode} searches it)"
+    if plan.comm_dtype != inst.comm_dtype:
+        return f"gradients reduced in {plan.comm_dtype}"
+    return f"data prefetch {plan.prefetch}"
+
+
+def _starts(search: _Search) -> list[Scored]:
+    """Units of ``g`` blocks and of ``g`` tensor-holding layers, small depths, both stream
+    layouts, within the work left (blocks first); the baselines' configurations too."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    out = list(search.starts)
+    blocks = block_starts(inst)
+    for starts in [*blocks, *(x for x in uniform_starts(inst) if x not in blocks)]:
+        for p, q in START_DEPTHS:
+            for streams in (1, 2):
+                if len(starts) * search.eval_s > budget.work_left():
+                    return out
+                search.check()
+                q_used = q if inst.mode == "full" else 1
+                scored = score(inst, Config(starts, p, q_used, streams), cap)
+                out.append(scored)
+                search.offer(scored, Method.UNIFORM_UNITS)
+                budget.spend(len(starts) * search.eval_s)
+    return out
+
+
+def _result(search: _Search, trace: Trace, cluster: Cluster) -> SolveResult:
+    """The result of the best configuration (an error when none fits the cap)."""
+    inst, opts = search.inst, search.opts
+    cap = opts.memory_cap_bytes
+    if search.best is None:  # stopped before the first plan: units of one tensor each
+        search.best = score(inst, Config(tuple(uniform_starts(inst)[0]), 1, 1, 2), cap)
+        search.notes.append("stopped before the search: one unit per tensor-holding layer")
+    best = search.best
+    if best.key[0]:
+        raise SchedoptError(f"no sharded plan found within the memory cap (smallest peak found:"
+                            f" {best.step.peak_bytes:,} bytes)", "options.memory_cap_bytes", cap)
+    notes = list(search.notes)
+    knobs: dict[str, object] = {"sharding": opts.sharding, "memory_cap_bytes": cap,
+                                "accumulate": opts.accumulate}
+    plan = inst.to_plan(best.config, knobs)
+    value = best.step.period_s
+    sched = simulate(trace, cluster, plan)  # the judge
+    sim = sched.iteration_time_s
+    agree = abs(value - sim) <= AGREE * sim
+    if not agree:
+        notes.append(f"closed form {value:.6g} s and simulation {sim:.6g} s disagree")
+    bound = value if search.exact else min(search.bound_s, value)
+    gap = max(0.0, (value - bound) / value) if value > 0 else 0.0
+    status = Status.OPTIMAL if gap <= 1e-12 and agree else Status.FEASIBLE
+    notes.append(f"peak of unsharded parameters and gradients {sched.peak_memory_bytes:,.0f} "
+                 f"bytes" + (f" (cap {cap:,})" if cap is not None else ""))
+    control = search.control
+    wall_stop = control.halted and not search.exact
+    if control.interrupted:
+        notes.append("interrupted: the best plan found so far")
+    elif wall_stop:
+        notes.append("the wall-clock safety stop ended the search before its deterministic "
+                     "limits: the result may depend on the machine's load")
+    expr = [b for b in search.baselines if b.expressible]
+    hint = min(expr, key=lambda b: b.iteration_time_s) if expr else None
+    fields: dict[str, Any] = {
+        "status": status, "plan": plan, "objective_s": value, "iteration_time_s": sim,
+        "bound_s": bound, "gap": gap, "solve_time_s": search.budget.elapsed(),
+        "method": search.method,
+        "bound_method": search.bound_method if search.exact or gap <= 0 else Method.BOUNDS,
+        "interrupted": control.interrupted, "wall_stop": wall_stop,
+        "work_s": search.budget.work_used_s, "notes": notes, "baselines": search.baselines,
+        "hint_policy": hint.policy if hint else None,
+        "hint_iteration_time_s": hint.iteration_time_s if hint else None,
+        "improvement_s": max(0.0, hint.iteration_time_s - sim) if hint else 0.0}
+    return SolveResult(**fields)
