@@ -690,6 +690,11 @@ def optimize_cmd(
     time_limit: Annotated[
         float, typer.Option("--time-limit", help="Search time limit in seconds.")
     ] = 10.0,
+    work_limit: Annotated[
+        float | None,
+        typer.Option("--work-limit", help="Deterministic work limit in seconds (the time limit"
+                     " becomes a safety stop); default: 70% of the time limit."),
+    ] = None,
     workers: Annotated[
         int, typer.Option("--workers", help="CP-SAT workers (1 is deterministic).")
     ] = 1,
@@ -711,6 +716,8 @@ def optimize_cmd(
 
     with user_errors(), output_files({"--out": out}) as files:
         check_float_option(time_limit, "--time-limit", -math.inf, MAX_SECONDS)  # (0 in options)
+        if work_limit is not None:
+            check_float_option(work_limit, "--work-limit", 0.0, MAX_SECONDS)
         check_int_option(workers, "--workers", 1, 1024)
         check_int_option(seed, "--seed", 0, 2**31 - 1)
         check_int_option(partition, "--partition", 1, MAX_BYTES)
@@ -726,7 +733,8 @@ def optimize_cmd(
                                             cls["partition_bytes"])
         try:
             opts = SolveOptions.model_validate({
-                **cls, "time_limit_s": time_limit, "workers": workers, "seed": seed,
+                **cls, "time_limit_s": time_limit, "work_limit_s": work_limit,
+                "workers": workers, "seed": seed,
             })
         except ValidationError as exc:
             raise from_validation_error(exc, "options") from None
