@@ -595,11 +595,16 @@ def _grid_phase(tests: _Tests, lo: int, top: int, tol: int) -> tuple[int, int]:
     """Narrow the bracket ``(lo, top]`` with grid tests (about a tenth of the exact tests'
     states near the optimum), bisecting: an infeasible grid test proves ``lam``, a plan found
     lowers ``top`` to its exact period; the phase ends once a grid test finds no better plan
-    (the grid is then too coarse to tell), or the bracket is a few grid steps wide."""
-    if tests.grid_rel <= 0:
+    (the grid is then too coarse to tell), or the bracket is a few grid steps wide. A bracket
+    that narrow from the start gets one grid test at its bottom (a plan that meets the bound
+    there ends the search; the exact tests near a tight bound overflow more often)."""
+    if tests.grid_rel <= 0 or top - lo <= tol:
         return lo, top
-    while top - lo > max(tol, GRID_PHASE_STEPS * max(1, int(tests.grid_rel * top))):
-        lam = (lo + top) // 2
+    wide = max(tol, GRID_PHASE_STEPS * max(1, int(tests.grid_rel * top)))
+    first = top - lo <= wide
+    while first or top - lo > wide:
+        lam = lo + 1 if first else (lo + top) // 2
+        first = False
         before = tests.found
         ok = tests._grid_test(lam, top)
         if tests.timed_out:
