@@ -86,7 +86,8 @@ def test_partitioning_never_worse_than_the_unpartitioned_optimum(tiny_trace, clu
     """With ``partition_bytes`` the plan is never slower than the unpartitioned solve's, and
     the gain of partitioning is reported (the unpartitioned optimum minus the plan's period)."""
     cluster = load_cluster(cluster_name)
-    kw = {"next_forward": "per-layer", "reorder": True, "baselines": False, "time_limit_s": 3.0}
+    kw = {"next_forward": "per-layer", "reorder": True, "baselines": False,
+          "time_limit_s": WALL_S, "work_limit_s": WORK_S}
     plain = solve(tiny_trace, cluster, SolveOptions(**kw))
     cut = solve(tiny_trace, cluster, SolveOptions(partition_bytes=100_000, **kw))
     assert plain.partition_gain_s is None
