@@ -9,9 +9,12 @@ import time
 import pytest
 from pydantic import ValidationError
 
+import schedopt.optimize.robust as robust_mod
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.robust import robust_solve
 from schedopt.optimize.solve import WORK_FRACTION, Budget
+from schedopt.scenarios import corner_scenarios
 
 #: The deterministic work of the determinism tests (s), and a wall-clock limit so generous that
 #: it holds at load average 8 on 2 cores (the solve takes about 2 s unloaded).
@@ -96,3 +99,35 @@ def test_partitioning_never_worse_than_the_unpartitioned_optimum(tiny_trace, clu
     assert cut.partition_gain_s == pytest.approx(
         max(0.0, plain.objective_s - cut.objective_s), abs=2 * cut.tick_s)
     assert any("partitioning gains" in n for n in cut.notes)
+
+
+def test_robust_search_shares_the_work_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--robust`` with a work limit: the scenario solves and the local search share it, so a
+    clock running 4 times too fast changes neither the plan, nor the worst case, nor the
+    bound."""
+    trace = load_trace("bert-base-v100-fp16")
+    cluster = load_cluster("10gbe-k80-family", nodes=8)
+    scenarios = corner_scenarios(trace, cluster, 20, vary=["beta", "compute"])
+    opts = SolveOptions(next_forward="per-layer", reorder=True, time_limit_s=WALL_S,
+                        work_limit_s=0.5)
+    limits: list[float | None] = []
+    inner = robust_mod.solve
+
+    def spy(trace, cluster, options):
+        limits.append(options.work_limit_s)
+        return inner(trace, cluster, options)
+
+    monkeypatch.setattr(robust_mod, "solve", spy)
+    plain = robust_solve(scenarios, opts)
+    assert limits and all(w is not None for w in limits)
+    assert sum(w for w in limits if w is not None) <= opts.work_limit_s
+    real = time.perf_counter
+    t0 = real()
+    monkeypatch.setattr(time, "perf_counter", lambda: t0 + 4.0 * (real() - t0))
+    slow = robust_solve(scenarios, opts)
+    monkeypatch.undo()
+    assert not plain.wall_stop and not slow.wall_stop
+    half = len(limits) // 2  # the spy saw both searches: the same sub-solves, same limits
+    assert limits[:half] == limits[half:]
+    assert slow.plan.buckets == plain.plan.buckets
+    assert slow.worst_s == plain.worst_s and slow.bound_s == plain.bound_s
