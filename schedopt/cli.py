@@ -81,6 +81,14 @@ VaryOpt = Annotated[
 PerLinkOpt = Annotated[
     bool, typer.Option("--per-link", help="Scale alpha and beta of each link separately.")
 ]
+WorkLimitOpt = Annotated[
+    float | None,
+    typer.Option("--work-limit", help="Deterministic work limit in seconds (the time limit"
+                 " becomes a safety stop); default: 70% of the time limit."),
+]
+WorkersOpt = Annotated[
+    int, typer.Option("--workers", help="CP-SAT workers (1 is deterministic).")
+]
 ShardingOpt = Annotated[
     str | None, typer.Option("--sharding", help="full | grad-op: search sharded plans"
                              " (units, prefetch depths) instead of all-reduce buckets.")
@@ -722,9 +730,8 @@ def optimize_cmd(
     time_limit: Annotated[
         float, typer.Option("--time-limit", help="Search time limit in seconds.")
     ] = 10.0,
-    workers: Annotated[
-        int, typer.Option("--workers", help="CP-SAT workers (1 is deterministic).")
-    ] = 1,
+    work_limit: WorkLimitOpt = None,
+    workers: WorkersOpt = 1,
     seed: Annotated[int, typer.Option("--seed", help="Random seed of the search.")] = 0,
     out: Annotated[
         Path | None, typer.Option("--out", help="Write the result and its plan (JSON).")
@@ -743,6 +750,8 @@ def optimize_cmd(
 
     with user_errors(), output_files({"--out": out}) as files:
         check_float_option(time_limit, "--time-limit", -math.inf, MAX_SECONDS)  # (0 in options)
+        if work_limit is not None:
+            check_float_option(work_limit, "--work-limit", 0.0, MAX_SECONDS)
         check_int_option(workers, "--workers", 1, 1024)
         check_int_option(seed, "--seed", 0, 2**31 - 1)
         check_int_option(partition, "--partition", 1, MAX_BYTES)
@@ -754,7 +763,8 @@ def optimize_cmd(
             raise SchedoptError("robust plans are all-reduce plans; drop --sharding or --robust",
                                 "--sharding", sharding)
         cls, opts = _solve_options(tr, cl, target, next_forward, reorder, partition, {
-            "time_limit_s": time_limit, "workers": workers, "seed": seed},
+            "time_limit_s": time_limit, "work_limit_s": work_limit, "workers": workers,
+            "seed": seed},
             (sharding, memory_cap, accumulate))
         log.info("solving %s on %s: %s", tr.name, cl.name, cls)
         if robust is not None or robust_clusters:

@@ -68,6 +68,33 @@ def test_unimodal_programme_is_exact_or_a_bound(trace: Trace, cluster: Cluster,
             assert inst.evaluate(res.segs).period == best
 
 
+@settings(max_examples=25, deadline=None)
+@given(trace=traces(max_layers=4), cluster=clusters(fitted=True), with_update=st.booleans(),
+       grid_rel=st.sampled_from([0.002, 0.02, 0.1]), slack=st.floats(0.0, 1.0))
+def test_grid_phase_keeps_the_bound_and_the_optimum(trace: Trace, cluster: Cluster,
+                                                    with_update: bool, grid_rel: float,
+                                                    slack: float) -> None:
+    """The grid phase (grid tests bisecting the bracket before the exact tests, coarse grids
+    here so that it runs) stays sound: the bound never passes the optimum over every launch
+    order, a plan is judged exactly, and without an update step or data path the programme
+    still ends at the optimum from a loose upper end."""
+    trace = trace.model_copy(update={"io_s": 0.0, "h2d_s": 0.0})
+    if not with_update:
+        trace = trace.model_copy(update={"update_s": 0.0})
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    if inst.n > 6 or not inst.stages:
+        return
+    best = int(brute(inst)[0])
+    res = unimodal_exact(inst, constant_bound(inst) - 1, best + int(slack * best),
+                         grid_rel=grid_rel)
+    assert res is not None
+    assert max(res.bound, constant_bound(inst)) <= best
+    if res.segs:
+        assert inst.evaluate(res.segs).period >= best
+    if res.exact:
+        assert res.bound == best
+
+
 @settings(max_examples=30, deadline=None)
 @given(trace=traces(max_layers=4), cluster=clusters(fitted=True),
        grid=st.sampled_from([1, 7, 1000, 100_000]), levels=st.sampled_from([0, 1, 3]),

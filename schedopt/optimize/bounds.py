@@ -20,9 +20,10 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..trace import Trace
-from .dp import solve_fifo_per_layer, solve_wait_for_all
+from .dp import solve_fifo
 from .instance import TICK_BUDGET, Instance, build_instance
 from .options import SolveOptions
+from .period import BucketTails
 
 __all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound"]
 
@@ -43,24 +44,16 @@ def jackson_bound(inst: Instance) -> int:
     p_suffix = np.cumsum(inst.p[::-1])[::-1]
     starts = np.array([lo for lo, _ in inst.layer_runs])
     vals = inst.r[starts] + p_suffix[starts] + inst.a
-    if not inst.per_layer:
-        return inst.terms.bound(int(vals.max()))
-    return int((vals + inst.fwd_from[inst.layer[starts]]).max())
+    return inst.terms.release_bound(starts, vals)
 
 
-def _fewest_buckets(inst: Instance, lam: int) -> bool:
+def _fewest_buckets(inst: Instance, tails: BucketTails, lam: int) -> bool:
     """Whether some bucketing has every preemptive suffix term at most ``lam``."""
     n = inst.n
     r = inst.r.astype(np.int64)
     p_suffix = np.r_[np.cumsum(inst.p[::-1])[::-1], 0]
     a = inst.a
-    fwd = inst.fwd_from[inst.layer] if inst.per_layer else np.zeros(n, dtype=np.int64)
-    upd_before = np.r_[0, inst.upd_prefix] if inst.per_layer else np.zeros(n + 1, np.int64)
-    first = inst.layer_first_unit
-    # a bucket that ends at the last unit of its layer is the last of its gating layer: its
-    # own update share is in its tail too (the tails still grow with readiness)
-    last = np.r_[inst.layer[1:] != inst.layer[:-1], True] if inst.per_layer else np.zeros(
-        n, dtype=bool)
+    fwd, upd_before, first, last = tails.fwd, tails.upd_before, tails.first, tails.last
     big = np.iinfo(np.int64).max // 4
     count = np.full(n + 1, big, dtype=np.int64)
     count[n] = 0
@@ -81,15 +74,16 @@ def bucketing_bound(inst: Instance, hi: int) -> int:
     """The DP lower bound over bucketings (ticks), at most ``hi`` (a known period)."""
     if not inst.stages:
         return 0
-    if not inst.per_layer:  # the wait-for-all class is solved exactly by the DP
+    tails = inst.terms.bucket_tails
+    if tails is None:  # no tail to credit (wait-for-all: the class's DP is exact)
         return jackson_bound(inst)
     c = inst.consts
     lo = max(c.B + c.F + c.U, jackson_bound(inst)) - 1
-    if _fewest_buckets(inst, lo):
+    if _fewest_buckets(inst, tails, lo):
         return lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fewest_buckets(inst, mid):
+        if _fewest_buckets(inst, tails, mid):
             hi = mid
         else:
             lo = mid
@@ -99,7 +93,7 @@ def bucketing_bound(inst: Instance, hi: int) -> int:
 def lower_bound(inst: Instance, hi: int, *, with_dp: bool = True) -> int:
     """The best of the bounds above (ticks); ``hi`` is the period of a known plan."""
     lb = max(constant_bound(inst), jackson_bound(inst))
-    if with_dp and inst.per_layer:
+    if with_dp and inst.terms.bucket_tails is not None:
         lb = max(lb, bucketing_bound(inst, hi))
     return min(lb, hi)
 
@@ -115,11 +109,8 @@ def stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instan
     bound = 0
     for s in groups:
         one = build_instance(trace, cluster, opts, stage=s)
-        if one.per_layer:
-            v1, _, exact = solve_fifo_per_layer(one)
-            b1 = v1 if exact and not opts.reorder else lower_bound(one, v1)
-        else:
-            b1, _ = solve_wait_for_all(one)
+        v1, _, proven = solve_fifo(one, reorder=opts.reorder)
+        b1 = v1 if proven else lower_bound(one, v1)
         # the two integer models round differently: keep both tick budgets in hand
         slack = TICK_BUDGET * (one.lower_bound_s + inst.lower_bound_s)
         bound = max(bound, int(np.floor((b1 * one.tick - slack) / inst.tick)))

@@ -32,6 +32,7 @@ __all__ = [
     "fifo_dp",
     "min_makespan",
     "min_max_tail",
+    "solve_fifo",
     "solve_fifo_per_layer",
     "solve_wait_for_all",
 ]
@@ -286,3 +287,15 @@ def solve_fifo_per_layer(inst: Instance) -> tuple[int, Segments, bool]:
         best, best_segs = val, segs_mid
     exact = c.U == 0 and not inst.terms.shared
     return best, best_segs, exact
+
+
+def solve_fifo(inst: Instance, *, reorder: bool) -> tuple[int, Segments, bool]:
+    """The exact programme of ``inst``'s next-forward mode (one stage): the period in ticks,
+    the plan, and whether the period is the optimum of the class (every launch order with
+    ``reorder``): always for wait-for-all (:func:`solve_wait_for_all`), for per-layer when
+    :func:`solve_fifo_per_layer` is exact and the order is readiness order."""
+    if isinstance(inst.terms, PerLayer):
+        val, segs, exact = solve_fifo_per_layer(inst)
+        return val, segs, exact and not reorder
+    val, segs = solve_wait_for_all(inst)
+    return val, segs, True

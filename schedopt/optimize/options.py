@@ -34,7 +34,12 @@ class SolveOptions(BaseModel):
         Treat the tensors of one layer as one unit (never cut a layer). None: merge where it is
         exact (wait-for-all); True forces it (a restriction in per-layer mode).
     time_limit_s
-        Wall-clock limit of the search.
+        Wall-clock limit of the search: a safety stop when ``work_limit_s`` is set.
+    work_limit_s
+        Deterministic work limit of the search steps (deterministic seconds: CP-SAT's
+        deterministic time and the steps' fixed charges, docs/formulation.md). The same
+        inputs, seed, one worker and work limit give the same plan and bound on any machine.
+        None: a fraction of ``time_limit_s`` (``solve.WORK_FRACTION``).
     workers
         CP-SAT search workers (1 is deterministic for a fixed seed).
     seed
@@ -70,6 +75,9 @@ class SolveOptions(BaseModel):
     method: Literal["auto", "dp", "cp-sat"] = Field("auto", description="Solution method.")
     merge_layers: bool | None = Field(None, description="One unit per layer (None: where exact).")
     time_limit_s: float = Field(10.0, gt=0.0, allow_inf_nan=False, description="Time limit (s).")
+    work_limit_s: float | None = Field(
+        None, gt=0.0, allow_inf_nan=False,
+        description="Deterministic work limit (s); None: a fraction of the time limit.")
     workers: PositiveInt = Field(1, description="CP-SAT search workers.")
     seed: int = Field(0, ge=0, description="Random seed.")
     relative_gap: float = Field(0.0, ge=0.0, le=1.0, description="Relative gap to stop at.")

@@ -21,7 +21,9 @@ or seconds: what :meth:`.Instance.evaluate` returns), the same terms as CP-SAT c
 value of the warm start's link variable (:meth:`~PeriodTerms.link_free_hint`), the plan-free
 lower bounds (:meth:`~PeriodTerms.bound`, :meth:`~PeriodTerms.work_bound`) and what the exact
 programmes of :mod:`.dp` need: the units' delivery tails (:attr:`~PeriodTerms.unit_tails`) and,
-per-layer, the deadlines of a period (:meth:`PerLayer.deadlines`).
+per-layer, the deadlines of a period (:meth:`PerLayer.deadlines`); and what the bounds of
+:mod:`.bounds` need: the period of a preemptive relaxation (:meth:`~PeriodTerms.release_bound`)
+and the tails the bucketing bound credits (:attr:`~PeriodTerms.bucket_tails`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
     from .instance import Instance
     from .variables import ModelVariables
 
-__all__ = ["Consts", "Deadlines", "PerLayer", "PeriodTerms", "WaitForAll", "period_terms"]
+__all__ = ["BucketTails", "Consts", "Deadlines", "PerLayer", "PeriodTerms", "WaitForAll",
+           "period_terms"]
 
 T = TypeVar("T", int, float)
 
@@ -101,6 +104,31 @@ class BucketTimes:
     hi: np.ndarray
     dur: np.ndarray
     ends: np.ndarray
+
+
+@dataclass(frozen=True)
+class BucketTails:
+    """The tails (ticks) the DP lower bound over bucketings (:func:`.bounds.bucketing_bound`)
+    credits a bucket ``i..j`` with: ``fwd[j]``, plus ``upd_before[i]`` when the bucket is the
+    first of its gating layer (``first[j] >= i``), plus ``upd_before[j + 1] - upd_before[i]``
+    when it ends at the last unit of its layer (``last[j]``).
+
+    Attributes
+    ----------
+    fwd
+        Forward from the unit's layer on.
+    upd_before
+        Update ticks of the units before ``i`` (``n + 1`` entries).
+    first
+        First unit of the unit's layer.
+    last
+        Whether the unit is the last of its layer.
+    """
+
+    fwd: np.ndarray
+    upd_before: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -198,6 +226,18 @@ class PeriodTerms(ABC):
         """A lower bound on the period of every plan whose link works at least ``comm`` ticks
         after the backward starts (0: compute and data path only)."""
 
+    @abstractmethod
+    def release_bound(self, starts: np.ndarray, ends: np.ndarray) -> int:
+        """A lower bound (ticks) on the period of every plan in which the units from each
+        layer's first unit ``starts[k]`` on end no earlier than ``ends[k]`` (the preemptive
+        relaxation of :func:`.bounds.jackson_bound`)."""
+
+    @property
+    def bucket_tails(self) -> BucketTails | None:
+        """The tails of the bucketing bound; None when the mode has none to credit (the
+        bound is then the preemptive one)."""
+        return None
+
 
 class WaitForAll(PeriodTerms):
     """The next forward waits for every bucket and the update."""
@@ -252,6 +292,10 @@ class WaitForAll(PeriodTerms):
         if self.inst.prefetch == 0:
             return int(cyc + c.data)
         return int(max(cyc, c.io, c.h2d, _ceil_half(cyc + c.data)))
+
+    def release_bound(self, starts: np.ndarray, ends: np.ndarray) -> int:
+        """The period of the latest end as the makespan (with the compute and data path)."""
+        return self.bound(int(ends.max()))
 
 
 class PerLayer(PeriodTerms):
@@ -390,6 +434,21 @@ class PerLayer(PeriodTerms):
             lb = max(lb, dterm) if inst.prefetch == 0 else max(lb, c.io, c.h2d,
                                                               _ceil_half(dterm))
         return int(lb)
+
+    def release_bound(self, starts: np.ndarray, ends: np.ndarray) -> int:
+        """Each end followed by the forward from its layer on."""
+        inst = self.inst
+        return int((ends + inst.fwd_from[inst.layer[starts]]).max())
+
+    @cached_property
+    def bucket_tails(self) -> BucketTails:
+        """The forward from the gating layer on, the updates of the buckets gated by later
+        layers and, for the last bucket of its layer, its own update share."""
+        inst = self.inst
+        return BucketTails(fwd=inst.fwd_from[inst.layer],
+                           upd_before=np.r_[0, inst.upd_prefix],
+                           first=inst.layer_first_unit,
+                           last=np.r_[inst.layer[1:] != inst.layer[:-1], True])
 
 
 def period_terms(inst: Instance) -> PeriodTerms:

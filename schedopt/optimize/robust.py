@@ -51,7 +51,7 @@ from .heuristics import schrage_order
 from .instance import Instance, Segments, build_instance
 from .options import SolveOptions
 from .result import Status
-from .solve import solve
+from .solve import WORK_FRACTION, solve
 
 __all__ = ["CandidateRow", "RobustResult", "ScenarioRow", "robust_cli", "robust_lines",
            "robust_scenarios", "robust_solve"]
@@ -306,8 +306,7 @@ def _check_scenarios(scenarios: list[Scenario]) -> None:
 
 def _steps(state: _Robust) -> None:
     """Nominal optimum, baselines, scenario optima worst first, then the local search."""
-    limit = state.opts.time_limit_s
-    share = SOLVES_FRACTION * limit / len(state.scenarios)
+    share = SOLVES_FRACTION * _nominal_limit(state.opts) / len(state.scenarios)
     _solve_scenario(state, 0, share, "nominal optimum")
     _baselines(state)
     best = state.best
@@ -330,8 +329,11 @@ def _solve_scenario(state: _Robust, i: int, share: float, source: str) -> None:
         return
     if left < share:
         state.wall_stop = True
-    opts = state.opts.model_copy(update={"time_limit_s": min(share, left),
-                                         "baselines": i == 0})
+    update: dict[str, Any] = {"time_limit_s": min(share, left), "baselines": i == 0}
+    if state.opts.work_limit_s is not None:  # deterministic: the share of the work limit
+        update["time_limit_s"] = left
+        update["work_limit_s"] = WORK_FRACTION * share
+    opts = state.opts.model_copy(update=update)
     with state.control.limit(state.control.deadline):  # re-arms the timer solve() clears
         res = solve(*state.scenarios[i].instance(), opts)
     state.wall_stop |= res.wall_stop
@@ -427,7 +429,15 @@ def _climb(state: _Robust) -> _Climb:
             break
         assert insts is not None
         insts.append(inst)
-    return _Climb(state, insts, LOCAL_SEARCH_FRACTION * state.opts.time_limit_s)
+    return _Climb(state, insts, LOCAL_SEARCH_FRACTION * _nominal_limit(state.opts))
+
+
+def _nominal_limit(opts: SolveOptions) -> float:
+    """The limit (s) the deterministic shares are taken of: the time limit, or the work limit
+    as the time limit it is :data:`.solve.WORK_FRACTION` of."""
+    if opts.work_limit_s is None:
+        return opts.time_limit_s
+    return opts.work_limit_s / WORK_FRACTION
 
 
 def _local_search(state: _Robust) -> None:

@@ -161,15 +161,16 @@ class Budget:
     Parameters
     ----------
     limit_s
-        The time limit (s), counted from construction; the search's deterministic work is
-        :data:`WORK_FRACTION` of it.
+        The time limit (s), counted from construction.
+    work_limit_s
+        The search's deterministic work (s); None: :data:`WORK_FRACTION` of ``limit_s``.
     """
 
-    def __init__(self, limit_s: float) -> None:
+    def __init__(self, limit_s: float, work_limit_s: float | None = None) -> None:
         self.t0 = time.perf_counter()
         self.limit_s = limit_s
         self.deadline = self.t0 + limit_s
-        self.work_limit_s = WORK_FRACTION * limit_s
+        self.work_limit_s = WORK_FRACTION * limit_s if work_limit_s is None else work_limit_s
         self.work_used_s = 0.0
 
     def work_left(self) -> float:
@@ -337,7 +338,7 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
         from .sharding.solve import solve_sharded
 
         return solve_sharded(trace, cluster, opts, progress)
-    budget = Budget(opts.time_limit_s)
+    budget = Budget(opts.time_limit_s, opts.work_limit_s)
     with Control(budget.deadline) as control:
         search = Search(trace, cluster, opts, budget, control, progress)
         control.heartbeat = search.heartbeat

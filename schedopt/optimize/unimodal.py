@@ -64,6 +64,10 @@ MAX_UNITS = 1500
 #: Live states beyond which a test gives up (loose bounds make the fronts explode).
 MAX_STATES = 400_000
 
+#: The grid phase of :func:`unimodal_exact` stops once the bracket is this many grid steps
+#: wide (the exact tests take over).
+GRID_PHASE_STEPS = 4
+
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
 STEP_STATES = 1500
@@ -587,6 +591,33 @@ class _Tests:
         return None
 
 
+def _grid_phase(tests: _Tests, lo: int, top: int, tol: int) -> tuple[int, int]:
+    """Narrow the bracket ``(lo, top]`` with grid tests (about a tenth of the exact tests'
+    states near the optimum), bisecting: an infeasible grid test proves ``lam``, a plan found
+    lowers ``top`` to its exact period; the phase ends once a grid test finds no better plan
+    (the grid is then too coarse to tell), or the bracket is a few grid steps wide. A bracket
+    that narrow from the start gets one grid test at its bottom (a plan that meets the bound
+    there ends the search; the exact tests near a tight bound overflow more often)."""
+    if tests.grid_rel <= 0 or top - lo <= tol:
+        return lo, top
+    wide = max(tol, GRID_PHASE_STEPS * max(1, int(tests.grid_rel * top)))
+    first = top - lo <= wide
+    while first or top - lo > wide:
+        lam = lo + 1 if first else (lo + top) // 2
+        first = False
+        before = tests.found
+        ok = tests._grid_test(lam, top)
+        if tests.timed_out:
+            break
+        if ok is False:
+            lo = lam
+        elif tests.found is not None and tests.found != before and tests.found < top:
+            top = tests.found
+        else:
+            break
+    return lo, top
+
+
 def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None = None,
                    rel_tol: float = 0.0, levels: int = 512,
                    grid_rel: float = 2.5e-4, pairs: bool = True,
@@ -619,15 +650,20 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
                    max_work=max_work)
     tol = max(1, int(rel_tol * hi))
     top, ceiling = hi, hi  # a feasible lam; the lowest lam whose test was inconclusive
+    lo0 = lo
+    lo, top = _grid_phase(tests, lo, top, tol)
     step = max(1, (hi - lo) // 2000)
-    descend, sharp = 2, False  # after a plan well below lam, try just below its period first
-    while min(top, ceiling) - lo > tol:
+    # after a plan well below lam, or once the grid phase has narrowed the bracket (to a few
+    # grid steps: little slack), try just below the best period first
+    narrowed = (lo, top) != (lo0, hi)
+    descend, sharp = 2, narrowed
+    while min(top, ceiling) - lo > tol and not tests.timed_out:
         upper = min(top, ceiling)
-        if tests.found is None and not tests.overflowed[0]:
-            lam = min(lo + step, upper - 1)
-        elif descend > 0 and upper == top and sharp:
+        if descend > 0 and upper == top and sharp:
             lam = upper - 1
             descend -= 1
+        elif tests.found is None and not tests.overflowed[0]:
+            lam = min(lo + step, upper - 1)
         else:
             lam = (lo + upper) // 2
         ok = tests.test(lam, upper)
@@ -641,7 +677,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
         elif ok:
             value = int(inst.evaluate(tests.segs).period)
             # a plan well below the lam asked for is a hint that it is the optimum
-            sharp = value <= lam - (lam - lo) // 4
+            sharp = value <= lam - (lam - lo) // 4 or (narrowed and value < lam)
             top = min(top, lam, value)
         else:
             lo = lam

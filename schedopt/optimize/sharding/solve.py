@@ -135,7 +135,7 @@ def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
     if cap is not None and cap < floor:
         raise SchedoptError(f"below the least peak any {opts.sharding} sharded plan can have "
                             f"({floor:,} bytes)", "options.memory_cap_bytes", cap)
-    budget = Budget(opts.time_limit_s)
+    budget = Budget(opts.time_limit_s, opts.work_limit_s)
     with Control(budget.deadline) as control:
         search = _Search(inst, opts, control, budget, progress)
         search.bound_s = inst.period(step_bound(inst, opts.memory_cap_bytes))
