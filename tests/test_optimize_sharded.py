@@ -19,7 +19,7 @@ from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.sharding import solve as sharded_solve
-from schedopt.optimize.sharding.bound import peak_floor, step_bound
+from schedopt.optimize.sharding.bound import network_bound, peak_floor, step_bound
 from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, build_sharded, step_time
 from schedopt.optimize.sharding.search import partitions
 from schedopt.optimize.sharding.solve import sharded_policies
@@ -386,3 +386,51 @@ def test_cli_prints_sharded_plan(files: tuple[str, str, str]) -> None:
     data = json.loads(result.output)
     assert data["status"] == "OPTIMAL"
     assert data["plan"]["sharding"]["mode"] == "grad-op" and data["plan"]["accumulate"] == 2
+
+
+# ------------------------------------------------------------------ the network's contention
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([250_000, 1_000_000, 3_000_000]), min_size=1, max_size=3),
+       st.sampled_from([1e-4, 1e-3]), st.sampled_from(["full", "grad-op"]), st.integers(1, 2),
+       st.booleans())
+def test_network_bound_is_tight_without_compute_and_sound_with(
+        sizes: list[int], latency: float, mode: str, k: int, compute: bool) -> None:
+    """Without compute the step is the network's busy time, so the bound equals the brute
+    force; with compute it stays below it."""
+    layers = [((1.0, 2.0) if compute else (0.0, 0.0)) + (p,) for p in sizes]
+    tr = _trace(layers)
+    cl = _cluster(1e9, 4, "ring", latency)
+    inst = build_sharded(tr, cl, mode, accumulate=k)
+    want = _brute(tr, cl, inst, None)
+    assert want is not None
+    net = network_bound(inst)
+    assert inst.period(net) <= want * (1 + 1e-12)
+    assert inst.period(step_bound(inst)) <= want * (1 + 1e-12)
+    if not compute:
+        assert inst.period(step_bound(inst)) == pytest.approx(want, rel=1e-9)
+        one = (2 * k if mode == "full" else 1) * cl.shard_collective_time(sum(sizes))
+        assert net == pytest.approx(one + cl.shard_collective_time(sum(sizes)), rel=1e-12)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from([250_000, 1_000_000, 3_000_000]), min_size=2, max_size=3),
+       st.sampled_from([1e-4, 1e-3]), st.integers(1, 2), st.sampled_from([0.0, 1.0]))
+def test_network_bound_under_a_cap_that_splits_units(sizes: list[int], latency: float, k: int,
+                                                     fwd: float) -> None:
+    """A cap below twice the bytes of any two layers forces a unit per layer: the network
+    then carries every unit's latency terms, and the bound stays below the brute force."""
+    tr = _trace([(fwd, 1e-3, p) for p in sizes])
+    cl = _cluster(1e9, 4, "ring", latency)
+    inst = build_sharded(tr, cl, "full", accumulate=k)
+    two = sorted(sizes)[:2]
+    cap = max(peak_floor(inst), 2 * two[0] + two[1]) if fwd else 2 * max(sizes)
+    want = _brute(tr, cl, inst, cap)
+    net = network_bound(inst, cap)
+    assert net >= network_bound(inst)
+    if want is None:
+        return
+    assert inst.period(net) <= want * (1 + 1e-12)
+    assert inst.period(step_bound(inst, cap)) <= want * (1 + 1e-12)
+    if 2 * min(a + b for a, b in itertools.pairwise(sizes)) > cap:
+        per_unit = sum((2 * k + 1) * cl.shard_collective_time(p) for p in sizes)
+        assert net == pytest.approx(per_unit, rel=1e-12)

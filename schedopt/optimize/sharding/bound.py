@@ -14,7 +14,9 @@ least ``A + B N`` together (one unit at least, ``A >= 0``). With ``k`` micro-bat
   grad-op, and the reduce-scatters; in full mode the last backward's gathers and all
   reduce-scatters after the last forward) run one at a time;
 
-each followed by the optimizer step on the shard. The bound is the largest of these.
+each followed by the optimizer step on the shard; and, with each collective's own latency
+terms, the least sum of a partition's collectives (:func:`network_bound`, the network's
+contention between gathers and reduce-scatters). The bound is the largest of these.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import numpy as np
 from ...cluster import Cluster
 from .evaluate import ShardedInstance
 
-__all__ = ["DP_LAYERS", "envelope", "gather_matrix", "idle_bound", "peak_floor", "step_bound"]
+__all__ = ["DP_LAYERS", "NETWORK_LAYERS", "envelope", "gather_matrix", "idle_bound",
+           "network_bound", "peak_floor", "step_bound"]
 
 
 def envelope(cluster: Cluster, layers: int) -> tuple[float, float]:
@@ -48,9 +51,12 @@ def envelope(cluster: Cluster, layers: int) -> tuple[float, float]:
 
 def step_bound(inst: ShardedInstance, cap: int | None = None) -> float:
     """Lower bound (s) on the step of every sharded plan of ``inst`` within ``cap`` (see the
-    module): the closed forms, and the compute plus :func:`idle_bound` when ``inst`` has at
-    most :data:`DP_LAYERS` layers."""
+    module): the closed forms, :func:`network_bound` plus the optimizer step when ``inst`` has
+    at most :data:`NETWORK_LAYERS` layers, and the compute plus :func:`idle_bound` when it has
+    at most :data:`DP_LAYERS`."""
     closed = _closed_bound(inst)
+    if inst.n <= NETWORK_LAYERS:
+        closed = max(closed, network_bound(inst, cap) + inst.update_s)
     if inst.n > DP_LAYERS:
         return closed
     k = inst.accumulate
@@ -84,6 +90,36 @@ def _closed_bound(inst: ShardedInstance) -> float:
     return best + inst.update_s
 
 
+def network_bound(inst: ShardedInstance, cap: int | None = None) -> float:
+    """Least busy time of the network over every partition into units within ``cap`` (s).
+
+    The network serves one collective at a time, from the first all-gather (at the step's
+    start at the earliest) to the last reduce-scatter (before the optimizer step), so a
+    partition's step is at least the sum of its collectives: per unit, its all-gathers (``2k``
+    in full mode, one in grad-op) and its reduce-scatter, each with its own latency terms
+    (:func:`gather_matrix`). The least sum is a shortest path over unit boundaries, O(n^2).
+    Under a cap, a unit whose backward takes time holds its parameters and its gradients at
+    once, so units with ``2 P_u > cap`` and a positive backward are left out.
+    """
+    n = inst.n
+    gathers = 2 * inst.accumulate if inst.mode == "full" else 1
+    cost = gathers * gather_matrix(inst, 2) + gather_matrix(inst, 3)
+    cum_t = np.r_[0, np.cumsum(inst.has_tensor)]
+    if cap is not None:
+        cs = inst.sums
+        held = 2 * (cs[None, :, 2] - cs[:, None, 2])
+        busy = cs[None, :, 1] - cs[:, None, 1] > 0
+        cost = np.where(busy & (held > cap), np.inf, cost)
+    W = np.full(n + 1, np.inf)  # W[c]: the least sum over the units covering layers 0..c-1
+    W[0] = 0.0
+    for c in range(1, n + 1):
+        a = np.arange(c)
+        ok = cum_t[c] > cum_t[a]  # every unit holds a tensor
+        if ok.any():
+            W[c] = float(np.min(W[a[ok]] + cost[a[ok], c]))
+    return float(W[n]) if np.isfinite(W[n]) else 0.0
+
+
 def peak_floor(inst: ShardedInstance) -> int:
     """Lower bound (bytes) on every sharded plan's peak.
 
@@ -102,6 +138,9 @@ def peak_floor(inst: ShardedInstance) -> int:
 
 #: Largest number of layers for the programme over unit boundaries (O(n^3)).
 DP_LAYERS = 1000
+
+#: Largest number of layers for :func:`network_bound` (O(n^2) time and memory).
+NETWORK_LAYERS = 4000
 
 
 def gather_matrix(inst: ShardedInstance, col: int) -> np.ndarray:
