@@ -171,7 +171,7 @@ def idle_bound(inst: ShardedInstance, cap: int | None) -> float:
     cum_t = np.r_[0, np.cumsum(inst.has_tensor)]
     C = float(cap) if cap is not None else np.inf
     knap = _Knapsack(inst, rs, _rs_rate(inst, rs)) if full and np.isfinite(C) else None
-    cases = _cases(full)
+    cases = _cases(full) if np.isfinite(C) else [_cases(full)[-1]]  # no cap: no term in f1/q1
     V = np.full((len(cases), n + 1, n + 1), np.inf)  # V[., b, c]: last unit [b, c)
     first = np.arange(1, n + 1)
     fits = (cum_t[first] > 0) & ~((inst.sums[first, 1] > 0) & (2 * inst.sums[first, 2] > C))
@@ -193,7 +193,8 @@ def idle_bound(inst: ShardedInstance, cap: int | None) -> float:
 
 
 def _cases(full: bool) -> list[tuple[str, str]]:
-    """The programme's cases: (forward term, backward term) keys of :func:`_pair_terms`."""
+    """The programme's cases: (forward term, backward term) keys of :func:`_pair_terms`; the
+    last has no term without a cap, and the others only add to it."""
     if not full:
         return [("f0", "none"), ("f1", "none")]
     return [(f, b) for f in ("f0", "f1") for b in ("q0s1", "q0s2", "q1")]
