@@ -7,8 +7,9 @@ ranks (OMP_NUM_THREADS pinned), per model of ``benchmarks/ddp_models.py``:
 ``backward``
     forward + backward alone (``no_sync``), no communication;
 ``ddp``
-    DDP at a bucket cap that puts (almost) all gradients in one bucket, with a communication
-    hook that records, per bucket, when DDP hands it over and when its all-reduce completes;
+    DDP at a bucket cap that puts (almost) all gradients in one bucket (gradients as bucket
+    views, as ``bench-ddp`` runs it), with a communication hook that records, per bucket, when
+    DDP hands it over and when its all-reduce completes;
 ``manual``
     the no-overlap run of ``bench-ddp`` (``sync-easgd``): ``no_sync`` backward, then the
     gradients copied into one buffer, all-reduced, copied back, each part timed;
@@ -48,7 +49,8 @@ def _loss(out: Any) -> Any:
     return out.float().mean()
 
 
-def _run_ddp(model: Any, x: Any, cap_mb: float, iters: int, warmup: int) -> dict[str, list[float]]:
+def _run_ddp(model: Any, x: Any, cap_mb: float, iters: int, warmup: int, bucket_view: bool
+             ) -> dict[str, list[float]]:
     import torch
     import torch.distributed as dist
 
@@ -67,7 +69,8 @@ def _run_ddp(model: Any, x: Any, cap_mb: float, iters: int, warmup: int) -> dict
         calls.append((bucket.index(), start, done))
         return fut.then(finish)
 
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb,
+                                                    gradient_as_bucket_view=bucket_view)
     ddp.register_comm_hook(None, hook)
     out: dict[str, list[float]] = {"ddp iteration": [], "ddp all-reduce (largest bucket)": [],
                                    "ddp exposed after backward": []}
@@ -153,7 +156,8 @@ def _rank(rank: int, world: int, init: str, args: argparse.Namespace, q: Any) ->
         torch.manual_seed(0)
         x = torch.randn(batch, width)
         rows: dict[str, list[float]] = {}
-        rows.update(_run_ddp(_factory(name), x, args.cap_mb, args.iters, args.warmup))
+        rows.update(_run_ddp(_factory(name), x, args.cap_mb, args.iters, args.warmup,
+                             args.bucket_view))
         rows.update(_run_manual(_factory(name), x, args.iters, args.warmup))
         numel = sum(p.numel() for p in _factory(name).parameters())
         rows.update(_run_alone(numel, args.iters, args.warmup))
@@ -168,6 +172,8 @@ def main() -> None:
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--cap-mb", type=float, default=100.0, help="DDP bucket cap (one bucket)")
+    p.add_argument("--no-bucket-view", dest="bucket_view", action="store_false",
+                   help="gradient_as_bucket_view off (bench-ddp's default is on)")
     args = p.parse_args()
     import torch.multiprocessing as mp
 

@@ -12,7 +12,10 @@
 ``cntk``, ``sync-easgd`` (and plans with ``overlap: false``)
     No overlap: the backward runs under ``no_sync()``, then each of the plan's buckets is
     all-reduced (flattened, averaged) in launch order: one all-reduce per layer for ``cntk``, one
-    of all gradients for ``sync-easgd``.
+    of all gradients for ``sync-easgd``. With ``gradient_as_bucket_view`` (the default) the
+    gradients then become views of the reduced buffer, as DDP's do: a copy into the buffer and
+    none back, the copies DDP itself makes (a copy back costs 8-10% of such an iteration on this
+    machine: ``benchmarks/ddp_comm_timing.py``).
 
 Every rank builds the model with the same seed and its own random batch, and runs ``warmup``
 untimed iterations (DDP rebuilds its buckets after the first) then ``iters`` timed ones. An
@@ -139,6 +142,22 @@ def _rel(path: Path, base: Path) -> str:
 
 
 # ------------------------------------------------------------------------------ the ranks
+def _view_grads(group: list[Any], flat: Any) -> None:
+    """Make the gradients of ``group`` views of ``flat`` (as ``gradient_as_bucket_view``)."""
+    offset = 0
+    for p in group:
+        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        offset += p.numel()
+
+
+def _copy_grads(group: list[Any], flat: Any) -> None:
+    """Copy ``flat`` back into the gradients of ``group``."""
+    offset = 0
+    for p in group:
+        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+        offset += p.numel()
+
+
 def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[str, Any]
              ) -> list[float]:
     """Run warm-up and timed iterations; return the timed iteration times."""
@@ -163,10 +182,10 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
                 torch.cat([p.grad.reshape(-1) for p in group], out=flat)
                 dist.all_reduce(flat)
                 flat.div_(world)
-                offset = 0
-                for p in group:
-                    p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-                    offset += p.numel()
+                if job["bucket_view"]:  # the gradients become views of the bucket (no copy back)
+                    _view_grads(group, flat)
+                else:
+                    _copy_grads(group, flat)
         else:
             _default_loss(_call(ddp, batch)).backward()
         if job["backend"] == "nccl":
