@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from ..cluster import Cluster
@@ -47,14 +49,36 @@ def jackson_bound(inst: Instance) -> int:
     return inst.terms.release_bound(starts, vals)
 
 
-def _fewest_buckets(inst: Instance, tails: BucketTails, lam: int) -> bool:
-    """Whether some bucketing has every preemptive suffix term at most ``lam``."""
+class Machine(Protocol):
+    """One resource as a single machine with heads and tails (``flowshop.ResourceView``):
+    bandwidth parts ``p`` and start-up ``a`` on it, and those of the stages before and after."""
+
+    p: np.ndarray
+    a: int
+    p_before: np.ndarray
+    a_before: int
+    p_after: np.ndarray
+    a_after: int
+
+
+def fewest_buckets(inst: Instance, tails: BucketTails | None, lam: int,
+                   machine: Machine | None = None) -> bool:
+    """Whether some bucketing has every preemptive suffix term at most ``lam``.
+
+    The term of a bucket ``i..j`` followed by the fewest buckets that keep the later terms
+    within ``lam``: its release, the bandwidth parts from ``i`` on, one start-up per bucket
+    left, and its tails (``tails``; None: none). With ``machine``, on that resource alone: the
+    stages before it a head, those after it a tail (docs/formulation.md, "Several stages").
+    """
     n = inst.n
-    r = inst.r.astype(np.int64)
-    p_suffix = np.r_[np.cumsum(inst.p[::-1])[::-1], 0]
-    a = inst.a
-    fwd, upd_before, first, last = tails.fwd, tails.upd_before, tails.first, tails.last
     big = np.iinfo(np.int64).max // 4
+    r = np.r_[inst.r.astype(np.int64), big]
+    p, a = (inst.p, inst.a) if machine is None else (machine.p, machine.a)
+    p_suffix = np.r_[np.cumsum(p[::-1])[::-1], 0]
+    if tails is None:  # no tails to credit: ``lam`` bounds the end of the communication
+        tails = BucketTails(np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
+                            np.zeros(n, np.int64), np.zeros(n, dtype=bool))
+    fwd, upd_before, first, last = tails.fwd, tails.upd_before, tails.first, tails.last
     count = np.full(n + 1, big, dtype=np.int64)
     count[n] = 0
     for i in range(n - 1, -1, -1):
@@ -63,11 +87,24 @@ def _fewest_buckets(inst: Instance, tails: BucketTails, lam: int) -> bool:
         # update part of the tail: units before i when the bucket is the first of its layer
         upd = np.where(first[j] >= i, upd_before[i], 0) + np.where(
             last[j], upd_before[j + 1] - upd_before[i], 0)
-        term = r[j] + p_suffix[i] + a * (1 + rest) + fwd[j] + upd
+        term = p_suffix[i] + a * (1 + rest) + fwd[j] + upd + _head_tail(inst, machine, r, i, j)
         ok = (rest < big) & (term <= lam)
         if ok.any():
             count[i] = 1 + int(rest[ok].min())
     return bool(count[0] < big)
+
+
+def _head_tail(inst: Instance, machine: Machine | None, r: np.ndarray, i: int, j: np.ndarray
+               ) -> np.ndarray:
+    """The release of buckets ``i..j`` on ``machine`` (after the stages before it) plus the
+    stages after it; without a machine, the release."""
+    if machine is None:
+        return r[j]
+    n = inst.n
+    pre_b = np.r_[0, np.cumsum(machine.p_before)]
+    pre_a = np.r_[0, np.cumsum(machine.p_after)]
+    head = np.minimum(r[j] + pre_b[j + 1] - pre_b[i], r[j + 1]) + machine.a_before
+    return head + machine.a_after + np.where(j == n - 1, pre_a[n] - pre_a[i], 0)
 
 
 def bucketing_bound(inst: Instance, hi: int) -> int:
@@ -79,11 +116,11 @@ def bucketing_bound(inst: Instance, hi: int) -> int:
         return jackson_bound(inst)
     c = inst.consts
     lo = max(c.B + c.F + c.U, jackson_bound(inst)) - 1
-    if _fewest_buckets(inst, tails, lo):
+    if fewest_buckets(inst, tails, lo):
         return lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _fewest_buckets(inst, tails, mid):
+        if fewest_buckets(inst, tails, mid):
             hi = mid
         else:
             lo = mid

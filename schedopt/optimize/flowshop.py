@@ -51,6 +51,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..trace import Trace
+from .bounds import fewest_buckets
 from .dp import solve_fifo_per_layer, solve_wait_for_all
 from .heuristics import schrage_order
 from .instance import Instance, Segments, build_instance
@@ -117,55 +118,25 @@ def _jackson(inst: Instance, view: ResourceView) -> int:
     return int((vals + inst.fwd_from[inst.layer[starts]]).max())
 
 
-def _fewest_buckets(inst: Instance, view: ResourceView, lam: int) -> bool:
-    """Whether some bucketing keeps every suffix term of ``view`` at most ``lam``."""
-    n = inst.n
-    r = np.r_[inst.r.astype(np.int64), np.iinfo(np.int64).max // 4]
-    p_suffix = np.r_[np.cumsum(view.p[::-1])[::-1], 0]
-    pre_b = np.r_[0, np.cumsum(view.p_before)]
-    pre_a = np.r_[0, np.cumsum(view.p_after)]
-    if inst.per_layer:
-        fwd = inst.fwd_from[inst.layer]
-        upd_before = np.r_[0, inst.upd_prefix]
-    else:  # wait-for-all: ``lam`` bounds the end of the communication, no tails
-        fwd, upd_before = np.zeros(n, np.int64), np.zeros(n + 1, np.int64)
-    first = inst.layer_first_unit
-    last = np.r_[inst.layer[1:] != inst.layer[:-1], True]
-    big = np.iinfo(np.int64).max // 4
-    count = np.full(n + 1, big, dtype=np.int64)
-    count[n] = 0
-    for i in range(n - 1, -1, -1):
-        j = np.arange(i, n)
-        rest = count[i + 1:]
-        upd = np.where(first[j] >= i, upd_before[i], 0) + np.where(
-            last[j], upd_before[j + 1] - upd_before[i], 0)
-        head = np.minimum(r[j] + pre_b[j + 1] - pre_b[i], r[j + 1]) + view.a_before
-        tail = view.a_after + np.where(j == n - 1, pre_a[n] - pre_a[i], 0)
-        term = head + p_suffix[i] + view.a * (1 + rest) + tail + fwd[j] + upd
-        ok = (rest < big) & (term <= lam)
-        if ok.any():
-            count[i] = 1 + int(rest[ok].min())
-    return bool(count[0] < big)
-
-
 class _Calls:
-    """The programmes a bound may still run (:func:`_fewest_buckets` calls), and those run."""
+    """The programmes a bound may still run (:func:`.bounds.fewest_buckets` calls), and those
+    run."""
 
     def __init__(self, limit: int | None) -> None:
         self.left = limit if limit is not None else 1 << 62
         self.used = 0
 
     def feasible(self, inst: Instance, view: ResourceView, lam: int) -> bool | None:
-        """:func:`_fewest_buckets`, or None once the calls are spent."""
+        """:func:`.bounds.fewest_buckets` on ``view``, or None once the calls are spent."""
         if self.left <= 0:
             return None
         self.left -= 1
         self.used += 1
-        return _fewest_buckets(inst, view, lam)
+        return fewest_buckets(inst, inst.terms.bucket_tails, lam, view)
 
 
 def _bisect(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
-    """The least ``lam`` in ``[lo, hi]`` that :func:`_fewest_buckets` meets, ``lo`` a known
+    """The least ``lam`` in ``[lo, hi]`` that :func:`.bounds.fewest_buckets` meets, ``lo`` a known
     bound and ``hi`` feasible or a known value; once ``calls`` are spent, the largest ``lam``
     proven infeasible plus one (or ``lo``)."""
     if lo >= hi:
