@@ -187,9 +187,7 @@ class Constraints:
     def _one_end_per_layer_is_dominant(self) -> bool:
         """In FIFO order without an update step (or in wait-for-all mode), joining two buckets
         that end in one layer never hurts (docs/formulation.md, "Dominance")."""
-        if self.reorder:
-            return False
-        return not self.inst.per_layer or self.inst.consts.U == 0
+        return not self.reorder and self.inst.terms.joining_within_a_layer_is_free
 
     def _one_bucket_end_per_layer(self) -> None:
         """At most one bucket ends in each layer (dominance)."""

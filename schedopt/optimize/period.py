@@ -238,6 +238,13 @@ class PeriodTerms(ABC):
         bound is then the preemptive one)."""
         return None
 
+    @property
+    def joining_within_a_layer_is_free(self) -> bool:
+        """Whether, in FIFO order, joining two buckets that end in one layer never lengthens
+        the period (docs/formulation.md, "Dominance"): no update step between them to wait
+        for."""
+        return True
+
 
 class WaitForAll(PeriodTerms):
     """The next forward waits for every bucket and the update."""
@@ -439,6 +446,12 @@ class PerLayer(PeriodTerms):
         """Each end followed by the forward from its layer on."""
         inst = self.inst
         return int((ends + inst.fwd_from[inst.layer[starts]]).max())
+
+    @property
+    def joining_within_a_layer_is_free(self) -> bool:
+        """Only without an update step: the update shares make a bucket's tail depend on
+        where it ends."""
+        return self.inst.consts.U == 0
 
     @cached_property
     def bucket_tails(self) -> BucketTails:
