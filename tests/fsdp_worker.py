@@ -7,6 +7,7 @@ Usage: python tests/fsdp_worker.py RANK WORLD RENDEZVOUS_FILE PLAN_JSON OUT_JSON
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -130,6 +131,7 @@ def main(argv: list[str]) -> int:
         local = torch.tensor(train_step(model, micro, loss_fn, opt, plan))
         dist.all_reduce(local)
         losses.append(float(local) / world)
+    dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
         Path(argv[5]).write_text(json.dumps({
@@ -140,4 +142,9 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv))
+    code = main(sys.argv)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # leave without the interpreter's teardown: torch's background threads (gloo, autograd)
+    # can abort there ("terminate called without an active exception") after the work is done
+    os._exit(code)
