@@ -503,30 +503,14 @@ def _build(spec: ModelSpec, gpu: GPU, batch: int, seq: int, dtype: Any) -> tuple
             model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
 
         return model, run
-    if spec.kind == "llama":
-        return _build_llama(spec, attn, batch, seq, dtype)
-    from transformers import GPT2Config, GPT2LMHeadModel
+    import transformers
 
-    cfg = GPT2Config(**spec.config, attn_implementation=attn)
+    # causal language models with an LM head: (config class, model class) by kind
+    config_cls, model_cls = {"gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+                             "llama": ("LlamaConfig", "LlamaForCausalLM")}[spec.kind]
+    cfg = getattr(transformers, config_cls)(**spec.config, attn_implementation=attn)
     with torch.device("meta"):
-        model = GPT2LMHeadModel(cfg).to(dtype)
-        ids = torch.zeros(batch, seq, dtype=torch.long)
-
-    def run() -> None:
-        model(input_ids=ids, labels=ids)
-
-    return model, run
-
-
-def _build_llama(spec: ModelSpec, attn: str, batch: int, seq: int, dtype: Any
-                 ) -> tuple[Any, Callable]:
-    """A Llama-style causal LM on the meta device and its forward pass with loss."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(**spec.config, attn_implementation=attn)
-    with torch.device("meta"):
-        model = LlamaForCausalLM(cfg).to(dtype)
+        model = getattr(transformers, model_cls)(cfg).to(dtype)
         ids = torch.zeros(batch, seq, dtype=torch.long)
 
     def run() -> None:
