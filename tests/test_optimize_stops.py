@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, SolveResult, Status, solve
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
+from tests.interrupt import cli_interrupted_at
 
 solve_mod = sys.modules["schedopt.optimize.solve"]
 PER_LAYER = {"next_forward": "per-layer", "reorder": True}
@@ -120,24 +120,9 @@ def test_sigint_in_the_cli_prints_and_writes_the_plan_and_exits_130(tmp_path: Pa
     """``schedopt optimize`` stopped by Ctrl-C (sent as the unimodal programme starts): the
     JSON result on stdout, the --out file written, exit status 130."""
     out = tmp_path / "res.json"
-    code = (
-        "import os, signal, sys\n"
-        "import schedopt.optimize\n"
-        "s = sys.modules['schedopt.optimize.solve']\n"
-        "real = s.unimodal_exact\n"
-        "def stop(*a, **k):\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    return real(*a, **k)\n"
-        "s.unimodal_exact = stop\n"
-        "from schedopt.cli import main\n"
-        "sys.argv = ['schedopt', 'optimize', 'resnet50-v100-b64', 'k80-4x4-10gbe',\n"
-        "            '--next-forward', 'per-layer', '--reorder', '--time-limit', '60',\n"
-        f"            '--out', {str(out)!r}, '--json']\n"
-        "main()\n"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = cli_interrupted_at("schedopt.optimize.solve", "unimodal_exact", [
+        "optimize", "resnet50-v100-b64", "k80-4x4-10gbe", "--next-forward", "per-layer",
+        "--reorder", "--time-limit", "60", "--out", str(out), "--json"])
     assert proc.returncode == 130, proc.stderr
     data = json.loads(proc.stdout)
     assert data["interrupted"] is True and data["plan"]["buckets"]

@@ -42,6 +42,7 @@ from schedopt.scenarios import (
 )
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
+from tests.interrupt import cli_interrupted_at
 from tests.strategies import clusters, traces
 
 robust_mod = sys.modules["schedopt.optimize.robust"]
@@ -384,28 +385,10 @@ def test_sigint_in_the_cli_prints_and_writes_the_robust_plan_and_exits_130(tmp_p
                                                                            ) -> None:
     """``optimize --robust`` stopped by Ctrl-C (sent as the second baseline is judged): the JSON
     result on stdout, the --out file written, exit status 130."""
-    import subprocess
-
     out = tmp_path / "robust.json"
-    code = (
-        "import os, signal, sys\n"
-        "import schedopt.optimize.robust as r\n"
-        "real, calls = r.evaluate_baseline, []\n"
-        "def stop(*a, **k):\n"
-        "    calls.append(1)\n"
-        "    if len(calls) == 2:\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
-        "    return real(*a, **k)\n"
-        "r.evaluate_baseline = stop\n"
-        "from schedopt.cli import main\n"
-        "sys.argv = ['schedopt', 'optimize', 'resnet50-v100-b64', 'k80-4x4-10gbe',\n"
-        "            '--robust', '20', '--time-limit', '60',\n"
-        f"            '--out', {str(out)!r}, '--json']\n"
-        "main()\n"
-    )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, env=env)
+    proc = cli_interrupted_at("schedopt.optimize.robust", "evaluate_baseline", [
+        "optimize", "resnet50-v100-b64", "k80-4x4-10gbe", "--robust", "20", "--time-limit",
+        "60", "--out", str(out), "--json"], nth=2)
     assert proc.returncode == 130, proc.stderr
     shown = json.loads(proc.stdout)
     assert shown["interrupted"] is True and shown["status"] == "FEASIBLE"
