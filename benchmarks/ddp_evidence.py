@@ -4,12 +4,15 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 ``benchmarks/ddp_models.py`` (2 processes, gloo over loopback, OMP_NUM_THREADS pinned):
 
 1. ``profile`` each model (same thread count as the runs);
-2. ``bench-comm`` (all-reduce latency and overlap slowdown) and ``fit-comm --out`` (the cluster);
+2. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
+   all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
-4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan;
+4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan,
+   ``--config-rounds`` rounds alternately (the median per configuration is its measurement);
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
-   overlap slowdown and with ``s = 1`` (free overlap);
-6. ``calibrate`` (overlap slowdown, per-collective overhead) leaving one configuration out, and
+   ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
+   not), and with ``s = s_c = 1`` (free overlap);
+6. ``calibrate`` (both slowdowns, per-collective overhead) leaving one configuration out, and
    predicting it;
 7. the measured gain: default DDP and the plan alternately (``--rounds``), on the model with the
    largest predicted gain.
@@ -17,6 +20,7 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 Prints tables (instance, method, figure) and the machine load before and after. Usage::
 
     python benchmarks/ddp_evidence.py [--out DIR] [--threads 1] [--rounds 5] [--iters 20]
+                                      [--config-rounds 3]
 
 Run it from the repository root (the factories are ``benchmarks.ddp_models:...``). Timings are
 only meaningful on an otherwise idle machine: it refuses to start above ``--max-load`` (1-minute
@@ -36,6 +40,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: Cluster variants validated: name -> fields replaced in the fitted cluster (none: as fitted).
+VARIANTS: dict[str, dict[str, float]] = {
+    "loopback": {},
+    "loopback-sc1": {"comm_slowdown": 1.0},
+    "loopback-s1": {"overlap_slowdown": 1.0, "comm_slowdown": 1.0},
+}
+VARIANT_NAMES = {"loopback": "measured s and s_c", "loopback-sc1": "measured s, s_c = 1",
+                 "loopback-s1": "s = s_c = 1"}
 MODELS = {  # name: (factory, input shape, input dtype)
     "mlp": ("benchmarks.ddp_models:mlp", "32,1536", "float32"),
     "bert_small": ("benchmarks.ddp_models:bert_small", "2,64", "int64"),
@@ -85,8 +97,9 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
              args.threads, "--out", d / "loopback2.txt", env=env)
     print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
     cl = json.loads((d / "loopback.json").read_text())
-    (d / "loopback-s1.json").write_text(json.dumps({**cl, "name": "loopback-s1",
-                                                    "overlap_slowdown": 1.0}))
+    for name, over in VARIANTS.items():
+        if over:
+            (d / f"{name}.json").write_text(json.dumps({**cl, "name": name, **over}))
     for m, (factory, shape, dtype) in MODELS.items():
         schedopt("optimize", d / f"{m}.json", d / "loopback.json", "--target", "ddp", "--out",
                  d / f"{m}-opt.json", "--json", env=env)
@@ -94,33 +107,55 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
         print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
                        "--trace", d / f"{m}.json", "--cluster", d / "loopback.json", *specs,
                        "--plan", d / f"{m}-opt.json", "--iters", args.iters, "--warmup", 5,
-                       "--threads", args.threads, "--out", d / f"{m}-runs.csv", env=env))
+                       "--rounds", args.config_rounds, "--threads", args.threads, "--out",
+                       d / f"{m}-rounds.csv", env=env))
+        write_rows(d / f"{m}-runs.csv", medians(read_rows(d / f"{m}-rounds.csv")))
+
+
+def medians(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """One row per configuration: the median round (its spread and samples with it)."""
+    by: dict[tuple[str, str], list[dict[str, str]]] = {}
+    for r in rows:
+        by.setdefault((r["trace"], r["policy"]), []).append(r)
+    out = []
+    for group in by.values():
+        group.sort(key=lambda r: float(r["iteration_time_s"]))
+        mid = dict(group[len(group) // 2])
+        mid["source"] = (f"median of {len(group)} rounds ("
+                         + ", ".join(f"{float(r['iteration_time_s']) * 1e3:.1f}" for r in group)
+                         + " ms); " + mid["source"])
+        out.append(mid)
+    return out
 
 
 def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
-    """Steps 5-6: validate (s measured, s = 1) and leave-one-configuration-out calibration."""
+    """Steps 5-6: validate (each cluster variant) and leave-one-configuration-out calibration."""
     rows = [r for m in MODELS for r in read_rows(d / f"{m}-runs.csv")]
-    write_rows(d / "runs.csv", rows)
-    write_rows(d / "runs-s1.csv", rows, cluster="loopback-s1.json")
     table: list[tuple[str, str, str]] = []
-    per_row: dict[tuple[str, str], list[float]] = {}
-    for name, f in (("bench-comm s", "runs.csv"), ("s = 1", "runs-s1.csv")):
+    per_row: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for variant in VARIANTS:
+        f = "runs.csv" if variant == "loopback" else f"runs-{variant}.csv"
+        write_rows(d / f, rows, **({} if variant == "loopback" else
+                                   {"cluster": f"{variant}.json"}))
         rep = validate(d / f, env)
-        table.append(("all rows", f"predicted, {name}", f"mean |error| "
+        table.append(("all rows", f"predicted, {VARIANT_NAMES[variant]}", f"mean |error| "
                       f"{rep['mean_abs_error'] * 100:.1f}%, max {rep['max_abs_error'] * 100:.1f}%"))
         for r in rep["rows"]:
-            per_row.setdefault((r["trace"], config_of(r["policy"])), []).append(r["error"])
-            per_row[(r["trace"], config_of(r["policy"]))].append(r["measured_s"])
-            per_row[(r["trace"], config_of(r["policy"]))].append(r["predicted_s"])
-    for (trace, cfg), (e1, meas, p1, e2, _, p2) in per_row.items():
-        table.append((f"{Path(trace).stem} {cfg}", "measured / predicted (s) / predicted (s=1)",
-                      f"{meas * 1e3:.1f} / {p1 * 1e3:.1f} ({e1 * 100:+.1f}%) / {p2 * 1e3:.1f} "
-                      f"({e2 * 100:+.1f}%) ms"))
-    print("| model | configuration | measured ms | predicted ms (measured s) | error |"
-          " predicted ms (s = 1) | error |\n| --- | --- | --- | --- | --- | --- | --- |")
-    for (trace, cfg), (e1, meas, p1, e2, _, p2) in per_row.items():
-        print(f"| {Path(trace).stem} | {cfg} | {meas * 1e3:.1f} | {p1 * 1e3:.1f} | "
-              f"{e1 * 100:+.1f}% | {p2 * 1e3:.1f} | {e2 * 100:+.1f}% |")
+            per_row.setdefault((r["trace"], config_of(r["policy"])), []).append(
+                (r["measured_s"], r["predicted_s"], r["error"]))
+    heads = " | ".join(f"predicted ms ({VARIANT_NAMES[v]}) | error" for v in VARIANTS)
+    print(f"| model | configuration | measured ms | {heads} |\n|"
+          + " --- |" * (3 + 2 * len(VARIANTS)))
+    for (trace, cfg), cells in per_row.items():
+        preds = " | ".join(f"{p * 1e3:.1f} | {e * 100:+.1f}%" for _, p, e in cells)
+        print(f"| {Path(trace).stem} | {cfg} | {cells[0][0] * 1e3:.1f} | {preds} |")
+    return table + leave_one_out(d, rows, env)
+
+
+def leave_one_out(d: Path, rows: list[dict[str, str]], env: dict[str, str]
+                  ) -> list[tuple[str, str, str]]:
+    """Calibrate on all configurations but one; predict the one left out."""
+    table: list[tuple[str, str, str]] = []
     loco: list[float] = []
     for cfg in [*CONFIGS, "plan"]:
         train = [r for r in rows if config_of(r["policy"]) != cfg]
@@ -128,8 +163,8 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
         tag = cfg.replace(":", "_").replace("=", "")
         write_rows(d / f"train-{tag}.csv", train)
         out = json.loads(schedopt("calibrate", d / f"train-{tag}.csv", "--out", d / f"cal-{tag}",
-                                  "--fit", "overlap_slowdown,collective_overhead", "--json",
-                                  env=env))
+                                  "--fit", "overlap_slowdown,comm_slowdown,collective_overhead",
+                                  "--json", env=env))
         fitted = Path(out["clusters"][0]["out"])
         write_rows(d / f"test-{tag}.csv", test, cluster=os.path.relpath(fitted, d))
         rep = validate(d / f"test-{tag}.csv", env)
@@ -137,7 +172,8 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
         params = {p["name"]: p["value"] for p in out["clusters"][0]["params"]}
         table.append((f"left out: {cfg}", "calibrated on the rest", "errors "
                       + ", ".join(f"{r['error'] * 100:+.1f}%" for r in rep["rows"])
-                      + f" (s = {params['overlap_slowdown']:.3f}, overhead "
+                      + f" (s = {params['overlap_slowdown']:.3f}, s_c = "
+                      f"{params['comm_slowdown']:.3f}, overhead "
                       f"{params['collective_overhead'] * 1e3:.2f} ms)"))
     table.append(("all rows", "leave one configuration out", f"mean |error| "
                   f"{statistics.mean(loco) * 100:.1f}%, max {max(loco) * 100:.1f}%"))
@@ -160,6 +196,9 @@ def gain(d: Path, args: argparse.Namespace, env: dict[str, str]) -> list[tuple[s
                        args.iters, "--warmup", 5, "--threads", args.threads, "--out",
                        d / "gain.csv", env=env))
     rows = read_rows(d / "gain.csv")
+    write_rows(d / "gain-sc1.csv", rows, cluster="loopback-sc1.json")
+    old = {config_of(r["policy"]): r["predicted_s"]
+           for r in validate(d / "gain-sc1.csv", env)["rows"]}
     base = [float(r["iteration_time_s"]) for r in rows if r["policy"] == "ddp"]
     opt = [float(r["iteration_time_s"]) for r in rows if r["policy"] != "ddp"]
     speedups = [b / o for b, o in zip(base, opt, strict=True)]
@@ -169,7 +208,9 @@ def gain(d: Path, args: argparse.Namespace, env: dict[str, str]) -> list[tuple[s
         (m, "predicted gain (optimize: ddp default / plan)", f"{pred[m]:.3f}x"
          + "".join(f"; {k} {v:.3f}x" for k, v in pred.items() if k != m)),
         (m, "predicted times (validate)", f"ddp {sim['ddp'] * 1e3:.1f} ms, plan "
-         f"{sim['plan'] * 1e3:.1f} ms"),
+         f"{sim['plan'] * 1e3:.1f} ms ({sim['ddp'] / sim['plan']:.3f}x); with s_c = 1: ddp "
+         f"{old['ddp'] * 1e3:.1f} ms, plan {old['plan'] * 1e3:.1f} ms "
+         f"({old['ddp'] / old['plan']:.3f}x)"),
         (m, f"measured, {len(base)} alternating rounds", "ddp " + ", ".join(
             f"{t * 1e3:.1f}" for t in base) + " ms; plan " + ", ".join(
             f"{t * 1e3:.1f}" for t in opt) + " ms"),
@@ -184,6 +225,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--config-rounds", type=int, default=3,
+                    help="rounds of every configuration (the median is kept)")
     ap.add_argument("--max-load", type=float, default=1.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--skip-measure", action="store_true", help="reuse the runs in --out")

@@ -69,6 +69,8 @@ PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
               description="inter-node link latency per step (s)"),
     ParamSpec("overlap_slowdown", ("overlap_slowdown",), "linear", 1.0, 5.0, 1.0,
               description="compute slowdown while communication runs (>= 1)"),
+    ParamSpec("comm_slowdown", ("comm_slowdown",), "linear", 1.0, 5.0, 1.0,
+              description="communication slowdown while compute runs (>= 1)"),
     ParamSpec("collective_overhead", ("collective_overhead_s",), "linear", 0.0, 0.05, 1e-4,
               description="fixed time per collective call (s)"),
 )}
@@ -152,7 +154,8 @@ class _Group:
             cl = clusters[nodes]
             # a row whose costs a parameter does not change (the inter link of one node)
             # is not simulated again
-            key = (i, cl.comm_stages(self.models[i].plan.collective), cl.overlap_slowdown)
+            key = (i, cl.comm_stages(self.models[i].plan.collective), cl.overlap_slowdown,
+                   cl.comm_slowdown)
             if key not in self.cache:
                 self.cache[key] = simulate_model(recost(self.models[i], cl)).iteration_time_s
             out.append(self.cache[key])
@@ -340,7 +343,7 @@ def _starts(x0: np.ndarray, names: list[str], prior: dict[str, float], lo: np.nd
             spec = PARAMS[n]
             if spec.kind == "log":
                 x[j] += rng.uniform(-math.log(3.0), math.log(3.0))
-            elif n == "overlap_slowdown":
+            elif n in ("overlap_slowdown", "comm_slowdown"):
                 x[j] = rng.uniform(1.0, 2.0)
             else:
                 x[j] = rng.uniform(0.0, 3.0 * max(prior[n] / spec.unit, 1.0))

@@ -536,13 +536,14 @@ def fit_comm(
             if n_ranks is None:
                 raise SchedoptError("the rank count is not in the file or its name: pass --ranks",
                                     "ranks", None)
-            from .integrations.bench import read_overlap_slowdown
+            from .integrations.bench import read_slowdowns
 
-            slowdown = read_overlap_slowdown(_shipped_sample(file))
+            slow = read_slowdowns(_shipped_sample(file))
             cluster = cluster_from_fit(
                 fit, name=out.stem, ranks=n_ranks,
                 source=f"fitted by `schedopt fit-comm` to {file.name} ({samples.format})",
-                overlap_slowdown=slowdown or 1.0,
+                overlap_slowdown=slow.get("overlap_slowdown", 1.0),
+                comm_slowdown=slow.get("comm_slowdown", 1.0),
             )
             files.write_json(out, cluster.model_dump(mode="json", exclude_none=True))
     used = (samples.sizes >= (fit.min_bytes or 0)) & (samples.sizes <= (fit.max_bytes or 0))
@@ -552,6 +553,7 @@ def fit_comm(
         "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2, "min_bytes": fit.min_bytes,
         "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
         "overlap_slowdown": cluster.overlap_slowdown if out is not None else None,
+        "comm_slowdown": cluster.comm_slowdown if out is not None else None,
         **piecewise_summary(samples, fit),
     }
     if as_json:
@@ -570,6 +572,7 @@ def fit_comm(
     table.add_row("median |rel. error|", f"{data['median_rel_error'] * 100:.2f}%")
     if out is not None:
         table.add_row("overlap slowdown", f"{cluster.overlap_slowdown:.3f}")
+        table.add_row("communication slowdown", f"{cluster.comm_slowdown:.3f}")
         table.add_row("cluster written", str(out))
     console.print(table)
 
@@ -1001,8 +1004,8 @@ def bench_comm_cmd(
     threads: ThreadsOpt = 1,
     timeout: TimeoutOpt = 600.0,
 ) -> None:
-    """Measure all-reduce latency over message sizes and the overlap slowdown on local ranks
-    (needs torch); `fit-comm` reads the output."""
+    """Measure all-reduce latency over message sizes and the contention between compute and
+    communication on local ranks (needs torch); `fit-comm` reads the output."""
     from .integrations.bench import Launch, bench_comm, format_nccl_tests, parse_sizes
     from .integrations.bench import write_text_atomic as write_text
 
@@ -1017,6 +1020,9 @@ def bench_comm_cmd(
     if res.overlap_slowdown is not None:
         typer.echo(f"overlap slowdown {res.overlap_slowdown:.3f} (compute under all-reduces of"
                    f" {res.overlap_bytes:,} B)")
+    if res.comm_slowdown is not None:
+        typer.echo(f"communication slowdown {res.comm_slowdown:.3f} (all-reduces of"
+                   f" {res.overlap_bytes:,} B under the compute loop)")
     typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads})")
 
 

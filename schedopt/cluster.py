@@ -179,6 +179,9 @@ class Cluster(BaseModel):
     overlap_slowdown
         ``s >= 1``: the part of a compute task that runs while communication runs proceeds at
         speed ``1/s`` (fluid; docs/model.md).
+    comm_slowdown
+        ``s_c >= 1``: communication runs at speed ``1/s_c`` while compute runs (ranks and the
+        backend's threads sharing CPU cores; 1 on GPUs; docs/model.md).
     collective_overhead_s
         Fixed time added to every bucket's communication (one per collective call).
     shared_pcie
@@ -207,6 +210,9 @@ class Cluster(BaseModel):
     overlap_slowdown: Number = Field(
         1.0, ge=1.0, le=1e3,
         description="Compute runs at speed 1/s while communication runs (fluid; 1: no slowdown).")
+    comm_slowdown: Number = Field(
+        1.0, ge=1.0, le=1e3,
+        description="Communication runs at speed 1/s_c while compute runs (fluid; 1: none).")
     collective_overhead_s: Seconds = Field(
         0.0,
         description="Fixed time (s) added to every bucket's communication.")
@@ -239,6 +245,8 @@ class Cluster(BaseModel):
         exclude: dict[str, Any] = {}
         if self.overlap_slowdown == 1.0:
             exclude["overlap_slowdown"] = True
+        if self.comm_slowdown == 1.0:
+            exclude["comm_slowdown"] = True
         if self.collective_overhead_s == 0.0:
             exclude["collective_overhead_s"] = True
         if self.allreduce is not None and self.allreduce.segments is None:

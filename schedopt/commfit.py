@@ -163,6 +163,7 @@ def cluster_from_fit(
     source: str = "",
     gpu: str = "",
     overlap_slowdown: float = 1.0,
+    comm_slowdown: float = 1.0,
 ) -> Cluster:
     """A cluster whose all-reduce costs ``fit`` (its ``allreduce`` field).
 
@@ -186,6 +187,8 @@ def cluster_from_fit(
         GPU model (informational), used when ``base`` is None.
     overlap_slowdown
         The cluster's ``overlap_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
+    comm_slowdown
+        The cluster's ``comm_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
 
     Raises
     ------
@@ -206,7 +209,7 @@ def cluster_from_fit(
                 )
             data["nodes"] = ranks // g
         data.update(name=name, allreduce=fit.model_dump(), source=text,
-                    overlap_slowdown=overlap_slowdown)
+                    overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
         raise SchedoptError("must be positive to derive a link (give a base cluster)",
@@ -229,6 +232,7 @@ def cluster_from_fit(
         "collective": "ring",
         "allreduce": fit,
         "overlap_slowdown": overlap_slowdown,
+        "comm_slowdown": comm_slowdown,
     })
 
 

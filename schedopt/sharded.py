@@ -83,9 +83,10 @@ def check_sharded_plan(plan: Plan, cluster: Cluster) -> None:
     if not plan.overlap:
         raise SchedoptError("a sharded plan overlaps its reduce-scatters with the backward",
                             "plan.overlap", plan.overlap)
-    if cluster.overlap_slowdown != 1.0:
-        raise SchedoptError("the overlap slowdown is not modelled for sharded plans (use 1)",
-                            "cluster.overlap_slowdown", cluster.overlap_slowdown)
+    for name in ("overlap_slowdown", "comm_slowdown"):
+        if getattr(cluster, name) != 1.0:
+            raise SchedoptError("contention is not modelled for sharded plans (use 1)",
+                                f"cluster.{name}", getattr(cluster, name))
 
 
 def shard_units(trace: Trace, cluster: Cluster, plan: Plan) -> ShardedUnits:

@@ -9,18 +9,18 @@ time is the long-run period, found when the normalised state of the system repea
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .cluster import Cluster, CommStage
+from .contention import Contention
 from .plan import Breakdown, Plan, Schedule
 from .sharded import Network, ShardedUnits, comm_member_bytes, peak_bytes, shard_units
 from .trace import Trace
 from .validation import check_finite_result
 
-__all__ = ["Model", "advance", "chain_ends", "recost", "serve_in_sequence", "simulate",
+__all__ = ["Model", "chain_ends", "recost", "serve_in_sequence", "simulate",
            "simulate_model"]
 
 _NEG = -np.inf
@@ -633,185 +633,164 @@ class _ShardedSimulator(_Simulator):
 
 
 # ------------------------------------------------------------------------ overlap slowdown
-def advance(start: float, work: float, busy: list[tuple[float, float]], slowdown: float) -> float:
-    """End of a compute task of ``work`` seconds started at ``start`` (fluid slowdown).
+class _ContentionSimulator(_Simulator):
+    """Evaluation with contention: compute runs at speed ``1/s`` while any communication task
+    runs, and communication at speed ``1/s_c`` while compute runs (docs/model.md, "Overlap
+    slowdown").
 
-    The task runs at speed 1 outside the communication intervals in ``busy`` and at speed
-    ``1/slowdown`` inside them. ``busy`` is a heap of ``(start, end)`` intervals (they may
-    overlap); intervals that end before the returned time are popped, so the caller must ask in
-    non-decreasing ``start`` order.
-    """
-    cur, left = start, work
-    while busy:
-        b_start, b_end = busy[0]
-        if b_end <= cur:
-            heapq.heappop(busy)
-            continue
-        if b_start > cur:  # free stretch before the next interval
-            if left <= b_start - cur:
-                return cur + left
-            left -= b_start - cur
-            cur = b_start
-        span = b_end - cur  # inside an interval: speed 1/slowdown
-        if left * slowdown <= span:
-            return cur + left * slowdown
-        left -= span / slowdown
-        cur = b_end
-        heapq.heappop(busy)
-    return cur + left
-
-
-class _SlowdownSimulator(_Simulator):
-    """Evaluation with the overlap slowdown: compute runs at speed ``1/s`` while any
-    communication task runs (docs/model.md, "Overlap slowdown").
-
-    The compute stream and the communication tasks are advanced together in time order: a
-    communication task is placed once its release is known (its bucket's backward has ended and
-    the tasks before it on its resources are placed), and every compute task integrates its
-    speed over the intervals placed so far. A task not yet placed starts no earlier than the
-    end of the compute task being evaluated, so the evaluation is exact.
+    The compute stream is run task by task through a :class:`~schedopt.contention.Contention`
+    that holds every communication task: each compute task advances the common clock, and every
+    start and end of communication in between changes the rates. Communication tasks are added
+    at the start of their iteration in each resource's order (the stage order of the plan, or
+    :meth:`Plan.comm_sequence` where stages share resources) and released when their bucket's
+    backward ends.
     """
 
     def __init__(self, m: Model, record: bool) -> None:
         super().__init__(m, record)
-        self.slow = m.cluster.overlap_slowdown
-        self.busy: list[tuple[float, float]] = []
         n_b, n_s = m.comm_dur.shape
         by_layer: dict[int, list[int]] = {}
         for k in range(n_b):
             by_layer.setdefault(int(m.bucket_layer[k]), []).append(k)
         self.by_layer = by_layer
         if m.shared_stage_resources:
-            self.queues = [[(int(s), int(k)) for s, k in m.comm_sequence.tolist()]]
+            self.order = [(int(s), int(k)) for s, k in m.comm_sequence.tolist()]
         else:
-            self.queues = [[(s, int(k)) for k in m.stage_perm[s]] for s in range(n_s)]
+            self.order = [(s, int(k)) for s in range(n_s) for k in m.stage_perm[s]]
         self.kind, self.index = m.chain_kind.tolist(), m.chain_index.tolist()
         self.dur, self.comm = m.chain_dur.tolist(), m.comm_dur.tolist()
         self.stage_res = [st.resources for st in m.stages]
-        self.n_pre = len(self.kind) - len(m.trace.layers)  # forwards (and updates) first
+        self.net = Contention(m.cluster.overlap_slowdown, m.cluster.comm_slowdown,
+                              self._on_end if record else None)
+        self.ready: dict[tuple[int, int], float] = {}  # (iteration, bucket): backward end
+        # a batch copy on a link that communication also uses is served in that link's order
+        self.h2d_shared = any("pcie" in res for res in self.stage_res)
 
-    def _place(self, t: int, ready: list[float | None], end: list[list[float | None]],
-               heads: list[int]) -> None:
-        """Place every communication task whose release is known, queue by queue."""
-        free, busy, comm, record = self.free, self.busy, self.comm, self.record
-        progress = True
-        while progress:
-            progress = False
-            for q, queue in enumerate(self.queues):
-                h = heads[q]
-                while h < len(queue):
-                    s, k = queue[h]
-                    rel = ready[k] if s == 0 else end[k][s - 1]
-                    if rel is None:
-                        break
-                    res = self.stage_res[s]
-                    start = max(rel, *(free[r] for r in res))
-                    stop = start + comm[k][s]
-                    end[k][s] = stop
-                    for r in res:
-                        free[r] = stop
-                    if stop > start:
-                        heapq.heappush(busy, (start, stop))
-                    if record:
-                        self._rec(("comm", t, k, s), start, stop, res)
-                    h += 1
-                    progress = len(self.queues) > 1
-                heads[q] = h
+    def _on_end(self, key: object, start: float, end: float) -> None:
+        res = ("pcie",) if key[0] == "h2d" else self.stage_res[key[3]]  # type: ignore[index]
+        self._rec(key, start, end, res)  # type: ignore[arg-type]
 
-    def _forwards(self, t: int, n_pre: int) -> bool:
-        """Run the forward part of the chain vectorised when no communication can overlap
-        it (every placed interval has ended); False when it must be run task by task."""
-        if any(iv[1] > self.compute_free for iv in self.busy):
-            return False
-        m = self.m
-        dur = m.chain_dur[:n_pre].copy()
-        rel = np.full(n_pre, _NEG)
-        kind, index = m.chain_kind[:n_pre], m.chain_index[:n_pre]
-        upd = kind == 2
-        if t == 0:
-            dur[upd] = 0.0
-        else:
-            rel[upd] = self.pending_comm[index[upd]]
-        rel[int(np.flatnonzero(kind == 0)[0])] = self.h2d_end[t]
-        micro = None if m.chain_micro is None else m.chain_micro[:n_pre]
-        self._chain(t, dur, rel, kind, index, micro)
-        return True
+    def _data(self, t: int) -> None:
+        """io_t and h2d_t; h2d_t joins the communication tasks when they share PCIe."""
+        if not self.h2d_shared:
+            super()._data(t)
+            return
+        m, tr = self.m, self.m.trace
+        dep = self.compute_done.get(t - 1 - m.plan.prefetch, 0.0)
+        io_s = max(self.free["cpu"], dep)
+        self.free["cpu"] = io_e = io_s + tr.io_s
+        if self.record:
+            self._rec(("io", t), io_s, io_e, ("cpu",))
+        self.net.add(("h2d", t), tr.h2d_s, ("pcie",), at=io_e, fixed=True)
+
+    def _batch(self, t: int) -> float:
+        """Idle the compute stream until batch ``t`` is on the device."""
+        if not self.h2d_shared:
+            return self.net.flow(until=self.h2d_end[t])
+        end = self.net.end_of(("h2d", t))
+        start = self.net.flow(wait=("h2d", t)) if end is None else end
+        self.h2d_end[t] = start
+        return self.net.flow(until=start)
+
+    def _comm_end(self, t: int, k: int) -> tuple[str, int, int, int] | float:
+        """The end of bucket ``k``'s communication in iteration ``t``, or the key of its last
+        task while it runs."""
+        n_s = len(self.stage_res)
+        if n_s == 0:
+            return self.ready[(t, k)]
+        end = self.net.end_of(("comm", t, k, n_s - 1))
+        return ("comm", t, k, n_s - 1) if end is None else end
+
+    def _wait(self, t: int, k: int) -> float:
+        """Idle the compute stream until bucket ``k`` of iteration ``t`` is communicated."""
+        end = self._comm_end(t, k)
+        if isinstance(end, tuple):
+            return self.net.flow(wait=end)
+        return end
+
+    def _add_comm(self, t: int) -> None:
+        """Queue iteration ``t``'s communication tasks behind what is still queued."""
+        self.net.forget(lambda key: key[1] >= t - 1)  # type: ignore[index]
+        self.ready = {key: v for key, v in self.ready.items() if key[0] >= t - 1}
+        for s, k in self.order:
+            self.net.add(("comm", t, k, s), self.comm[k][s], self.stage_res[s],
+                         None if s == 0 else ("comm", t, k, s - 1))
+
+    def _release(self, t: int, buckets: list[int]) -> None:
+        for k in buckets:
+            self.ready[(t, k)] = self.net.now
+            if self.stage_res:
+                self.net.release(("comm", t, k, 0))
 
     def step(self, t: int) -> None:
         """Simulate iteration ``t`` with the compute stream and communication interleaved."""
-        m = self.m
-        n_b, n_s = m.comm_dur.shape
+        m, net = self.m, self.net
         if t == 0 or not m.plan.prefetch:
             self._data(t)
         if m.plan.prefetch:
             self._data(t + 1)
-        kind, index, dur, busy, slow = self.kind, self.index, self.dur, self.busy, self.slow
-        pending = self.pending_comm.tolist()
+        self._add_comm(t)
+        kind, index, dur = self.kind, self.index, self.dur
         first_fwd = kind.index(0)
-        ready: list[float | None] = [None] * n_b
-        end: list[list[float | None]] = [[None] * n_s for _ in range(n_b)]
-        heads = [0] * len(self.queues)
-        overlap, by_layer, record = m.plan.overlap, self.by_layer, self.record
-        readies = m.readies.tolist()
-        i0 = self.n_pre if self._forwards(t, self.n_pre) else 0
-        free_c, gap_io, gap_comm = self.compute_free, 0.0, 0.0
-        for i in range(i0, len(kind)):
-            kd = kind[i]
-            if kd == 2:
-                work, rel = (0.0, _NEG) if t == 0 else (dur[i], pending[index[i]])
-            else:
-                work, rel = dur[i], (self.h2d_end[t] if i == first_fwd else _NEG)
-            start = rel if rel > free_c else free_c
-            if kd == 0:
-                gap_io += start - free_c
-            else:
+        overlap, by_layer, record, readies = m.plan.overlap, self.by_layer, self.record, \
+            m.readies.tolist()
+        gap_io, gap_comm = 0.0, 0.0
+        for i in range(len(kind)):
+            kd, free_c = kind[i], net.now
+            work = 0.0 if kd == 2 and t == 0 else dur[i]
+            if kd == 2 and t > 0:
+                start = max(free_c, self._wait(t - 1, index[i]))
+                start = net.flow(until=start)
                 gap_comm += start - free_c
-            stop = advance(start, work, busy, slow) if busy else start + work
+            else:
+                start = self._batch(t) if i == first_fwd else free_c
+                gap_io += start - free_c
+            stop = net.flow(work) if work > 0.0 else start
             gap_comm += (stop - start) - work  # the slowdown counts as exposed communication
             if record and (kd != 2 or t > 0):
                 it = t - 1 if kd == 2 and index[i] >= 0 else t
                 self._rec(self._key(("fwd", "bwd", "update")[kd], it, index[i],
                                     m.chain_micro, i), start, stop, ("compute",))
-            free_c = stop
             if readies[i] and overlap and index[i] in by_layer:
-                for k in by_layer[index[i]]:
-                    ready[k] = stop
-                self._place(t, ready, end, heads)
-        self.compute_free = free_c
+                self._release(t, by_layer[index[i]])
+        if not overlap:
+            self._release(t, list(range(len(m.bucket_layer))))
         self.gap_io += gap_io
         self.gap_comm += gap_comm
-        bwd_last = free_c
-        if not overlap:
-            ready = [bwd_last] * n_b
-        if n_s == 0:
-            comm_end = np.array(ready, dtype=float) if n_b else np.zeros(0)
-        else:
-            self._place(t, ready, end, heads)
-            comm_end = np.array([row[-1] for row in end], dtype=float)
-        if t == 0:
-            self.first_done = max(float(comm_end.max(initial=_NEG)), bwd_last)
-        if m.plan.next_forward == "per-layer":
-            self.pending_comm = comm_end
-        else:
-            u_rel = float(comm_end.max()) if comm_end.size else _NEG
-            self._update(t, u_rel)
+        self._finish_step(t)
+
+    def _finish_step(self, t: int) -> None:
+        """The cold first iteration's end, the wait-for-all update, the iteration's end."""
+        m, n_b = self.m, len(self.m.bucket_layer)
+        if t == 0 or self.record:
+            # look ahead with compute idle: the cold first iteration's end, and provisional
+            # records of this iteration's communication (the next step overwrites them)
+            ahead, saved = self.net.copy(record=self.record), self.net
+            self.net = ahead
+            ends = [self._wait(t, k) for k in range(n_b)]
+            self.net = saved
+            if t == 0:
+                self.first_done = max([saved.now, *ends])
+        if m.plan.next_forward != "per-layer":
+            free_c = self.net.now
+            start = max([free_c, *(self._wait(t, k) for k in range(n_b))])
+            start = self.net.flow(until=start)
+            stop = self.net.flow(m.trace.update_s) if m.trace.update_s > 0 else start
+            self.gap_comm += (stop - free_c) - m.trace.update_s
+            if self.record:
+                self._rec(("update", t, -1), start, stop, ("compute",))
+        self.compute_free = self.net.now
         self.compute_done[t] = self.compute_free
 
-    def _update(self, t: int, release: float) -> None:
-        """The wait-for-all update (after every bucket: nothing overlaps it)."""
-        start = max(self.compute_free, release)
-        self.gap_comm += start - self.compute_free
-        stop = advance(start, self.m.trace.update_s, self.busy, self.slow)
-        self.gap_comm += (stop - start) - self.m.trace.update_s
-        if self.record:
-            self._rec(("update", t, -1), start, stop, ("compute",))
-        self.compute_free = stop
-
     def state(self) -> np.ndarray:
-        """The base state and the communication intervals still to come."""
-        live = sorted(iv for iv in self.busy if iv[1] > self.compute_free)
-        flat = np.array(live, dtype=float).reshape(-1) - self.compute_free
-        return np.concatenate([super().state(), flat])
+        """The data stream relative to the end of compute, and the communication work left."""
+        own = [self.free["cpu"]] + ([] if self.h2d_shared else [self.free["pcie"]])
+        parts = [np.array(own) - self.compute_free]  # a shared PCIe is in the engine's tasks
+        if self.m.plan.prefetch and self.h2d_end:
+            parts.append(np.maximum(np.array([max(self.h2d_end.values())]) - self.compute_free,
+                                    0.0))
+        parts.append(np.array(self.net.remaining(), dtype=float))
+        return np.concatenate(parts)
 
 
 # ------------------------------------------------------------------------ repeated evaluation
@@ -839,9 +818,9 @@ def simulate_model(model: Model, *, record: bool = False, min_iterations: int = 
 
 
 def _simulator(model: Model, record: bool) -> _Simulator:
-    """The simulator of ``model``: sharded, with the overlap slowdown, or the plain one."""
+    """The simulator of ``model``: sharded, with contention, or the plain one."""
     if model.units is not None:
         return _ShardedSimulator(model, record)
-    if model.cluster.overlap_slowdown != 1.0:
-        return _SlowdownSimulator(model, record)
+    if model.cluster.overlap_slowdown != 1.0 or model.cluster.comm_slowdown != 1.0:
+        return _ContentionSimulator(model, record)
     return _Simulator(model, record)

@@ -21,7 +21,7 @@ from schedopt.cli import app
 from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.files import load_trace
-from schedopt.integrations.bench import parse_sizes, read_overlap_slowdown
+from schedopt.integrations.bench import parse_sizes, read_slowdowns
 from schedopt.integrations.bench_ddp import ddp_configs
 from schedopt.measurements import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, read_measurements
 from schedopt.policies import make_plan
@@ -87,17 +87,22 @@ def test_overlap_line_bad_value(tmp_path: Path) -> None:
     f = tmp_path / "comm2.txt"
     f.write_text("# schedopt overlap_slowdown 0.5\n")
     with pytest.raises(SchedoptError, match="overlap_slowdown"):
-        read_overlap_slowdown(f)
+        read_slowdowns(f)
+    f.write_text("# schedopt overlap_slowdown 1.5\n# schedopt comm_slowdown nan\n")
+    with pytest.raises(SchedoptError, match="comm_slowdown"):
+        read_slowdowns(f)
 
 
 def test_fit_comm_writes_overlap_slowdown(tmp_path: Path) -> None:
     rows = [f"{n:12d} {n // 4:10d}  float    sum {n * 1e-3 + 50:10.1f} 0 0 0"
             f" {n * 1e-3 + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
     f = tmp_path / "comm2.txt"
-    f.write_text("# nccl-tests layout\n# schedopt overlap_slowdown 1.375\n" + "\n".join(rows))
+    f.write_text("# nccl-tests layout\n# schedopt overlap_slowdown 1.375\n"
+                 "# schedopt comm_slowdown 1.75\n" + "\n".join(rows))
     out = tmp_path / "c.json"
     _ok(runner.invoke(app, ["fit-comm", str(f), "--out", str(out)]))
-    assert Cluster.model_validate_json(out.read_text()).overlap_slowdown == 1.375
+    cluster = Cluster.model_validate_json(out.read_text())
+    assert (cluster.overlap_slowdown, cluster.comm_slowdown) == (1.375, 1.75)
 
 
 def test_configs_reject_other_policies(tiny_trace) -> None:
@@ -127,12 +132,14 @@ def test_end_to_end(workdir: Path) -> None:
     _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "4K:4M", "--iters", "2",
                             "--warmup", "1", "--overlap-repeats", "1", "--overlap-bytes",
                             "4194304", "--out", "comm2.txt", "--timeout", "120"]))
-    slowdown = read_overlap_slowdown("comm2.txt")
-    assert slowdown is not None and slowdown >= 1.0
+    slowdowns = read_slowdowns("comm2.txt")
+    assert set(slowdowns) == {"overlap_slowdown", "comm_slowdown"}
+    assert all(v >= 1.0 for v in slowdowns.values())
     _ok(runner.invoke(app, ["fit-comm", "comm2.txt", "--out", "two.json"]))
     cluster = Cluster.model_validate_json(Path("two.json").read_text())
-    assert cluster.world_size == 2 and cluster.overlap_slowdown == pytest.approx(slowdown,
-                                                                                 abs=1e-4)
+    assert cluster.world_size == 2
+    assert cluster.overlap_slowdown == pytest.approx(slowdowns["overlap_slowdown"], abs=1e-4)
+    assert cluster.comm_slowdown == pytest.approx(slowdowns["comm_slowdown"], abs=1e-4)
     trace = load_trace("tiny.json")
     plan = make_plan("caffe-mpi", trace, cluster)  # one bucket per layer: DDP expresses it
     Path("plans").mkdir()

@@ -10,7 +10,7 @@ from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
 from schedopt.plan import Plan, Schedule
 from schedopt.policies import POLICIES, make_plan
-from schedopt.simulate import Model, _Simulator, _SlowdownSimulator, advance, simulate
+from schedopt.simulate import Model, _ContentionSimulator, _Simulator, simulate
 from schedopt.trace import Trace
 
 from .strategies import clusters, traces
@@ -63,15 +63,6 @@ def test_no_overlap_plan_is_not_slowed(fitted_cluster: Cluster, s: float) -> Non
         base, rel=1e-12)
 
 
-def test_advance_by_hand() -> None:
-    # busy [1, 3) and [2, 5) (overlapping): 6 s of work from 0 at s = 2:
-    # 0..1 speed 1 (1), 1..5 speed 1/2 (2), then 3 more at speed 1 -> 8
-    busy = [(1.0, 3.0), (2.0, 5.0)]
-    assert advance(0.0, 6.0, busy, 2.0) == pytest.approx(8.0)
-    assert advance(0.0, 0.5, [(1.0, 3.0)], 2.0) == pytest.approx(0.5)
-    assert advance(1.5, 0.5, [(1.0, 3.0)], 4.0) == pytest.approx(3.125)  # 1.5 s at 1/4, 0.125
-
-
 SHIPPED = [("resnet50-v100-b64", "dgx1-v100"), ("googlenet-k80-10gbe-4n", "k80-4x4-10gbe-ps"),
            ("bert-base-v100-fp16", "dgx1-v100-4n-ib-edr"),
            ("vgg16-k80-b32", "dgx-a100-4n-hierarchical")]
@@ -84,7 +75,7 @@ def test_s_one_reproduces_the_simulator_exactly(trace: str, cluster: str) -> Non
     for name in POLICIES:
         m = Model.build(tr, cl, make_plan(name, tr, cl))
         a = _Simulator(m, True).run(3, 256)
-        b = _SlowdownSimulator(m, True).run(3, 256)
+        b = _ContentionSimulator(m, True).run(3, 256)
         assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-12), name
         assert b.first_iteration_s == pytest.approx(a.first_iteration_s, rel=1e-12), name
         assert a.tasks.keys() == b.tasks.keys()

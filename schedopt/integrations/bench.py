@@ -17,11 +17,15 @@ bench-comm (:func:`bench_comm`)
     alone, and again while all-reduces of ``overlap_bytes`` run without a break on the
     backend's own threads (``async_op``); ``s`` = time with / time alone (the median over
     ``overlap_repeats`` pairs and the slowest rank): the fluid slowdown of compute that
-    overlaps communication.
+    overlaps communication. In the same repeats, the **communication slowdown** ``s_c``: a
+    few all-reduces of ``overlap_bytes`` timed alone and again while every rank keeps
+    computing until they are done; ``s_c`` = time under compute / time alone. On a GPU it is
+    about 1; where the ranks and the backend's threads share CPU cores, both are near 2.
 
 The output (:func:`format_nccl_tests`) is in the nccl-tests ``all_reduce_perf`` layout, so
-``schedopt fit-comm`` reads it; the overlap slowdown travels in a ``# schedopt overlap_slowdown``
-comment line that ``fit-comm --out`` copies into the cluster (:func:`read_overlap_slowdown`).
+``schedopt fit-comm`` reads it; the slowdowns travel in ``# schedopt overlap_slowdown`` and
+``# schedopt comm_slowdown`` comment lines that ``fit-comm --out`` copies into the cluster
+(:func:`read_slowdowns`).
 """
 
 from __future__ import annotations
@@ -52,13 +56,15 @@ __all__ = [
     "format_nccl_tests",
     "launch",
     "parse_sizes",
-    "read_overlap_slowdown",
+    "read_slowdowns",
     "write_text_atomic",
 ]
 
 #: Backends the benchmarks accept.
 BACKENDS = ("gloo", "nccl")
-_OVERLAP_LINE = re.compile(r"^#\s*schedopt\s+overlap_slowdown\s+([0-9.eE+-]+)")
+_SLOWDOWN_LINE = re.compile(r"^#\s*schedopt\s+(overlap_slowdown|comm_slowdown)\s+(\S+)")
+#: All-reduces of ``overlap_bytes`` per timing of the communication slowdown.
+_COMM_CALLS = 3
 
 
 @dataclass(frozen=True)
@@ -342,7 +348,32 @@ def _overlap(job: dict[str, Any], t_op: float) -> dict[str, Any]:
         under = _slowest(under)
         covered = -_slowest(-covered)  # 1 only if communication outlasted compute everywhere
         pairs.append((alone, under, covered))
-    return {"pairs": pairs}
+    return {"pairs": pairs, "comm_pairs": [_comm_under_compute(job, buf)
+                                           for _ in range(job["overlap_repeats"])]}
+
+
+def _comm_under_compute(job: dict[str, Any], buf: Any) -> tuple[float, float]:
+    """``_COMM_CALLS`` all-reduces of ``buf`` alone, then while every rank keeps computing
+    until they are done: ``(alone_s, under_s)`` per call (slowest rank)."""
+    import torch
+    import torch.distributed as dist
+
+    dim = job["compute_dim"]
+    a = torch.randn(dim, dim, device=_device(job))
+    times = []
+    for busy in (False, True):
+        _sync(job)
+        dist.barrier()
+        t0 = time.perf_counter()
+        works = [dist.all_reduce(buf, async_op=True) for _ in range(_COMM_CALLS)]
+        while busy and not works[-1].is_completed():
+            torch.mm(a, a)
+            _sync(job)
+        for w in works:
+            w.wait()
+        _sync(job)
+        times.append(_slowest((time.perf_counter() - t0) / _COMM_CALLS))
+    return times[0], times[1]
 
 
 def _comm_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -350,7 +381,8 @@ def _comm_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
     times = [_time_allreduce(job, n) for n in sizes]
     t_op = _time_allreduce(job, job["overlap_bytes"])
     return {"rank": rank, "sizes": sizes, "times": times, "overlap_op_s": t_op,
-            **(_overlap(job, t_op) if job["overlap_repeats"] else {"pairs": []})}
+            **(_overlap(job, t_op) if job["overlap_repeats"] else {"pairs": [],
+                                                                   "comm_pairs": []})}
 
 
 @dataclass(frozen=True)
@@ -365,6 +397,10 @@ class CommBench:
         ``s >= 1`` (1 where the loop ran no faster alone), or None when not measured.
     overlap_pairs
         ``(alone_s, under_s)`` of every repeat.
+    comm_slowdown
+        ``s_c >= 1``: all-reduces under compute against alone, or None when not measured.
+    comm_pairs
+        ``(alone_s, under_s)`` per all-reduce call of every repeat.
     launch
         How the ranks ran.
     overlap_bytes, compute
@@ -378,6 +414,8 @@ class CommBench:
     launch: Launch
     overlap_bytes: int
     compute: tuple[int, int]
+    comm_slowdown: float | None = None
+    comm_pairs: tuple[tuple[float, float], ...] = ()
 
 
 def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**20,
@@ -432,8 +470,11 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
         raise SchedoptError("the all-reduces finished before the compute loop; raise "
                             "--overlap-bytes", "overlap_bytes", job["overlap_bytes"])
     slow = (max(1.0, statistics.median(u / a for a, u in pairs)) if pairs else None)
+    comm_pairs = tuple((a, u) for a, u in first["comm_pairs"])
+    comm_slow = (max(1.0, statistics.median(u / a for a, u in comm_pairs)) if comm_pairs
+                 else None)
     return CommBench(first["sizes"], first["times"], slow, pairs, spec, ob,
-                     (compute_dim, compute_reps))
+                     (compute_dim, compute_reps), comm_slow, comm_pairs)
 
 
 def format_nccl_tests(res: CommBench) -> str:
@@ -453,6 +494,13 @@ def format_nccl_tests(res: CommBench) -> str:
         lines.append(f"#   compute loop ({res.compute[1]} products of {res.compute[0]}^2 float32)"
                      f" {alone * 1e3:.3f} ms alone, {under * 1e3:.3f} ms under all-reduces of "
                      f"{res.overlap_bytes} B (medians of {len(res.overlap_pairs)})")
+    if res.comm_slowdown is not None:
+        alone = statistics.median(a for a, _ in res.comm_pairs)
+        under = statistics.median(u for _, u in res.comm_pairs)
+        lines.append(f"# schedopt comm_slowdown {res.comm_slowdown:.4f}")
+        lines.append(f"#   all-reduce of {res.overlap_bytes} B {alone * 1e3:.3f} ms alone,"
+                     f" {under * 1e3:.3f} ms under the compute loop (medians of"
+                     f" {len(res.comm_pairs)})")
     lines.append("#       size    count   type  redop     time  algbw  busbw #wrong     time"
                  "  algbw  busbw #wrong")
     lines.append("#        (B) (elements)                 (us) (GB/s) (GB/s)           (us)"
@@ -481,8 +529,9 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         files.write_text(path, text)
 
 
-def read_overlap_slowdown(path: str | Path) -> float | None:
-    """The ``# schedopt overlap_slowdown S`` line of a bench-comm file, or None.
+def read_slowdowns(path: str | Path) -> dict[str, float]:
+    """The ``# schedopt overlap_slowdown S`` and ``# schedopt comm_slowdown S`` lines of a
+    bench-comm file: the cluster fields they give (none when absent or unreadable).
 
     Raises
     ------
@@ -492,19 +541,20 @@ def read_overlap_slowdown(path: str | Path) -> float | None:
     try:
         text = Path(path).read_text(errors="replace")
     except OSError:
-        return None
+        return {}
+    out: dict[str, float] = {}
     for line in text.splitlines():
-        m = _OVERLAP_LINE.match(line.strip())
-        if m:
+        m = _SLOWDOWN_LINE.match(line.strip())
+        if m and m.group(1) not in out:
             try:
-                value = float(m.group(1))
+                value = float(m.group(2))
             except ValueError:
                 value = float("nan")
             if not (math.isfinite(value) and value >= 1.0):
-                raise SchedoptError("must be a finite number >= 1", f"{path}: overlap_slowdown",
-                                    m.group(1))
-            return value
-    return None
+                raise SchedoptError("must be a finite number >= 1", f"{path}: {m.group(1)}",
+                                    m.group(2))
+            out[m.group(1)] = value
+    return out
 
 
 if __name__ == "__main__":  # a rank started by launch()

@@ -5,15 +5,16 @@ runs compute at full speed. Two cluster effects go beyond it (docs/model.md):
 
 * a measured **cost curve** (``allreduce.segments``): the true cost ``c(n)`` of a stage may lie
   below its line at some sizes;
-* the **overlap slowdown** ``s > 1``: compute that overlaps communication runs slower.
+* the **overlap slowdown** ``s > 1``: compute that overlaps communication runs slower;
+* the **communication slowdown** ``s_c > 1``: communication that overlaps compute runs slower.
 
 On such a cluster the optimizer still searches its linear, full-speed model; every plan it
 reports is re-simulated (the simulator models both effects exactly), and its bound is made valid
 by a relaxation factor ``r``: with ``c(n) >= r * (alpha + beta * n)`` for every stage and every
 size ``n >= 1`` and ``r <= 1``, each plan's true period is at least ``r`` times its model period
 (the period is a maximum of sums of durations, non-decreasing in each duration, and compute
-durations are only lengthened by the slowdown), so ``r`` times the model's lower bound bounds
-the true optimum.
+and communication durations are only lengthened by the slowdowns), so ``r`` times the model's
+lower bound bounds the true optimum.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def relaxation(cluster: Cluster, stages: Sequence[CommStage] | None = None) -> R
         factor = min(curve_ratio(st) for st in stages)
     if cluster.overlap_slowdown != 1.0:
         effects.append(f"the overlap slowdown {cluster.overlap_slowdown:g}")
+    if cluster.comm_slowdown != 1.0:
+        effects.append(f"the communication slowdown {cluster.comm_slowdown:g}")
     if not effects:
         return None
     return Relaxation(factor=factor, effects=tuple(effects))

@@ -160,9 +160,10 @@ def build_sharded(trace: Trace, cluster: Cluster, mode: str, accumulate: int = 1
         On the ``ps`` collective, or an overlap slowdown (not modelled for sharded plans).
     """
     gather_time(cluster, 1.0)  # refuses ps
-    if cluster.overlap_slowdown != 1.0:
-        raise SchedoptError("the overlap slowdown is not modelled for sharded plans (use 1)",
-                            "cluster.overlap_slowdown", cluster.overlap_slowdown)
+    for name in ("overlap_slowdown", "comm_slowdown"):
+        if getattr(cluster, name) != 1.0:
+            raise SchedoptError("contention is not modelled for sharded plans (use 1)",
+                                f"cluster.{name}", getattr(cluster, name))
     owner = trace.tensor_layer_by_name
     n = len(trace.layers)
     p = np.zeros(n, dtype=np.int64)

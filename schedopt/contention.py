@@ -1,0 +1,201 @@
+"""Compute and communication that slow each other: an exact fluid evaluation.
+
+Two cluster fields describe the contention of docs/model.md ("Overlap slowdown"): while any
+communication task runs, compute proceeds at speed ``1/s`` (``overlap_slowdown``); while compute
+runs, every communication task proceeds at speed ``1/s_c`` (``comm_slowdown``). On a GPU the
+first is the collective kernels' share of memory bandwidth and SMs and the second is usually 1;
+on a CPU where the ranks and the backend's threads share the cores, both are near 2 and overlap
+saves little.
+
+:class:`Contention` is the communication side of that evaluation. It holds communication tasks,
+each with its work (seconds at full speed), the resources it occupies, and what releases it (an
+explicit :meth:`Contention.release` or the end of a predecessor task); every resource serves its
+tasks in the order they were added. The simulator drives the compute stream through
+:meth:`Contention.flow`: it advances the clock with a compute task of given work running, or with
+compute idle until a time or until a task ends, processing every start and end in between. Rates
+are piecewise constant between events, so the evaluation is exact up to floating-point rounding.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import deque
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+__all__ = ["Contention"]
+
+
+@dataclass
+class _Task:
+    """One communication task: its work, resources and release rule."""
+
+    work: float
+    resources: tuple[str, ...]
+    after: Hashable | None  # the task whose end releases it (None: an explicit release)
+    at: float  # released at this time (-inf: not by time)
+    fixed: bool  # runs at full speed and does not slow compute (a data copy)
+    released: bool = False
+    start: float = math.nan
+    left: float = math.nan
+
+
+class Contention:
+    """Communication tasks on resources, advanced together with one compute stream.
+
+    Parameters
+    ----------
+    compute_slowdown
+        ``s >= 1``: compute runs at speed ``1/s`` while a communication task runs.
+    comm_slowdown
+        ``s_c >= 1``: communication runs at speed ``1/s_c`` while compute runs.
+    on_end
+        Called with ``(key, start, end)`` when a task ends (recording), or None.
+    """
+
+    def __init__(self, compute_slowdown: float, comm_slowdown: float,
+                 on_end: Callable[[Hashable, float, float], None] | None = None) -> None:
+        self.s, self.s_c = float(compute_slowdown), float(comm_slowdown)
+        self.on_end = on_end
+        self.now = 0.0
+        self.tasks: dict[Hashable, _Task] = {}
+        self.lanes: dict[str, deque[Hashable]] = {}
+        self.active: list[Hashable] = []
+        self.ends: dict[Hashable, float] = {}
+        self.timed: list[Hashable] = []  # tasks released by time, not yet started
+
+    # ------------------------------------------------------------------------ building
+    def add(self, key: Hashable, work: float, resources: tuple[str, ...],
+            after: Hashable | None = None, at: float = -math.inf, fixed: bool = False) -> None:
+        """Add a task behind every task already added on its resources.
+
+        Parameters
+        ----------
+        key
+            Its name (unique among unfinished tasks).
+        work
+            Seconds at full speed (>= 0).
+        resources
+            Resources it occupies from start to end.
+        after
+            The task whose end releases it; None: released by :meth:`release` or by ``at``.
+        at
+            Released at this time.
+        fixed
+            A task that is neither slowed by compute nor slows it (a data copy sharing a
+            link with communication).
+        """
+        self.tasks[key] = _Task(float(work), resources, after, float(at), fixed)
+        if at > -math.inf:
+            self.timed.append(key)
+        for r in resources:
+            self.lanes.setdefault(r, deque()).append(key)
+
+    def release(self, key: Hashable) -> None:
+        """Release ``key`` now; it starts as soon as its resources reach it."""
+        self.tasks[key].released = True
+        self._start()
+
+    def end_of(self, key: Hashable) -> float | None:
+        """End of a finished task, or None."""
+        return self.ends.get(key)
+
+    def forget(self, keep: Callable[[Hashable], bool]) -> None:
+        """Drop the recorded ends of finished tasks for which ``keep`` is false."""
+        self.ends = {k: v for k, v in self.ends.items() if keep(k)}
+
+    def remaining(self) -> list[float]:
+        """Work left of every unfinished task and the time to its release by ``at`` (0 when
+        released), in the order they were added."""
+        out: list[float] = []
+        for t in self.tasks.values():
+            out += [t.left if t.left == t.left else t.work, max(0.0, t.at - self.now)]
+        return out
+
+    def copy(self, record: bool = False) -> Contention:
+        """An independent copy (to look ahead without changing this one); it reports ends to
+        the same ``on_end`` only with ``record``."""
+        on_end, self.on_end = self.on_end, None
+        try:
+            other = copy.deepcopy(self)
+        finally:
+            self.on_end = on_end
+        other.on_end = on_end if record else None
+        return other
+
+    # ------------------------------------------------------------------------ running
+    def _startable(self, key: Hashable) -> bool:
+        task = self.tasks[key]
+        if task.start == task.start:  # already running
+            return False
+        if not (task.released or -math.inf < task.at <= self.now
+                or (task.after is not None and task.after in self.ends)):
+            return False
+        return all(self.lanes[r][0] == key for r in task.resources)
+
+    def _start(self) -> None:
+        """Start every task that is released and at the head of all its lanes."""
+        for lane in list(self.lanes.values()):
+            if lane and self._startable(lane[0]):
+                task = self.tasks[lane[0]]
+                task.start, task.left = self.now, task.work
+                self.active.append(lane[0])
+                if task.at > -math.inf:
+                    self.timed.remove(lane[0])
+
+    def _next_release(self) -> float:
+        """The earliest future release by time of a task not yet started (inf: none)."""
+        return min((self.tasks[k].at for k in self.timed if self.tasks[k].at > self.now),
+                   default=math.inf)
+
+    def _finish(self, key: Hashable) -> None:
+        task = self.tasks.pop(key)
+        self.active.remove(key)
+        for r in task.resources:
+            self.lanes[r].popleft()
+        self.ends[key] = self.now
+        if self.on_end is not None:
+            self.on_end(key, task.start, self.now)
+
+    def flow(self, work: float = 0.0, until: float = math.inf,
+             wait: Hashable | None = None) -> float:
+        """Advance the clock; return the new time.
+
+        With ``work > 0`` a compute task of that work runs from now until it is done. Otherwise
+        compute idles until ``until`` or, with ``wait``, until that task ends (whichever is
+        given).
+
+        Raises
+        ------
+        RuntimeError
+            Waiting for a task that can never end (nothing runs).
+        """
+        self._start()
+        computing = work > 0.0
+        slow = 1.0 / self.s_c if computing else 1.0
+        while True:
+            if not computing and (self.now >= until or (wait is not None and wait in self.ends)):
+                return self.now
+            rates = {k: 1.0 if self.tasks[k].fixed else slow for k in self.active}
+            busy = any(t.left > 0.0 and not t.fixed for t in map(self.tasks.__getitem__,
+                                                                 self.active))
+            comp_rate = 1.0 / self.s if busy else 1.0
+            dt = work / comp_rate if computing else until - self.now
+            for k in self.active:
+                dt = min(dt, self.tasks[k].left / rates[k])
+            dt = min(dt, self._next_release() - self.now)
+            if not math.isfinite(dt):
+                raise RuntimeError(f"waiting for communication task {wait!r} that cannot end")
+            done = [k for k in self.active if self.tasks[k].left / rates[k] <= dt]
+            self.now += dt
+            for k in self.active:
+                task = self.tasks[k]
+                task.left = 0.0 if k in done else task.left - dt * rates[k]
+            if computing:
+                work = 0.0 if work / comp_rate <= dt else work - dt * comp_rate
+            for k in done:
+                self._finish(k)
+            self._start()
+            if computing and work <= 0.0:
+                return self.now
