@@ -1,8 +1,10 @@
 """Simulation speed: evaluation of a plan and the whole `simulate` command.
 
-Run: ``python benchmarks/bench_simulate.py``. Prints a table (instance, method, figure) and exits
-non-zero when a target is missed: evaluation of a 10,000-tensor plan under 0.2 s, the whole
-``schedopt simulate`` command under 1 s.
+Run: ``python benchmarks/bench_simulate.py [--contention]``. Prints a table (instance, method,
+figure) and exits non-zero when a target is missed: evaluation of a 10,000-tensor plan under 0.2 s,
+the whole ``schedopt simulate`` command under 1 s. ``--contention`` adds the event-driven
+evaluation of the slowdowns (docs/model.md, "Overlap slowdown") on the 10,000-layer instance,
+``s = 1.2`` with ``s_c = 1`` and ``s_c = 2``, with its ratio to the vectorised one (no target).
 """
 
 from __future__ import annotations
@@ -49,6 +51,23 @@ def best_of(fn, repeat: int = 5) -> float:
     return best
 
 
+def contention_rows() -> list[tuple[str, str, str]]:
+    """The contention evaluation against the vectorised one, in one run."""
+    tr, rows = synthetic(10_000), []
+    for spec in ("caffe-mpi", "ddp", "mxnet"):
+        plain = make_plan(spec, tr, CLUSTER)
+        base = best_of(lambda plain=plain: simulate(tr, CLUSTER, plain), repeat=3)
+        for s_c in (1.0, 2.0):
+            cl = Cluster.model_validate({**CLUSTER.model_dump(), "overlap_slowdown": 1.2,
+                                         "comm_slowdown": s_c})
+            plan = make_plan(spec, tr, cl)
+            secs = best_of(lambda cl=cl, plan=plan: simulate(tr, cl, plan), repeat=3)
+            rows.append((tr.name, f"simulate {spec}, s = 1.2, s_c = {s_c:g}",
+                         f"{secs * 1e3:.1f} ms ({secs / base:.1f}x the vectorised "
+                         f"{base * 1e3:.1f} ms)"))
+    return rows
+
+
 def main() -> int:
     rows = []
     failed = False
@@ -70,6 +89,8 @@ def main() -> int:
         secs = best_of(lambda: subprocess.run(cmd, check=True, capture_output=True), repeat=3)
     rows.append((tr.name, "schedopt simulate (whole command)", f"{secs:.2f} s"))
     failed |= secs > 1.0
+    if "--contention" in sys.argv[1:]:
+        rows += contention_rows()
     width = [max(len(r[i]) for r in rows) for i in range(3)]
     print(f"{'instance':<{width[0]}}  {'method':<{width[1]}}  figure")
     for r in rows:

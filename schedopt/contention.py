@@ -18,7 +18,6 @@ are piecewise constant between events, so the evaluation is exact up to floating
 
 from __future__ import annotations
 
-import copy
 import math
 from collections import deque
 from collections.abc import Callable, Hashable
@@ -27,7 +26,7 @@ from dataclasses import dataclass
 __all__ = ["Contention"]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Task:
     """One communication task: its work, resources and release rule."""
 
@@ -64,6 +63,7 @@ class Contention:
         self.active: list[Hashable] = []
         self.ends: dict[Hashable, float] = {}
         self.timed: list[Hashable] = []  # tasks released by time, not yet started
+        self.dirty = False  # a task may have become startable since the last look
 
     # ------------------------------------------------------------------------ building
     def add(self, key: Hashable, work: float, resources: tuple[str, ...],
@@ -91,10 +91,12 @@ class Contention:
             self.timed.append(key)
         for r in resources:
             self.lanes.setdefault(r, deque()).append(key)
+        self.dirty = True
 
     def release(self, key: Hashable) -> None:
         """Release ``key`` now; it starts as soon as its resources reach it."""
         self.tasks[key].released = True
+        self.dirty = True
         self._start()
 
     def end_of(self, key: Hashable) -> float | None:
@@ -116,13 +118,23 @@ class Contention:
     def copy(self, record: bool = False) -> Contention:
         """An independent copy (to look ahead without changing this one); it reports ends to
         the same ``on_end`` only with ``record``."""
-        on_end, self.on_end = self.on_end, None
-        try:
-            other = copy.deepcopy(self)
-        finally:
-            self.on_end = on_end
-        other.on_end = on_end if record else None
+        other = Contention(self.s, self.s_c, self.on_end if record else None)
+        other.now = self.now
+        other.tasks = {k: _Task(t.work, t.resources, t.after, t.at, t.fixed, t.released,
+                                t.start, t.left) for k, t in self.tasks.items()}
+        other.lanes = {r: deque(lane) for r, lane in self.lanes.items()}
+        other.active = list(self.active)
+        other.ends = dict(self.ends)
+        other.timed = list(self.timed)
+        other.dirty = True
         return other
+
+    def drain(self) -> float:
+        """Run every task to its end with compute idle; return the time the last one ends."""
+        while self.tasks:
+            last = next(reversed(self.tasks))
+            self.flow(wait=last)
+        return self.now
 
     # ------------------------------------------------------------------------ running
     def _startable(self, key: Hashable) -> bool:
@@ -136,7 +148,10 @@ class Contention:
 
     def _start(self) -> None:
         """Start every task that is released and at the head of all its lanes."""
-        for lane in list(self.lanes.values()):
+        if not (self.dirty or self.timed):
+            return
+        self.dirty = False
+        for lane in self.lanes.values():
             if lane and self._startable(lane[0]):
                 task = self.tasks[lane[0]]
                 task.start, task.left = self.now, task.work
@@ -155,6 +170,7 @@ class Contention:
         for r in task.resources:
             self.lanes[r].popleft()
         self.ends[key] = self.now
+        self.dirty = True
         if self.on_end is not None:
             self.on_end(key, task.start, self.now)
 
@@ -173,25 +189,39 @@ class Contention:
         """
         self._start()
         computing = work > 0.0
+        if computing and not self.active and (not self.timed
+                                              or self._next_release() >= self.now + work):
+            self.now += work  # nothing runs meanwhile: compute alone
+            return self.now
         slow = 1.0 / self.s_c if computing else 1.0
+        tasks, inv_s = self.tasks, 1.0 / self.s
         while True:
             if not computing and (self.now >= until or (wait is not None and wait in self.ends)):
                 return self.now
-            rates = {k: 1.0 if self.tasks[k].fixed else slow for k in self.active}
-            busy = any(t.left > 0.0 and not t.fixed for t in map(self.tasks.__getitem__,
-                                                                 self.active))
-            comp_rate = 1.0 / self.s if busy else 1.0
-            dt = work / comp_rate if computing else until - self.now
+            dt, busy = math.inf, False
             for k in self.active:
-                dt = min(dt, self.tasks[k].left / rates[k])
-            dt = min(dt, self._next_release() - self.now)
+                task = tasks[k]
+                if task.fixed:
+                    dt = min(dt, task.left)
+                else:
+                    dt = min(dt, task.left / slow)
+                    busy = busy or task.left > 0.0
+            comp_rate = inv_s if busy else 1.0
+            dt = min(dt, work / comp_rate if computing else until - self.now)
+            if self.timed:
+                dt = min(dt, self._next_release() - self.now)
             if not math.isfinite(dt):
                 raise RuntimeError(f"waiting for communication task {wait!r} that cannot end")
-            done = [k for k in self.active if self.tasks[k].left / rates[k] <= dt]
             self.now += dt
+            done = []
             for k in self.active:
-                task = self.tasks[k]
-                task.left = 0.0 if k in done else task.left - dt * rates[k]
+                task = tasks[k]
+                rate = 1.0 if task.fixed else slow
+                if task.left / rate <= dt:
+                    task.left = 0.0
+                    done.append(k)
+                else:
+                    task.left -= dt * rate
             if computing:
                 work = 0.0 if work / comp_rate <= dt else work - dt * comp_rate
             for k in done:

@@ -24,6 +24,8 @@ __all__ = ["Model", "chain_ends", "recost", "serve_in_sequence", "simulate",
            "simulate_model"]
 
 _NEG = -np.inf
+#: Fewest chain tasks run as one vectorised stretch when no communication can overlap them.
+_BATCH = 8
 
 
 def chain_ends(start: float, durations: np.ndarray, releases: np.ndarray) -> np.ndarray:
@@ -663,6 +665,13 @@ class _ContentionSimulator(_Simulator):
         self.net = Contention(m.cluster.overlap_slowdown, m.cluster.comm_slowdown,
                               self._on_end if record else None)
         self.ready: dict[tuple[int, int], float] = {}  # (iteration, bucket): backward end
+        self.first_fwd = self.kind.index(0)
+        self.releases = [bool(r) and m.plan.overlap and x in by_layer
+                         for r, x in zip(m.readies.tolist(), self.index, strict=True)]
+        nxt, self.next_release = len(self.kind) - 1, [0] * len(self.kind)
+        for i in range(len(self.kind) - 1, -1, -1):
+            nxt = i if self.releases[i] else nxt
+            self.next_release[i] = nxt
         # a batch copy on a link that communication also uses is served in that link's order
         self.h2d_shared = any("pcie" in res for res in self.stage_res)
 
@@ -730,34 +739,56 @@ class _ContentionSimulator(_Simulator):
         if m.plan.prefetch:
             self._data(t + 1)
         self._add_comm(t)
-        kind, index, dur = self.kind, self.index, self.dur
-        first_fwd = kind.index(0)
-        overlap, by_layer, record, readies = m.plan.overlap, self.by_layer, self.record, \
-            m.readies.tolist()
-        gap_io, gap_comm = 0.0, 0.0
-        for i in range(len(kind)):
-            kd, free_c = kind[i], net.now
-            work = 0.0 if kd == 2 and t == 0 else dur[i]
-            if kd == 2 and t > 0:
-                start = max(free_c, self._wait(t - 1, index[i]))
-                start = net.flow(until=start)
-                gap_comm += start - free_c
+        i, n = 0, len(self.kind)
+        while i < n:
+            j = self.next_release[i]
+            if not net.tasks and j - i >= _BATCH:
+                self._run_alone(t, i, j)  # nothing to overlap: vectorised up to a release
             else:
-                start = self._batch(t) if i == first_fwd else free_c
-                gap_io += start - free_c
-            stop = net.flow(work) if work > 0.0 else start
-            gap_comm += (stop - start) - work  # the slowdown counts as exposed communication
-            if record and (kd != 2 or t > 0):
-                it = t - 1 if kd == 2 and index[i] >= 0 else t
-                self._rec(self._key(("fwd", "bwd", "update")[kd], it, index[i],
-                                    m.chain_micro, i), start, stop, ("compute",))
-            if readies[i] and overlap and index[i] in by_layer:
-                self._release(t, by_layer[index[i]])
-        if not overlap:
+                j = i
+                self._run_one(t, i)
+            if self.releases[j]:
+                self._release(t, self.by_layer[self.index[j]])
+            i = j + 1
+        if not m.plan.overlap:
             self._release(t, list(range(len(m.bucket_layer))))
-        self.gap_io += gap_io
-        self.gap_comm += gap_comm
         self._finish_step(t)
+
+    def _run_one(self, t: int, i: int) -> None:
+        """Chain task ``i`` through the contention engine."""
+        net, kd, k = self.net, self.kind[i], self.index[i]
+        free_c = net.now
+        work = 0.0 if kd == 2 and t == 0 else self.dur[i]
+        if kd == 2 and t > 0:
+            start = net.flow(until=max(free_c, self._wait(t - 1, k)))
+            self.gap_comm += start - free_c
+        else:
+            start = self._batch(t) if i == self.first_fwd else free_c
+            self.gap_io += start - free_c
+        stop = net.flow(work) if work > 0.0 else start
+        self.gap_comm += (stop - start) - work  # the slowdown counts as exposed communication
+        if self.record and (kd != 2 or t > 0):
+            it = t - 1 if kd == 2 and k >= 0 else t
+            self._rec(self._key(("fwd", "bwd", "update")[kd], it, k, self.m.chain_micro, i),
+                      start, stop, ("compute",))
+
+    def _run_alone(self, t: int, i: int, j: int) -> None:
+        """Chain tasks ``i..j`` while no communication task is left: the vectorised chain."""
+        m, net = self.m, self.net
+        seg = slice(i, j + 1)
+        kind, index, dur = m.chain_kind[seg], m.chain_index[seg], m.chain_dur[seg].copy()
+        rel = np.full(dur.size, _NEG)
+        upd = np.flatnonzero(kind == 2)
+        if t == 0:
+            dur[upd] = 0.0
+        else:
+            rel[upd] = [self._wait(t - 1, int(k)) for k in index[upd]]
+        if i <= self.first_fwd <= j:
+            rel[self.first_fwd - i] = self._batch(t) if self.h2d_shared else self.h2d_end[t]
+        self.compute_free = net.now
+        self._chain(t, dur, rel, kind, index, None if m.chain_micro is None else
+                    m.chain_micro[seg])
+        net.now = self.compute_free
 
     def _finish_step(self, t: int) -> None:
         """The cold first iteration's end, the wait-for-all update, the iteration's end."""
@@ -765,12 +796,9 @@ class _ContentionSimulator(_Simulator):
         if t == 0 or self.record:
             # look ahead with compute idle: the cold first iteration's end, and provisional
             # records of this iteration's communication (the next step overwrites them)
-            ahead, saved = self.net.copy(record=self.record), self.net
-            self.net = ahead
-            ends = [self._wait(t, k) for k in range(n_b)]
-            self.net = saved
+            end = self.net.copy(record=self.record).drain()
             if t == 0:
-                self.first_done = max([saved.now, *ends])
+                self.first_done = end
         if m.plan.next_forward != "per-layer":
             free_c = self.net.now
             start = max([free_c, *(self._wait(t, k) for k in range(n_b))])
