@@ -338,7 +338,8 @@ def _overlap(job: dict[str, Any], t_op: float) -> dict[str, Any]:
     pairs = []
     for _ in range(job["overlap_repeats"]):
         alone = _slowest(run())
-        count = min(10_000, 2 + math.ceil(4 * alone / max(t_op, 1e-6)))
+        # enough calls to outlast the loop even when it runs up to 8x slower under them
+        count = min(10_000, 2 + math.ceil(8 * alone / max(t_op, 1e-6)))
         dist.barrier()
         works = [dist.all_reduce(buf, async_op=True) for _ in range(count)]
         under = run()
