@@ -488,20 +488,19 @@ def format_nccl_tests(res: CommBench) -> str:
              "# times are the slowest rank's mean over the timed calls (us)"]
     lines += [f"#  Rank {r:2d} Group  0 Pid {0:6d} on localhost device {r:2d} [{sp.backend}]"
               for r in range(p)]
-    if res.overlap_slowdown is not None:
-        alone = statistics.median(a for a, _ in res.overlap_pairs)
-        under = statistics.median(u for _, u in res.overlap_pairs)
-        lines.append(f"# schedopt overlap_slowdown {res.overlap_slowdown:.4f}")
-        lines.append(f"#   compute loop ({res.compute[1]} products of {res.compute[0]}^2 float32)"
-                     f" {alone * 1e3:.3f} ms alone, {under * 1e3:.3f} ms under all-reduces of "
-                     f"{res.overlap_bytes} B (medians of {len(res.overlap_pairs)})")
-    if res.comm_slowdown is not None:
-        alone = statistics.median(a for a, _ in res.comm_pairs)
-        under = statistics.median(u for _, u in res.comm_pairs)
-        lines.append(f"# schedopt comm_slowdown {res.comm_slowdown:.4f}")
-        lines.append(f"#   all-reduce of {res.overlap_bytes} B {alone * 1e3:.3f} ms alone,"
-                     f" {under * 1e3:.3f} ms under the compute loop (medians of"
-                     f" {len(res.comm_pairs)})")
+    loop = f"compute loop ({res.compute[1]} products of {res.compute[0]}^2 float32)"
+    op = f"all-reduce of {res.overlap_bytes} B"
+    for field, value, pairs, what, under in (
+            ("overlap_slowdown", res.overlap_slowdown, res.overlap_pairs, loop,
+             f"all-reduces of {res.overlap_bytes} B"),
+            ("comm_slowdown", res.comm_slowdown, res.comm_pairs, op, "the compute loop")):
+        if value is None:
+            continue
+        t_alone = statistics.median(a for a, _ in pairs)
+        t_under = statistics.median(u for _, u in pairs)
+        lines.append(f"# schedopt {field} {value:.4f}")
+        lines.append(f"#   {what} {t_alone * 1e3:.3f} ms alone, {t_under * 1e3:.3f} ms under "
+                     f"{under} (medians of {len(pairs)})")
     lines.append("#       size    count   type  redop     time  algbw  busbw #wrong     time"
                  "  algbw  busbw #wrong")
     lines.append("#        (B) (elements)                 (us) (GB/s) (GB/s)           (us)"
