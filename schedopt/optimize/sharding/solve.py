@@ -28,6 +28,7 @@ from ..result import BaselineRow, Method, SolveResult, Status
 from ..solve import AGREE, Budget, Share
 from .bound import DP_LAYERS, peak_floor, step_bound
 from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan
+from .exact import best_units, separable_classes
 from .search import (
     Scored,
     block_starts,
@@ -35,6 +36,7 @@ from .search import (
     enumerate_all,
     kick,
     local_search,
+    pattern_starts,
     score,
     uniform_starts,
 )
@@ -56,6 +58,10 @@ EVAL_S_PER_UNIT = 1e-5
 #: six cases under a cap, against 1.9 s charged for 63 million cells).
 BOUND_S_PER_CELL = 3e-8
 
+#: Deterministic charge (s) of one cell of the exact programme (:mod:`.exact`; measured:
+#: 1.1-1.7e-7 s per cell at 80-120 layers, 0.3-1.0 s per class, load average 3 on 2 cores).
+EXACT_S_PER_CELL = 2e-7
+
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
 
@@ -67,6 +73,9 @@ ILS_PATIENCE = 40
 
 #: Most unit evaluations of one descent after a kick.
 ILS_STEP_UNITS = 20_000
+
+#: The patterns of repeated blocks kept for trying every depth pair and stream layout.
+PATTERN_TOPS = 4
 
 #: The depth pairs tried with every uniform start.
 START_DEPTHS = ((0, 0), (1, 1), (2, 2))
@@ -168,7 +177,9 @@ def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
             search.exact = True
             search.bound_method = Method.ENUMERATION
         return
-    starts = _starts(search)
+    starts = _exact(search)
+    starts += _starts(search)
+    starts += _patterns(search, starts)
     tops: list[Scored] = []
     for cand in sorted(starts, key=lambda x: x.key):  # the best of distinct unit layouts
         if len(tops) < RESTARTS and all(cand.config.starts != t.config.starts for t in tops):
@@ -253,6 +264,30 @@ def _why_not(inst: ShardedInstance, plan: Plan) -> str:
     return f"data prefetch {plan.prefetch}"
 
 
+def _exact(search: _Search) -> list[Scored]:
+    """The best units of every separable class (:func:`~.exact.separable_classes`: depths at
+    most 1, the step a sum of local terms), by the exact programme; a class optimum within
+    the cap is proven for its class (logged), and every one starts the local search."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    out: list[Scored] = []
+    charge = EXACT_S_PER_CELL * inst.n ** 4 / 24
+    for knobs in separable_classes(inst):
+        if charge > budget.work_left():
+            break
+        found = best_units(inst, knobs, cap, search.check)
+        budget.spend(charge)
+        if found is None:
+            continue
+        value, config = found
+        scored = score(inst, config, cap)
+        if not scored.key[0]:
+            log.info("exact programme: depths %d/%d, %d stream(s): %.9g s, optimal in its class",
+                     knobs.forward_prefetch, knobs.backward_prefetch, knobs.streams, value)
+        out.append(scored)
+        search.offer(scored, Method.DP)
+    return out
+
+
 def _starts(search: _Search) -> list[Scored]:
     """Units of ``g`` blocks and of ``g`` tensor-holding layers, small depths, both stream
     layouts, within the work left (blocks first); the baselines' configurations too."""
@@ -270,6 +305,44 @@ def _starts(search: _Search) -> list[Scored]:
                 out.append(scored)
                 search.offer(scored, Method.UNIFORM_UNITS)
                 budget.spend(len(starts) * search.eval_s)
+    return out
+
+
+def _patterns(search: _Search, starts: list[Scored]) -> list[Scored]:
+    """Units repeating one cut pattern per block (:func:`~.search.pattern_starts`): every
+    pattern with the knobs of the best start, then the best :data:`PATTERN_TOPS` patterns
+    with every depth pair of :data:`START_DEPTHS` and both stream layouts; within the work
+    left."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    if not starts or search.solved:
+        return []
+    knobs = min(starts, key=lambda x: x.key).config
+    out: list[Scored] = []
+    for layout in pattern_starts(inst):
+        if len(layout) * search.eval_s > budget.work_left():
+            return out
+        search.check()
+        scored = score(inst, Config(layout, knobs.forward_prefetch, knobs.backward_prefetch,
+                                    knobs.streams), cap)
+        out.append(scored)
+        search.offer(scored, Method.UNIFORM_UNITS)
+        budget.spend(len(layout) * search.eval_s)
+    tops = sorted(out, key=lambda x: x.key)[:PATTERN_TOPS]
+    depths = sorted({*START_DEPTHS, (2, 1), (1, 2)})
+    seen = {top.config for top in tops}
+    for top in tops:
+        for p, q in depths:
+            for streams in (1, 2):
+                layout = top.config.starts
+                c = Config(layout, p, q if inst.mode == "full" else 1, streams)
+                if c in seen or len(layout) * search.eval_s > budget.work_left():
+                    continue
+                seen.add(c)
+                search.check()
+                scored = score(inst, c, cap)
+                out.append(scored)
+                search.offer(scored, Method.UNIFORM_UNITS)
+                budget.spend(len(layout) * search.eval_s)
     return out
 
 
