@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_optimize_sharded.py     # 5 rows, at most 60 s each
     python benchmarks/bench_optimize_sharded.py --time-limit 10 --synthetic
     python benchmarks/bench_optimize_sharded.py --json out.json
+    python benchmarks/bench_optimize_sharded.py --exact     # the exact programme's times
 
 Instance: the shipped ``instances/traces/llama*-70b*`` trace when there is one, else a
 synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 query and 8
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,7 @@ from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.sharding.evaluate import build_sharded, config_of_plan, step_time
+from schedopt.optimize.sharding.exact import best_units, separable_classes
 from schedopt.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,14 +108,40 @@ def run(trace: Trace, cluster: Cluster, mode: str, cap: int | None,
     return row
 
 
+def exact_sizes(sizes: tuple[int, ...] = (40, 80, 120)) -> None:
+    """Time the exact programme (:mod:`schedopt.optimize.sharding.exact`) on the first
+    ``n`` layers of the synthetic 70B-shaped trace on ``dgx-h100-4n``, every separable class:
+    one row per size and class (layers, class, seconds, the class optimum, units)."""
+    cluster = load_cluster(str(ROOT / "instances" / "clusters" / "dgx-h100-4n.json"))
+    full = synthetic_70b()
+    print(f"{'layers':>6} {'depths/streams':<15} {'time s':>7} {'step ms':>10} {'units':>5}")
+    for n in sizes:
+        data = full.model_dump()
+        trace = Trace.model_validate({**data, "layers": data["layers"][:n]})
+        inst = build_sharded(trace, cluster, "full")
+        for k in separable_classes(inst):
+            t0 = time.perf_counter()
+            found = best_units(inst, k)
+            dt = time.perf_counter() - t0
+            assert found is not None
+            label = f"{k.forward_prefetch}/{k.backward_prefetch}/{k.streams}"
+            print(f"{n:>6} {label:<15} {dt:>7.3f} {found[0] * 1e3:>10.3f} "
+                  f"{len(found[1].starts):>5}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--trace", type=Path, default=None, help="Another trace (all rows).")
     ap.add_argument("--synthetic", action="store_true", help="The synthetic 70B-shaped trace.")
+    ap.add_argument("--exact", action="store_true", help="Time the exact programme only.")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.exact:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        exact_sizes()
+        return
     clusters = ROOT / "instances" / "clusters"
     h100 = load_cluster(str(clusters / "dgx-h100-4n.json"))
     a100 = load_cluster(str(clusters / "dgx-a100-4n.json"))

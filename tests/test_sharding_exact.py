@@ -4,6 +4,10 @@ starts that repeat one cut pattern per block (``search.pattern_starts``)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pytest
 
@@ -151,3 +155,26 @@ def test_repeated_blocks_and_their_patterns() -> None:
 def test_no_patterns_without_repeated_blocks() -> None:
     inst = build_sharded(_trace([(1, 2, 1000)] * 4), _cluster(), "full")
     assert repeated_blocks(inst) is None and pattern_starts(inst) == []
+
+
+def test_sigint_in_the_exact_programme_returns_the_best_plan_so_far() -> None:
+    layers = [(0.3 + 0.1 * (i % 4), 0.8 + 0.2 * (i % 3), 400_000 * (1 + i % 5))
+              for i in range(25)]
+    tr, cl = _trace(layers, update_s=2 * MS), _cluster(5e8, 8)
+    real, calls = sharded_solve.best_units, {"n": 0}
+
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sharded_solve, "best_units", interrupted)
+        mp.setattr(sharded_solve, "EXACT_WORK", 0)
+        t0 = time.perf_counter()
+        res = solve(tr, cl, SolveOptions(sharding="full", time_limit_s=30, baselines=False))
+    assert res.interrupted and time.perf_counter() - t0 < 10 and calls["n"] == 2
+    assert res.method is Method.DP  # the first class's optimum, the only plan known
+    assert simulate(tr, cl, res.plan).iteration_time_s == res.iteration_time_s
+    assert res.bound_s <= res.objective_s
