@@ -12,9 +12,10 @@ synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 que
 key-value heads, MLP 28672, vocabulary 128256, bfloat16; a block is one layer holding its nine
 tensors; compute from 2 x parameters x 4096 tokens plus attention at 450 TFLOP/s, backward twice
 the forward; Adam step 0.37 s for all parameters on one GPU) on ``dgx-h100-4n`` (32 GPUs).
-Rows (one worker, seed 0): full sharding without a cap, then under a cap (for the shipped
-traces the fixed caps of :data:`SHIPPED_CAPS`, 3/4 of the peaks of the uncapped plans this
-benchmark first found; otherwise 3/4 of the uncapped plan's peak, so that plan does not fit),
+Rows (one worker, seed 0): full sharding without a cap, then under a cap (for the shipped and
+the synthetic traces the fixed caps of :data:`SHIPPED_CAPS` and :data:`SYNTHETIC_CAP`, 3/4 of
+the peaks of the uncapped plans this benchmark first found; for ``--trace`` 3/4 of the
+uncapped plan's peak, so that plan does not fit),
 and grad-op without a cap; the same two full
 rows for the A100 trace (``llama*-70b-a100*``, else the same synthetic one) on ``dgx-a100-4n``. The
 table prints instance, mode, cap, method, the objective, the bound, the gap, the solve time, the
@@ -48,9 +49,13 @@ FLOPS = 450e12
 #: may return another optimal plan with another peak.
 SHIPPED_CAPS = {"h100": 2_453_716_992, "a100": 1_409_310_720}
 
+#: Cap (bytes) of the capped rows on the synthetic trace (both GPUs): 3/4 of the 7.24 GB peak
+#: of its uncapped plan on H100.
+SYNTHETIC_CAP = 5_426_454_528
 
-def synthetic_70b() -> Trace:
-    """The 70B-shaped trace (see the module)."""
+
+def synthetic_70b(blocks: int = BLOCKS) -> Trace:
+    """The 70B-shaped trace (see the module) with ``blocks`` blocks."""
 
     def tensors(prefix: str, shapes: dict[str, int]) -> list[dict[str, Any]]:
         return [{"name": f"{prefix}.{k}", "bytes": 2 * v, "dtype": "bfloat16"}
@@ -65,7 +70,7 @@ def synthetic_70b() -> Trace:
     layers = [{"name": "embed", "forward_s": 2e-4, "backward_s": 4e-4,
                "tensors": tensors("embed", {"w": VOCAB * HIDDEN})}]
     layers += [{"name": f"block.{i}", "forward_s": fwd, "backward_s": 2 * fwd,
-                "tensors": tensors(f"block.{i}", block)} for i in range(BLOCKS)]
+                "tensors": tensors(f"block.{i}", block)} for i in range(blocks)]
     layers += [{"name": "norm", "forward_s": 1e-4, "backward_s": 2e-4,
                 "tensors": tensors("norm", {"w": HIDDEN})},
                {"name": "lm_head", "forward_s": head, "backward_s": 2 * head,
@@ -109,15 +114,13 @@ def run(trace: Trace, cluster: Cluster, mode: str, cap: int | None,
 
 
 def exact_sizes(sizes: tuple[int, ...] = (40, 80, 120)) -> None:
-    """Time the exact programme (:mod:`schedopt.optimize.sharding.exact`) on the first
-    ``n`` layers of the synthetic 70B-shaped trace on ``dgx-h100-4n``, every separable class:
-    one row per size and class (layers, class, seconds, the class optimum, units)."""
+    """Time the exact programme (:mod:`schedopt.optimize.sharding.exact`) on the synthetic
+    70B-shaped trace with ``n - 3`` blocks (``n`` layers) on ``dgx-h100-4n``, every separable
+    class: one row per size and class (layers, class, seconds, the class optimum, units)."""
     cluster = load_cluster(str(ROOT / "instances" / "clusters" / "dgx-h100-4n.json"))
-    full = synthetic_70b()
     print(f"{'layers':>6} {'depths/streams':<15} {'time s':>7} {'step ms':>10} {'units':>5}")
     for n in sizes:
-        data = full.model_dump()
-        trace = Trace.model_validate({**data, "layers": data["layers"][:n]})
+        trace = synthetic_70b(n - 3)
         inst = build_sharded(trace, cluster, "full")
         for k in separable_classes(inst):
             t0 = time.perf_counter()
@@ -152,8 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     for gpu, cluster in (("h100", h100), ("a100", a100)):
         trace = the_trace(args.trace, gpu, args.synthetic)
         free = run(trace, cluster, "full", None, args.time_limit)
-        shipped = args.trace is None and trace.name.startswith("llama-70b")
-        cap = SHIPPED_CAPS[gpu] if shipped else int(0.75 * free["peak_bytes"])
+        cap = int(0.75 * free["peak_bytes"])
+        if args.trace is None:
+            cap = SYNTHETIC_CAP if trace.name == "synthetic-70b" else SHIPPED_CAPS[gpu]
         rows += [free, run(trace, cluster, "full", cap, args.time_limit)]
         if cluster is h100:
             rows.append(run(trace, cluster, "grad-op", None, args.time_limit))
