@@ -17,7 +17,13 @@ from schedopt.optimize.result import Method
 from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.evaluate import Config, build_sharded, step_time
 from schedopt.optimize.sharding.exact import Knobs, best_units, separable_classes
-from schedopt.optimize.sharding.search import partitions, pattern_starts, repeated_blocks
+from schedopt.optimize.sharding.search import (
+    partitions,
+    pattern_layouts,
+    pattern_starts,
+    repeated_blocks,
+    shortened,
+)
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
 
@@ -178,3 +184,14 @@ def test_sigint_in_the_exact_programme_returns_the_best_plan_so_far() -> None:
     assert res.method is Method.DP  # the first class's optimum, the only plan known
     assert simulate(tr, cl, res.plan).iteration_time_s == res.iteration_time_s
     assert res.bound_s <= res.objective_s
+
+
+def test_shortened_keeps_the_ends_and_the_first_blocks() -> None:
+    inst = build_sharded(_named(6), _cluster(), "full")
+    short = shortened(inst, 2)
+    assert short is not None and shortened(inst, 6) is None
+    assert short.names == [*inst.names[:7], "lm_head"]
+    assert repeated_blocks(short) == (1, 3, 2)
+    assert short.sums[-1, 2] == inst.p[:7].sum() + inst.p[-1]
+    # the same patterns, block for block
+    assert [m for m, _ in pattern_layouts(short)] == [m for m, _ in pattern_layouts(inst)]

@@ -16,14 +16,15 @@ walks towards the cap when it starts above it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .evaluate import Config, ShardedInstance, Step, step_time
 
 __all__ = ["Scored", "block_of", "block_starts", "count_partitions", "enumerate_all", "kick",
-           "local_search", "partitions", "pattern_starts", "repeated_blocks", "uniform_starts"]
+           "local_search", "partitions", "pattern_layouts", "pattern_starts", "repeated_blocks",
+           "shortened", "uniform_starts"]
 
 
 #: Largest number of layers in a repeated block for :func:`pattern_starts` (``2^m - 1``
@@ -186,20 +187,39 @@ def pattern_starts(inst: ShardedInstance) -> list[tuple[int, ...]]:
     without a cut at the block's first layer makes units that cross blocks), every layer
     before and after the run a unit of its own (the local search merges them); valid
     partitions only, none when the block has more than :data:`PATTERN_LAYERS` layers."""
+    return [layout for _, layout in pattern_layouts(inst)]
+
+
+def pattern_layouts(inst: ShardedInstance) -> list[tuple[int, tuple[int, ...]]]:
+    """:func:`pattern_starts` with each layout's pattern (bit ``j``: a cut at the block's
+    layer ``j``)."""
     run = repeated_blocks(inst)
     if run is None or run[1] > PATTERN_LAYERS:
         return []
     first, m, count = run
     last = first + m * count
     edges = [*range(1, first + 1), *range(last, inst.n)]
-    out: list[tuple[int, ...]] = []
+    out: list[tuple[int, tuple[int, ...]]] = []
     for mask in range(1, 2 ** m):
         cuts = [j for j in range(m) if mask >> j & 1]
         inner = [first + m * i + j for i in range(count) for j in cuts]
         starts = tuple(sorted({0, *edges, *inner} - {inst.n}))
         if inst.valid(starts):
-            out.append(starts)
+            out.append((mask, starts))
     return out
+
+
+def shortened(inst: ShardedInstance, blocks: int) -> ShardedInstance | None:
+    """``inst`` with its run of repeated blocks (:func:`repeated_blocks`) cut to its first
+    ``blocks`` blocks (the layers before and after kept); None when the run is not longer."""
+    run = repeated_blocks(inst)
+    if run is None or run[2] <= blocks:
+        return None
+    first, m, count = run
+    keep = np.r_[0:first + m * blocks, first + m * count:inst.n]
+    return replace(inst, names=[inst.names[i] for i in keep], f=inst.f[keep], b=inst.b[keep],
+                   p=inst.p[keep], g=inst.g[keep], has_tensor=inst.has_tensor[keep],
+                   tensors=[inst.tensors[i] for i in keep] if inst.tensors else [])
 
 
 def _neighbours(inst: ShardedInstance, c: Config) -> Iterator[Config]:

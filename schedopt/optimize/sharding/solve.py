@@ -36,8 +36,9 @@ from .search import (
     enumerate_all,
     kick,
     local_search,
-    pattern_starts,
+    pattern_layouts,
     score,
+    shortened,
     uniform_starts,
 )
 
@@ -76,6 +77,12 @@ ILS_STEP_UNITS = 20_000
 
 #: The patterns of repeated blocks kept for trying every depth pair and stream layout.
 PATTERN_TOPS = 4
+
+#: Patterns are screened on the instance cut to this many repeated blocks ...
+SCREEN_BLOCKS = 4
+
+#: ... and this many of the best are evaluated on the whole instance.
+PATTERN_SCREENED = 16
 
 #: The depth pairs tried with every uniform start.
 START_DEPTHS = ((0, 0), (1, 1), (2, 2))
@@ -309,25 +316,51 @@ def _starts(search: _Search) -> list[Scored]:
 
 
 def _patterns(search: _Search, starts: list[Scored]) -> list[Scored]:
-    """Units repeating one cut pattern per block (:func:`~.search.pattern_starts`): every
-    pattern with the knobs of the best start, then the best :data:`PATTERN_TOPS` patterns
+    """Units repeating one cut pattern per block (:func:`~.search.pattern_layouts`): every
+    pattern with the knobs of the best start, screened on the instance cut to
+    :data:`SCREEN_BLOCKS` blocks (:func:`~.search.shortened`) when its run is longer; the best
+    :data:`PATTERN_SCREENED` on the whole instance; the best :data:`PATTERN_TOPS` of those
     with every depth pair of :data:`START_DEPTHS` and both stream layouts; within the work
     left."""
     inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
     if not starts or search.solved:
         return []
-    knobs = min(starts, key=lambda x: x.key).config
+    k = min(starts, key=lambda x: x.key).config
+    short = shortened(inst, SCREEN_BLOCKS)
+    layouts = dict(pattern_layouts(inst))
+    masks = list(layouts)
+    if short is not None:
+        screened = []
+        for mask, layout in pattern_layouts(short):
+            if len(layout) * search.eval_s > budget.work_left():
+                break
+            search.check()
+            screened.append((score(short, Config(layout, k.forward_prefetch,
+                                                 k.backward_prefetch, k.streams), cap).key,
+                             mask))
+            budget.spend(len(layout) * search.eval_s)
+        masks = [mask for _, mask in sorted(screened)[:PATTERN_SCREENED]]
     out: list[Scored] = []
-    for layout in pattern_starts(inst):
+    for mask in masks:
+        if mask not in layouts:
+            continue
+        layout = layouts[mask]
         if len(layout) * search.eval_s > budget.work_left():
             return out
         search.check()
-        scored = score(inst, Config(layout, knobs.forward_prefetch, knobs.backward_prefetch,
-                                    knobs.streams), cap)
+        scored = score(inst, Config(layout, k.forward_prefetch, k.backward_prefetch,
+                                    k.streams), cap)
         out.append(scored)
         search.offer(scored, Method.UNIFORM_UNITS)
         budget.spend(len(layout) * search.eval_s)
-    tops = sorted(out, key=lambda x: x.key)[:PATTERN_TOPS]
+    return out + _pattern_knobs(search, sorted(out, key=lambda x: x.key)[:PATTERN_TOPS])
+
+
+def _pattern_knobs(search: _Search, tops: list[Scored]) -> list[Scored]:
+    """``tops`` with every depth pair of :data:`START_DEPTHS`, (2, 1), (1, 2) and both stream
+    layouts, within the work left."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    out: list[Scored] = []
     depths = sorted({*START_DEPTHS, (2, 1), (1, 2)})
     seen = {top.config for top in tops}
     for top in tops:
