@@ -59,9 +59,11 @@ EVAL_S_PER_UNIT = 1e-5
 #: six cases under a cap, against 1.9 s charged for 63 million cells).
 BOUND_S_PER_CELL = 3e-8
 
-#: Deterministic charge (s) of one cell of the exact programme (:mod:`.exact`; measured:
-#: 1.1-1.7e-7 s per cell at 80-120 layers, 0.3-1.0 s per class, load average 3 on 2 cores).
-EXACT_S_PER_CELL = 2e-7
+#: Deterministic charge (s) of one cell (``n^4 / 24`` of them) and of one pair of unit
+#: boundaries (``n^2``) of the exact programme (:mod:`.exact`; measured per class: 0.06-0.08 s
+#: at 40 layers, 0.26-0.40 s at 80, 0.68-1.13 s at 120, load average 4.6 on 2 cores).
+EXACT_S_PER_CELL = 1.2e-7
+EXACT_S_PER_PAIR = 2e-5
 
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
@@ -277,7 +279,7 @@ def _exact(search: _Search) -> list[Scored]:
     the cap is proven for its class (logged), and every one starts the local search."""
     inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
     out: list[Scored] = []
-    charge = EXACT_S_PER_CELL * inst.n ** 4 / 24
+    charge = EXACT_S_PER_CELL * inst.n ** 4 / 24 + EXACT_S_PER_PAIR * inst.n ** 2
     for knobs in separable_classes(inst):
         if charge > budget.work_left():
             break
