@@ -32,7 +32,7 @@ from .test_optimize_sharded import MS, _cluster, _trace
 
 def _random_case(seed: int):  # type: ignore[no-untyped-def]
     """A random instance of 1-6 layers: zero compute, zero backward and tensorless layers
-    included; ring or tree, with and without latency."""
+    included; ring or tree, with and without latency; 1-3 micro-batches."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 7))
     layers = [(int(rng.integers(0, 30)) / 10,
@@ -42,7 +42,7 @@ def _random_case(seed: int):  # type: ignore[no-untyped-def]
     tr = _trace(layers, update_s=int(rng.integers(0, 30)) / 10 * MS)
     cl = _cluster(float(rng.choice([2e8, 1e9, 5e9])), int(rng.integers(2, 9)),
                   str(rng.choice(["ring", "tree"])), float(rng.choice([0.0, 2e-5])))
-    return tr, cl, build_sharded(tr, cl, "full")
+    return tr, cl, build_sharded(tr, cl, "full", accumulate=int(rng.integers(1, 4)))
 
 
 def _class_brute(inst, k: Knobs, cap: int | None) -> float | None:  # type: ignore[no-untyped-def]
@@ -88,10 +88,10 @@ def test_exact_programme_under_a_cap_is_a_relaxation_exact_when_its_plan_fits(
             assert value == pytest.approx(want, rel=1e-12, abs=1e-15)
 
 
-def test_separable_classes_only_for_one_micro_batch_of_full_sharding() -> None:
+def test_separable_classes_only_for_full_sharding() -> None:
     tr, cl = _trace([(1, 2, 1000), (1, 0, 1000)]), _cluster()
     assert separable_classes(build_sharded(tr, cl, "grad-op")) == []
-    assert separable_classes(build_sharded(tr, cl, "full", accumulate=2)) == []
+    assert len(separable_classes(build_sharded(tr, cl, "full", accumulate=2))) == 4
     # a layer without backward: a gather could tie with a reduce-scatter on two streams
     assert {k.streams for k in separable_classes(build_sharded(tr, cl, "full"))} == {1}
 

@@ -1,9 +1,9 @@
 """An exact programme over unit boundaries for the sharded classes whose step is a sum of
 local terms (docs/formulation.md, section 10, "Exact programme").
 
-With full sharding, one micro-batch, a forward depth ``p <= 1`` and either one stream with a
-backward depth ``q <= 1`` or two streams with ``q = 0`` (and a backward that takes time in
-every layer), the replay of :func:`~.evaluate.step_time` has a closed form in which every
+With full sharding, a forward depth ``p <= 1`` and either one stream with a backward depth
+``q <= 1`` or two streams with ``q = 0`` (and a backward that takes time in every layer), the
+replay of :func:`~.evaluate.step_time` has a closed form in which every
 unit contributes a term that depends only on itself and its two neighbours (``ag``: all-gather,
 ``rs``: reduce-scatter, ``F``, ``B``: compute of a unit; ``u - 1`` the previous unit in
 forward order, ``u + 1`` the next; ``rs`` of a unit past the last is 0):
@@ -20,12 +20,15 @@ forward order, ``u + 1`` the next; ``rs`` of a unit past the last is 0):
   and for the first unit ``max(B(0), rs(1)) + rs(0)`` (``B(0) + rs(0)`` with ``q = 0`` on one
   stream);
 
-plus the optimizer step on the shard. The least sum over partitions is a shortest path over
-states ``(start of the previous unit, start and end of the last)``: O(n^4 / 24) cells and
-O(n^3) memory for ``n`` layers. The memory peak is not a sum: under a cap the programme leaves
-out units that cannot fit alone (``2 P_u`` with a backward, ``P_u``), and its optimum is the
-optimum of its class within the cap exactly when its plan fits (checked by the caller with
-:func:`~.evaluate.step_time`).
+plus the optimizer step on the shard. With ``k`` micro-batches every forward repeats its
+terms, and each backward before the last (no reduce-scatter: the network is free when each
+backward unit starts) adds ``ag(U - 1)`` and per unit ``max(B(u), ag(u - 1))`` with
+``q = 1``, ``B(u) + ag(u - 1)`` with ``q = 0`` (``B(0)`` for the first). The least sum over
+partitions is a shortest path over states ``(start of the previous unit, start and end of
+the last)``: O(n^4 / 24) cells and O(n^3) memory for ``n`` layers. The memory peak is not a
+sum: under a cap the programme leaves out units that cannot fit alone (``2 P_u`` with a
+backward, ``P_u``), and its optimum is the optimum of its class within the cap exactly when
+its plan fits (checked by the caller with :func:`~.evaluate.step_time`).
 """
 
 from __future__ import annotations
@@ -54,9 +57,9 @@ class Knobs:
 
 def separable_classes(inst: ShardedInstance) -> list[Knobs]:
     """The classes of ``inst`` whose step is a sum of local terms (none unless full sharding
-    with one micro-batch and at most :data:`EXACT_LAYERS` layers; two streams only when every
-    layer's backward takes time, so that a gather never ties with a reduce-scatter)."""
-    if inst.mode != "full" or inst.accumulate != 1 or inst.n > EXACT_LAYERS:
+    with at most :data:`EXACT_LAYERS` layers; two streams only when every layer's backward
+    takes time, so that a gather never ties with a reduce-scatter)."""
+    if inst.mode != "full" or inst.n > EXACT_LAYERS:
         return []
     out = [Knobs(p, q, 1) for p in (0, 1) for q in (0, 1)]
     if bool(np.all(inst.b > 0)):
@@ -94,22 +97,26 @@ def _terms(inst: ShardedInstance, cap: int | None) -> _Terms:
 
 
 def _term(t: _Terms, k: Knobs, i: int, j: int, prev: np.ndarray | None,
-          nxt: np.ndarray | None) -> np.ndarray:
+          nxt: np.ndarray | None, micro: int = 1) -> np.ndarray:
     """The term of unit ``[i, j)`` for previous units ``[prev, i)`` (rows; None: the first
-    unit) and next units ``[j, nxt)`` (columns; None: the last)."""
+    unit) and next units ``[j, nxt)`` (columns; None: the last), over ``micro``
+    micro-batches: each forward, the backwards before the last (gathers only), the last."""
     F, B, ag_c, rs_c = t.F[i, j], t.B[i, j], t.ag[i, j], t.rs[i, j]
     ag_n = t.ag[j, nxt][None, :] if nxt is not None else np.zeros((1, 1))
     rs_n = t.rs[j, nxt][None, :] if nxt is not None else np.zeros((1, 1))
     ag_p = t.ag[prev, i][:, None] if prev is not None else None
     out = np.zeros((1 if prev is None else prev.size, 1 if nxt is None else nxt.size))
     if k.forward_prefetch == 0:
-        out += F + ag_c
+        out += micro * (F + ag_c)
     else:
-        out += (ag_c if prev is None else 0.0) + (np.maximum(F, ag_n) if nxt is not None
-                                                  else F)
+        out += micro * ((ag_c if prev is None else 0.0)
+                        + (np.maximum(F, ag_n) if nxt is not None else F))
     if nxt is None:
-        out += ag_c  # the backward starts with the last unit's gather
+        out += micro * ag_c  # every backward starts with the last unit's gather
     q, s = k.backward_prefetch, k.streams
+    if micro > 1:  # the backwards without reduce-scatters: the network is free at s_u
+        plain = (B if ag_p is None else np.maximum(B, ag_p) if q == 1 else B + ag_p)
+        out = out + (micro - 1) * plain
     if ag_p is None:  # the first unit ends the step
         return out + (B if q == 0 and s == 1 else np.maximum(B, rs_n)) + rs_c
     if q == 1:
@@ -143,7 +150,7 @@ def best_units(inst: ShardedInstance, knobs: Knobs, cap: int | None = None,
             if not np.isfinite(val).any():
                 continue
             if j == n:
-                last = val + _term(t, knobs, i, j, prev, None)[:, 0]
+                last = val + _term(t, knobs, i, j, prev, None, inst.accumulate)[:, 0]
                 x = int(np.argmin(last))
                 if last[x] < best:
                     best, best_state = float(last[x]), (x, i)
@@ -151,7 +158,7 @@ def best_units(inst: ShardedInstance, knobs: Knobs, cap: int | None = None,
             nxt = ends[j + 1:][t.ok[j, j + 1:]]
             if not nxt.size:
                 continue
-            cost = val[:, None] + _term(t, knobs, i, j, prev, nxt)
+            cost = val[:, None] + _term(t, knobs, i, j, prev, nxt, inst.accumulate)
             rows = np.argmin(cost, axis=0)
             V[i, j, nxt] = cost[rows, np.arange(nxt.size)]
             W[i, j, nxt] = rows if i > 0 else -1
