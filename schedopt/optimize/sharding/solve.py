@@ -65,6 +65,10 @@ BOUND_S_PER_CELL = 3e-8
 EXACT_S_PER_CELL = 1.2e-7
 EXACT_S_PER_PAIR = 2e-5
 
+#: A class of the exact programme runs while its charge is at most this share of the work
+#: left (the starts and the local search keep the rest).
+EXACT_SHARE = 0.5
+
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
 
@@ -281,7 +285,7 @@ def _exact(search: _Search) -> list[Scored]:
     out: list[Scored] = []
     charge = EXACT_S_PER_CELL * inst.n ** 4 / 24 + EXACT_S_PER_PAIR * inst.n ** 2
     for knobs in separable_classes(inst):
-        if charge > budget.work_left():
+        if charge > EXACT_SHARE * budget.work_left():
             break
         found = best_units(inst, knobs, cap, search.check)
         budget.spend(charge)
