@@ -5,14 +5,18 @@ Usage::
     python benchmarks/bench_optimize_sharded.py     # 5 rows, at most 60 s each
     python benchmarks/bench_optimize_sharded.py --time-limit 10 --synthetic
     python benchmarks/bench_optimize_sharded.py --json out.json
+    python benchmarks/bench_optimize_sharded.py --exact     # the exact programme's times
 
 Instance: the shipped ``instances/traces/llama*-70b*`` trace when there is one, else a
 synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 query and 8
 key-value heads, MLP 28672, vocabulary 128256, bfloat16; a block is one layer holding its nine
 tensors; compute from 2 x parameters x 4096 tokens plus attention at 450 TFLOP/s, backward twice
 the forward; Adam step 0.37 s for all parameters on one GPU) on ``dgx-h100-4n`` (32 GPUs).
-Rows (one worker, seed 0): full sharding without a cap, then under a cap of 3/4 of the
-uncapped plan's peak (so that plan does not fit), and grad-op without a cap; the same two full
+Rows (one worker, seed 0): full sharding without a cap, then under a cap (for the shipped and
+the synthetic traces the fixed caps of :data:`SHIPPED_CAPS` and :data:`SYNTHETIC_CAP`, 3/4 of
+the peaks of the uncapped plans this benchmark first found; for ``--trace`` 3/4 of the
+uncapped plan's peak, so that plan does not fit),
+and grad-op without a cap; the same two full
 rows for the A100 trace (``llama*-70b-a100*``, else the same synthetic one) on ``dgx-a100-4n``. The
 table prints instance, mode, cap, method, the objective, the bound, the gap, the solve time, the
 peak and the number of units; the target is a gap within 1% in 60 s. The load average before
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,15 +37,25 @@ from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.sharding.evaluate import build_sharded, config_of_plan, step_time
+from schedopt.optimize.sharding.exact import best_units, separable_classes
 from schedopt.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN, BLOCKS, KV, MLP, VOCAB, TOKENS = 8192, 80, 1024, 28672, 128256, 4096
 FLOPS = 450e12
 
+#: Caps (bytes) of the capped rows on the shipped traces, by GPU: 3/4 of the peaks (3.27 GB
+#: and 1.88 GB) of the uncapped plans of commit 37b8612. Fixed, because the uncapped search
+#: may return another optimal plan with another peak.
+SHIPPED_CAPS = {"h100": 2_453_716_992, "a100": 1_409_310_720}
 
-def synthetic_70b() -> Trace:
-    """The 70B-shaped trace (see the module)."""
+#: Cap (bytes) of the capped rows on the synthetic trace (both GPUs): 3/4 of the 7.24 GB peak
+#: of its uncapped plan on H100.
+SYNTHETIC_CAP = 5_426_454_528
+
+
+def synthetic_70b(blocks: int = BLOCKS) -> Trace:
+    """The 70B-shaped trace (see the module) with ``blocks`` blocks."""
 
     def tensors(prefix: str, shapes: dict[str, int]) -> list[dict[str, Any]]:
         return [{"name": f"{prefix}.{k}", "bytes": 2 * v, "dtype": "bfloat16"}
@@ -55,7 +70,7 @@ def synthetic_70b() -> Trace:
     layers = [{"name": "embed", "forward_s": 2e-4, "backward_s": 4e-4,
                "tensors": tensors("embed", {"w": VOCAB * HIDDEN})}]
     layers += [{"name": f"block.{i}", "forward_s": fwd, "backward_s": 2 * fwd,
-                "tensors": tensors(f"block.{i}", block)} for i in range(BLOCKS)]
+                "tensors": tensors(f"block.{i}", block)} for i in range(blocks)]
     layers += [{"name": "norm", "forward_s": 1e-4, "backward_s": 2e-4,
                 "tensors": tensors("norm", {"w": HIDDEN})},
                {"name": "lm_head", "forward_s": head, "backward_s": 2 * head,
@@ -98,14 +113,38 @@ def run(trace: Trace, cluster: Cluster, mode: str, cap: int | None,
     return row
 
 
+def exact_sizes(sizes: tuple[int, ...] = (40, 80, 120)) -> None:
+    """Time the exact programme (:mod:`schedopt.optimize.sharding.exact`) on the synthetic
+    70B-shaped trace with ``n - 3`` blocks (``n`` layers) on ``dgx-h100-4n``, every separable
+    class: one row per size and class (layers, class, seconds, the class optimum, units)."""
+    cluster = load_cluster(str(ROOT / "instances" / "clusters" / "dgx-h100-4n.json"))
+    print(f"{'layers':>6} {'depths/streams':<15} {'time s':>7} {'step ms':>10} {'units':>5}")
+    for n in sizes:
+        trace = synthetic_70b(n - 3)
+        inst = build_sharded(trace, cluster, "full")
+        for k in separable_classes(inst):
+            t0 = time.perf_counter()
+            found = best_units(inst, k)
+            dt = time.perf_counter() - t0
+            assert found is not None
+            label = f"{k.forward_prefetch}/{k.backward_prefetch}/{k.streams}"
+            print(f"{n:>6} {label:<15} {dt:>7.3f} {found[0] * 1e3:>10.3f} "
+                  f"{len(found[1].starts):>5}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--trace", type=Path, default=None, help="Another trace (all rows).")
     ap.add_argument("--synthetic", action="store_true", help="The synthetic 70B-shaped trace.")
+    ap.add_argument("--exact", action="store_true", help="Time the exact programme only.")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.exact:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        exact_sizes()
+        return
     clusters = ROOT / "instances" / "clusters"
     h100 = load_cluster(str(clusters / "dgx-h100-4n.json"))
     a100 = load_cluster(str(clusters / "dgx-a100-4n.json"))
@@ -113,10 +152,12 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'instance':<36} {'mode':<8} {'cap GB':>7} {'method':<13} {'objective ms':>12} "
           f"{'bound ms':>9} {'gap':>7} {'time s':>7} {'peak GB':>8} {'units':>5}")
     rows = []
-    for trace, cluster in ((the_trace(args.trace, "h100", args.synthetic), h100),
-                           (the_trace(args.trace, "a100", args.synthetic), a100)):
+    for gpu, cluster in (("h100", h100), ("a100", a100)):
+        trace = the_trace(args.trace, gpu, args.synthetic)
         free = run(trace, cluster, "full", None, args.time_limit)
-        cap = int(0.75 * free["peak_bytes"])  # binds: the uncapped plan does not fit
+        cap = int(0.75 * free["peak_bytes"])
+        if args.trace is None:
+            cap = SYNTHETIC_CAP if trace.name == "synthetic-70b" else SHIPPED_CAPS[gpu]
         rows += [free, run(trace, cluster, "full", cap, args.time_limit)]
         if cluster is h100:
             rows.append(run(trace, cluster, "grad-op", None, args.time_limit))

@@ -16,15 +16,20 @@ walks towards the cap when it starts above it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .evaluate import Config, ShardedInstance, Step, step_time
 
 __all__ = ["Scored", "block_of", "block_starts", "count_partitions", "enumerate_all", "kick",
-           "local_search", "partitions", "uniform_starts"]
+           "local_search", "partitions", "pattern_layouts", "pattern_starts", "repeated_blocks",
+           "shortened", "uniform_starts"]
 
+
+#: Largest number of layers in a repeated block for :func:`pattern_starts` (``2^m - 1``
+#: cut patterns).
+PATTERN_LAYERS = 10
 
 #: Up to this many layers, the local search tries a cut at every layer; above, it splits each
 #: unit at half its bytes.
@@ -146,6 +151,75 @@ def block_starts(inst: ShardedInstance) -> list[tuple[int, ...]]:
         if tuple(starts) not in out:
             out.append(tuple(starts))
     return out
+
+
+def repeated_blocks(inst: ShardedInstance) -> tuple[int, int, int] | None:
+    """The longest run of consecutive numbered blocks (:func:`block_of`: ``model.layers.3``)
+    with the same layers (names after the block's prefix): ``(first layer, layers per block,
+    blocks)``; None when no two consecutive numbered blocks repeat."""
+    heads = [i for i in range(inst.n) if i == 0 or block_of(inst.names[i])
+             != block_of(inst.names[i - 1])]
+    ends = [*heads[1:], inst.n]
+
+    def signature(j: int) -> tuple[str, ...]:
+        prefix = block_of(inst.names[heads[j]])
+        return tuple(inst.names[i][len(prefix):] for i in range(heads[j], ends[j]))
+
+    def numbered(j: int) -> bool:
+        return block_of(inst.names[heads[j]]).rsplit(".", 1)[-1].isdigit()
+
+    sigs = [signature(j) if numbered(j) else None for j in range(len(heads))]
+    best: tuple[int, int, int] | None = None
+    j = 0
+    while j < len(heads):
+        r = j + 1
+        while r < len(heads) and sigs[r] == sigs[j]:
+            r += 1
+        if sigs[j] is not None and r - j >= 2 and (best is None or r - j > best[2]):
+            best = (heads[j], ends[j] - heads[j], r - j)
+        j = r
+    return best
+
+
+def pattern_starts(inst: ShardedInstance) -> list[tuple[int, ...]]:
+    """Units that repeat one cut pattern in every block of :func:`repeated_blocks` (a block
+    of ``m`` layers has ``2^m - 1`` non-empty patterns of cuts at its layers; a pattern
+    without a cut at the block's first layer makes units that cross blocks), every layer
+    before and after the run a unit of its own (the local search merges them); valid
+    partitions only, none when the block has more than :data:`PATTERN_LAYERS` layers."""
+    return [layout for _, layout in pattern_layouts(inst)]
+
+
+def pattern_layouts(inst: ShardedInstance) -> list[tuple[int, tuple[int, ...]]]:
+    """:func:`pattern_starts` with each layout's pattern (bit ``j``: a cut at the block's
+    layer ``j``)."""
+    run = repeated_blocks(inst)
+    if run is None or run[1] > PATTERN_LAYERS:
+        return []
+    first, m, count = run
+    last = first + m * count
+    edges = [*range(1, first + 1), *range(last, inst.n)]
+    out: list[tuple[int, tuple[int, ...]]] = []
+    for mask in range(1, 2 ** m):
+        cuts = [j for j in range(m) if mask >> j & 1]
+        inner = [first + m * i + j for i in range(count) for j in cuts]
+        starts = tuple(sorted({0, *edges, *inner} - {inst.n}))
+        if inst.valid(starts):
+            out.append((mask, starts))
+    return out
+
+
+def shortened(inst: ShardedInstance, blocks: int) -> ShardedInstance | None:
+    """``inst`` with its run of repeated blocks (:func:`repeated_blocks`) cut to its first
+    ``blocks`` blocks (the layers before and after kept); None when the run is not longer."""
+    run = repeated_blocks(inst)
+    if run is None or run[2] <= blocks:
+        return None
+    first, m, count = run
+    keep = np.r_[0:first + m * blocks, first + m * count:inst.n]
+    return replace(inst, names=[inst.names[i] for i in keep], f=inst.f[keep], b=inst.b[keep],
+                   p=inst.p[keep], g=inst.g[keep], has_tensor=inst.has_tensor[keep],
+                   tensors=[inst.tensors[i] for i in keep] if inst.tensors else [])
 
 
 def _neighbours(inst: ShardedInstance, c: Config) -> Iterator[Config]:

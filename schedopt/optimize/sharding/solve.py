@@ -28,6 +28,7 @@ from ..result import BaselineRow, Method, SolveResult, Status
 from ..solve import AGREE, Budget, Share
 from .bound import DP_LAYERS, peak_floor, step_bound
 from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan
+from .exact import best_units, separable_classes
 from .search import (
     Scored,
     block_starts,
@@ -35,7 +36,9 @@ from .search import (
     enumerate_all,
     kick,
     local_search,
+    pattern_layouts,
     score,
+    shortened,
     uniform_starts,
 )
 
@@ -56,6 +59,16 @@ EVAL_S_PER_UNIT = 1e-5
 #: six cases under a cap, against 1.9 s charged for 63 million cells).
 BOUND_S_PER_CELL = 3e-8
 
+#: Deterministic charge (s) of one cell (``n^4 / 24`` of them) and of one pair of unit
+#: boundaries (``n^2``) of the exact programme (:mod:`.exact`; measured per class: 0.06-0.08 s
+#: at 40 layers, 0.26-0.40 s at 80, 0.68-1.13 s at 120, load average 4.6 on 2 cores).
+EXACT_S_PER_CELL = 1.2e-7
+EXACT_S_PER_PAIR = 2e-5
+
+#: A class of the exact programme runs while its charge is at most this share of the work
+#: left (the starts and the local search keep the rest).
+EXACT_SHARE = 0.5
+
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
 
@@ -67,6 +80,15 @@ ILS_PATIENCE = 40
 
 #: Most unit evaluations of one descent after a kick.
 ILS_STEP_UNITS = 20_000
+
+#: The patterns of repeated blocks kept for trying every depth pair and stream layout.
+PATTERN_TOPS = 4
+
+#: Patterns are screened on the instance cut to this many repeated blocks ...
+SCREEN_BLOCKS = 4
+
+#: ... and this many of the best are evaluated on the whole instance.
+PATTERN_SCREENED = 16
 
 #: The depth pairs tried with every uniform start.
 START_DEPTHS = ((0, 0), (1, 1), (2, 2))
@@ -168,7 +190,9 @@ def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
             search.exact = True
             search.bound_method = Method.ENUMERATION
         return
-    starts = _starts(search)
+    starts = _exact(search)
+    starts += _starts(search)
+    starts += _patterns(search, starts)
     tops: list[Scored] = []
     for cand in sorted(starts, key=lambda x: x.key):  # the best of distinct unit layouts
         if len(tops) < RESTARTS and all(cand.config.starts != t.config.starts for t in tops):
@@ -253,6 +277,30 @@ def _why_not(inst: ShardedInstance, plan: Plan) -> str:
     return f"data prefetch {plan.prefetch}"
 
 
+def _exact(search: _Search) -> list[Scored]:
+    """The best units of every separable class (:func:`~.exact.separable_classes`: depths at
+    most 1, the step a sum of local terms), by the exact programme; a class optimum within
+    the cap is proven for its class (logged), and every one starts the local search."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    out: list[Scored] = []
+    charge = EXACT_S_PER_CELL * inst.n ** 4 / 24 + EXACT_S_PER_PAIR * inst.n ** 2
+    for knobs in separable_classes(inst):
+        if charge > EXACT_SHARE * budget.work_left():
+            break
+        found = best_units(inst, knobs, cap, search.check)
+        budget.spend(charge)
+        if found is None:
+            continue
+        value, config = found
+        scored = score(inst, config, cap)
+        if not scored.key[0]:
+            log.info("exact programme: depths %d/%d, %d stream(s): %.9g s, optimal in its class",
+                     knobs.forward_prefetch, knobs.backward_prefetch, knobs.streams, value)
+        out.append(scored)
+        search.offer(scored, Method.DP)
+    return out
+
+
 def _starts(search: _Search) -> list[Scored]:
     """Units of ``g`` blocks and of ``g`` tensor-holding layers, small depths, both stream
     layouts, within the work left (blocks first); the baselines' configurations too."""
@@ -270,6 +318,70 @@ def _starts(search: _Search) -> list[Scored]:
                 out.append(scored)
                 search.offer(scored, Method.UNIFORM_UNITS)
                 budget.spend(len(starts) * search.eval_s)
+    return out
+
+
+def _patterns(search: _Search, starts: list[Scored]) -> list[Scored]:
+    """Units repeating one cut pattern per block (:func:`~.search.pattern_layouts`): every
+    pattern with the knobs of the best start, screened on the instance cut to
+    :data:`SCREEN_BLOCKS` blocks (:func:`~.search.shortened`) when its run is longer; the best
+    :data:`PATTERN_SCREENED` on the whole instance; the best :data:`PATTERN_TOPS` of those
+    with every depth pair of :data:`START_DEPTHS` and both stream layouts; within the work
+    left."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    if not starts or search.solved:
+        return []
+    k = min(starts, key=lambda x: x.key).config
+    short = shortened(inst, SCREEN_BLOCKS)
+    layouts = dict(pattern_layouts(inst))
+    masks = list(layouts)
+    if short is not None:
+        screened = []
+        for mask, layout in pattern_layouts(short):
+            if len(layout) * search.eval_s > budget.work_left():
+                break
+            search.check()
+            screened.append((score(short, Config(layout, k.forward_prefetch,
+                                                 k.backward_prefetch, k.streams), cap).key,
+                             mask))
+            budget.spend(len(layout) * search.eval_s)
+        masks = [mask for _, mask in sorted(screened)[:PATTERN_SCREENED]]
+    out: list[Scored] = []
+    for mask in masks:
+        if mask not in layouts:
+            continue
+        layout = layouts[mask]
+        if len(layout) * search.eval_s > budget.work_left():
+            return out
+        search.check()
+        scored = score(inst, Config(layout, k.forward_prefetch, k.backward_prefetch,
+                                    k.streams), cap)
+        out.append(scored)
+        search.offer(scored, Method.UNIFORM_UNITS)
+        budget.spend(len(layout) * search.eval_s)
+    return out + _pattern_knobs(search, sorted(out, key=lambda x: x.key)[:PATTERN_TOPS])
+
+
+def _pattern_knobs(search: _Search, tops: list[Scored]) -> list[Scored]:
+    """``tops`` with every depth pair of :data:`START_DEPTHS`, (2, 1), (1, 2) and both stream
+    layouts, within the work left."""
+    inst, cap, budget = search.inst, search.opts.memory_cap_bytes, search.budget
+    out: list[Scored] = []
+    depths = sorted({*START_DEPTHS, (2, 1), (1, 2)})
+    seen = {top.config for top in tops}
+    for top in tops:
+        for p, q in depths:
+            for streams in (1, 2):
+                layout = top.config.starts
+                c = Config(layout, p, q if inst.mode == "full" else 1, streams)
+                if c in seen or len(layout) * search.eval_s > budget.work_left():
+                    continue
+                seen.add(c)
+                search.check()
+                scored = score(inst, c, cap)
+                out.append(scored)
+                search.offer(scored, Method.UNIFORM_UNITS)
+                budget.spend(len(layout) * search.eval_s)
     return out
 
 
