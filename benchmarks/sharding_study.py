@@ -1,7 +1,8 @@
 """Sharded units against FSDP's per-block default: iteration time and peak memory, 8-256 GPUs.
 
-Run: ``python benchmarks/sharding_study.py [--markdown]``. For GPT-2 1.5B, Llama-style 7B and the
-70B-shaped trace on the DGX A100 and DGX H100 families (1 to 32 nodes of 8 GPUs), it simulates
+Run: ``python benchmarks/sharding_study.py [--markdown] [--work-limit S --time-limit T]``.
+For GPT-2 1.5B, Llama-style 7B and the 70B-shaped trace on the DGX A100 and DGX H100 families
+(1 to 32 nodes of 8 GPUs), it simulates
 
 - ``fsdp``: the fsdp baseline with its defaults (FSDP2: a unit per transformer block or
   top-level child, reshard after forward, prefetch 1);
@@ -98,7 +99,7 @@ def _measure(instance: str, method: str, trace: Trace, cluster: Cluster, plan: P
 
 
 def study(gpus: str, trace_name: str, nodes: int, time_limit_s: float = 10.0,
-          nics: int | None = None) -> list[Row]:
+          nics: int | None = None, work_limit_s: float | None = None) -> list[Row]:
     """Every method on one trace and cluster size (``nics``: NICs per node instead of the
     family's)."""
     trace = load_trace(trace_name)
@@ -117,7 +118,7 @@ def study(gpus: str, trace_name: str, nodes: int, time_limit_s: float = 10.0,
     rows.append(Row(instance, f"best ({best.method})", best.time_s, best.peak_bytes, best.units))
     if optimizer_available():
         for label, cap in (("optimized", None), ("optimized, cap=fsdp", rows[0].peak_bytes)):
-            plan = optimized_plan(trace, cluster, cap, time_limit_s)
+            plan = optimized_plan(trace, cluster, cap, time_limit_s, work_limit_s)
             rows.append(_measure(instance, label, trace, cluster, plan))
     return rows
 
@@ -130,13 +131,16 @@ def optimizer_available() -> bool:
 
 
 def optimized_plan(trace: Trace, cluster: Cluster, cap: float | None,
-                   time_limit_s: float) -> Plan:
-    """The optimizer's full-mode sharded plan (one worker, seed 0), under ``cap`` bytes."""
+                   time_limit_s: float, work_limit_s: float | None = None) -> Plan:
+    """The optimizer's full-mode sharded plan (one worker, seed 0), under ``cap`` bytes; with
+    ``work_limit_s`` the search stops on deterministic work (the same plan at any load) and
+    ``time_limit_s`` is only a safety stop."""
     from schedopt.optimize import SolveOptions, solve
 
     opts = SolveOptions.model_validate({
         "sharding": "full", "memory_cap_bytes": None if cap is None else int(cap),
-        "time_limit_s": time_limit_s, "workers": 1, "seed": 0, "baselines": False})
+        "time_limit_s": time_limit_s, "work_limit_s": work_limit_s, "workers": 1, "seed": 0,
+        "baselines": False})
     return solve(trace, cluster, opts).plan
 
 
@@ -163,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="print a markdown table (one row per instance)")
     ap.add_argument("--time-limit", type=float, default=10.0,
                     help="seconds per optimizer run (when the optimizer is available)")
+    ap.add_argument("--work-limit", type=float, default=None,
+                    help="deterministic seconds per optimizer run (--time-limit is then a "
+                    "safety stop): the same figures at any load")
     ap.add_argument("--nics", type=int, default=None,
                     help="NICs per node instead of the family's 8 (a what-if)")
     args = ap.parse_args(argv)
@@ -170,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     for gpus, names in TRACES.items():
         for name in names:
             for nodes in NODES:
-                rows += study(gpus, name, nodes, args.time_limit, args.nics)
+                rows += study(gpus, name, nodes, args.time_limit, args.nics, args.work_limit)
     base = {r.instance: r.time_s for r in rows if r.method == "fsdp"}
     if args.markdown:
         sys.stdout.write(_pivot(rows, base))

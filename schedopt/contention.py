@@ -137,27 +137,28 @@ class Contention:
         return self.now
 
     # ------------------------------------------------------------------------ running
-    def _startable(self, key: Hashable) -> bool:
-        task = self.tasks[key]
-        if task.start == task.start:  # already running
-            return False
-        if not (task.released or -math.inf < task.at <= self.now
-                or (task.after is not None and task.after in self.ends)):
-            return False
-        return all(self.lanes[r][0] == key for r in task.resources)
-
     def _start(self) -> None:
         """Start every task that is released and at the head of all its lanes."""
         if not (self.dirty or self.timed):
             return
         self.dirty = False
-        for lane in self.lanes.values():
-            if lane and self._startable(lane[0]):
-                task = self.tasks[lane[0]]
-                task.start, task.left = self.now, task.work
-                self.active.append(lane[0])
-                if task.at > -math.inf:
-                    self.timed.remove(lane[0])
+        tasks, lanes, now, ends = self.tasks, self.lanes, self.now, self.ends
+        for lane in lanes.values():
+            if not lane:
+                continue
+            key = lane[0]
+            task = tasks[key]
+            if task.start == task.start:  # already running
+                continue
+            if not (task.released or -math.inf < task.at <= now
+                    or (task.after is not None and task.after in ends)):
+                continue
+            if len(task.resources) > 1 and any(lanes[r][0] != key for r in task.resources):
+                continue
+            task.start, task.left = now, task.work
+            self.active.append(key)
+            if task.at > -math.inf:
+                self.timed.remove(key)
 
     def _next_release(self) -> float:
         """The earliest future release by time of a task not yet started (inf: none)."""
