@@ -55,6 +55,7 @@ from .model import CommModel, unimodal_order
 from .options import SolveOptions
 from .relax import relaxation
 from .result import Method, SolveResult, Status
+from .shared_link import shared_link_applies, shared_link_bound
 from .unimodal import unimodal_exact
 
 __all__ = ["Budget", "Progress", "Share", "solve"]
@@ -548,6 +549,11 @@ def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
     search.prove(lower_bound(inst, vals[k], with_dp=with_dp), Method.BOUNDS)
     if with_dp:  # O(n^2) per bisection step: charged as deterministic work
         search.budget.spend(BOUND_DP_S * inst.n ** 2)
+    if shared_link_applies(inst):  # the work of a link shared with the batch copy
+        stats: dict[str, int] = {}
+        search.prove(shared_link_bound(inst, best.bound, best.value, stats=stats),
+                     Method.SHARED_LINK)
+        search.budget.spend(FLOW_BOUND_S * inst.n ** 2 * stats["calls"])
     for step in SEARCH:
         if best.solved or search.control.halted:
             break

@@ -1,0 +1,123 @@
+"""A link shared by the batch copy and the gradients: its work bounds the period.
+
+With a PCIe link shared by the copy of the batch and the gradient traffic, and the next batch
+prefetched (``shared_pcie`` and prefetch 1; parameter servers after a local reduce, whose push
+and pull both hold that link: :func:`.units.one_chain`), the link carries every iteration the
+next batch's copy ``h2d`` and every bucket, one at a time. Whatever the launch order, the
+period is at least the link's work (:meth:`.period.PeriodTerms.work_bound`):
+
+    period >= h2d + a * m + sum_i p_i        (m buckets)
+
+which grows with the number of buckets. Few buckets, on the other hand, start the
+communication late and lengthen the delivery terms. The bucketing relaxation of
+:mod:`.bounds` (each bucket released when it is ready, the buckets after it with tails at least
+its own, preemptive) counts, for a period ``lam``, the fewest buckets ``m(lam)`` of any
+bucketing whose terms stay within ``lam`` (:func:`fewest_bucket_count`): a plan of period at
+most ``lam`` meets those terms, so it has at least ``m(lam)`` buckets and
+
+    lam >= h2d + a * m(lam) + sum_i p_i.
+
+``m`` does not increase with ``lam``, so this test is monotone, and bisection on ``lam``
+gives the bound (:func:`shared_link_bound`): the least ``lam`` that passes it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .instance import Instance
+from .period import BucketTails
+
+__all__ = ["MAX_UNITS", "fewest_bucket_count", "link_work", "shared_link_applies",
+           "shared_link_bound"]
+
+#: Instances larger than this are left to the other bounds (each test is ``O(n^2)``).
+MAX_UNITS = 1000
+
+
+def shared_link_applies(inst: Instance) -> bool:
+    """Whether the period has a term in the link's work (one stage on a link shared with the
+    batch copy, prefetch 1) and ``inst`` is small enough for the bound (:data:`MAX_UNITS`)."""
+    return len(inst.stages) == 1 and inst.n <= MAX_UNITS and inst.terms.shared
+
+
+def link_work(inst: Instance, buckets: int) -> int:
+    """The period that the link's work with ``buckets`` buckets implies (ticks)."""
+    return inst.terms.work_bound(int(inst.p.sum()) + inst.a * buckets)
+
+
+def fewest_bucket_count(inst: Instance, lam: int) -> int | None:
+    """The fewest buckets of a bucketing whose relaxed terms all stay within ``lam`` (ticks),
+    or None when none does.
+
+    The term of a bucket ``i..j`` followed by ``c`` buckets (units ``j+1..n-1``): its release
+    ``r_j``, the bandwidth parts from ``i`` on, ``1 + c`` start-up costs and its tail (the
+    forward from its gating layer, the updates of the buckets gated by later layers and, for
+    the last bucket of its layer, its own update share: :attr:`.period.PeriodTerms.bucket_tails`;
+    none in wait-for-all mode). Right to left, the fewest buckets of units ``i..n-1`` keep the
+    terms on the left smallest, as each term grows with the count after it; ``O(n^2)``.
+    """
+    n = inst.n
+    big = np.iinfo(np.int64).max // 4
+    tails = inst.terms.bucket_tails
+    if tails is None:
+        tails = BucketTails(np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
+                            np.zeros(n, np.int64), np.zeros(n, dtype=bool))
+    r = inst.r.astype(np.int64)
+    p_suffix = np.r_[np.cumsum(inst.p[::-1])[::-1], 0].astype(np.int64)
+    count = np.full(n + 1, big, dtype=np.int64)
+    count[n] = 0
+    for i in range(n - 1, -1, -1):
+        j = np.arange(i, n)
+        rest = count[i + 1:]
+        upd = np.where(tails.first[j] >= i, tails.upd_before[i], 0) + np.where(
+            tails.last[j], tails.upd_before[j + 1] - tails.upd_before[i], 0)
+        term = r[j] + p_suffix[i] + inst.a * (1 + rest) + tails.fwd[j] + upd
+        ok = (rest < big) & (term <= lam)
+        if ok.any():
+            count[i] = 1 + int(rest[ok].min())
+    return int(count[0]) if count[0] < big else None
+
+
+def _passes(inst: Instance, lam: int) -> bool:
+    """Whether some plan of period at most ``lam`` may exist by the test of the module
+    docstring."""
+    m = fewest_bucket_count(inst, lam)
+    return m is not None and link_work(inst, m) <= lam
+
+
+def shared_link_bound(inst: Instance, lo: int, hi: int, *,
+                      stats: dict[str, int] | None = None) -> int:
+    """Lower bound (ticks) on the period of every plan of ``inst``, from the shared link's
+    work and the fewest buckets a period allows (module docstring).
+
+    ``lo`` is a known bound and ``hi`` the period of a known plan; the result lies between
+    them. ``hi - 1`` is tested first (failing it proves the plan at ``hi``), then ``lo``;
+    ``stats["calls"]`` receives the number of counting programmes run (each ``O(n^2)``, the
+    caller's deterministic charge). Without a shared link, ``min(lo, hi)``.
+    """
+    out = stats if stats is not None else {}
+    out["calls"] = 0
+    if not shared_link_applies(inst) or lo >= hi:
+        return min(lo, hi)
+    lo = max(lo, min(hi, link_work(inst, 1)))
+    if lo >= hi:
+        return hi
+    # every lam below lo fails; the least lam that passes lies in [lo, hi]
+    calls, top = 1, hi - 1
+    if not _passes(inst, top):
+        out["calls"] = calls
+        return hi
+    if lo < top:
+        calls += 1
+        if _passes(inst, lo):
+            top = lo
+    while top > lo:
+        mid = (lo + top) // 2
+        calls += 1
+        if _passes(inst, mid):
+            top = mid
+        else:
+            lo = mid + 1
+    out["calls"] = calls
+    return top
