@@ -18,6 +18,7 @@ from schedopt.optimize.bounds import lower_bound
 from schedopt.optimize.dp import solve_fifo_per_layer
 from schedopt.optimize.instance import build_instance
 from schedopt.optimize.shared_link import (
+    fewer_buckets,
     fewest_bucket_count,
     link_work,
     shared_link_applies,
@@ -162,3 +163,46 @@ def test_solve_on_a_shared_link_is_sound(case: tuple[Trace, Cluster], per_layer:
     assert round(res.bound_s / res.tick_s) <= best
     if res.status == "OPTIMAL":
         assert round(res.objective_s / res.tick_s) == best
+
+
+def test_fewer_buckets_drops_buckets_while_the_link_paces_the_plan() -> None:
+    """From a 7-bucket plan of the benchmark's dedicated servers whose period is its link's
+    work, a plan of fewer buckets whose period is the (smaller) work of those buckets, as the
+    simulator has it."""
+    trace, cluster = _dedicated()
+    inst = build_instance(trace, cluster, options(True))
+    start = [(0, 1), (14, 27), (42, 68), (69, 129), (130, 160), (28, 41), (2, 13)]
+    assert inst.evaluate(start).period == link_work(inst, len(start))
+    stats: dict[str, int] = {}
+    val, segs = fewer_buckets(inst, start, reorder=True, max_evals=20_000, stats=stats)
+    assert len(segs) < len(start)
+    assert val == inst.evaluate(segs).period == link_work(inst, len(segs))
+    assert sorted(u for lo, hi in segs for u in range(lo, hi + 1)) == list(range(inst.n))
+    sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
+    assert val * inst.tick == pytest.approx(sim, rel=5e-4)
+    assert 0 < stats["evals"] <= 20_000 and stats["wall_stop"] == 0
+    # a deterministic limit: the same plan again, and nothing beyond the evaluations allowed
+    assert fewer_buckets(inst, start, reorder=True, max_evals=20_000) == (val, segs)
+    few: dict[str, int] = {}
+    assert fewer_buckets(inst, start, reorder=True, max_evals=50, stats=few)[0] >= val
+    assert few["evals"] <= 50 + 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=shared_links(), per_layer=st.booleans(), reorder=st.booleans(), data=st.data())
+def test_fewer_buckets_never_returns_a_worse_plan(case: tuple[Trace, Cluster], per_layer: bool,
+                                                  reorder: bool, data: st.DataObject) -> None:
+    """Any starting plan: the plan returned covers every unit once, its period is the exact
+    one, no worse than the start's, and in readiness order without reordering."""
+    trace, cluster = case
+    inst = build_instance(trace, cluster, options(per_layer))
+    if not shared_link_applies(inst):
+        return
+    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
+                                       max_size=inst.n - 1)), dtype=bool)
+    start = inst.segments_from_cuts(cuts)
+    val, segs = fewer_buckets(inst, start, reorder=reorder, max_evals=500)
+    assert val == inst.evaluate(segs).period <= inst.evaluate(start).period
+    assert sorted(u for lo, hi in segs for u in range(lo, hi + 1)) == list(range(inst.n))
+    if not reorder:
+        assert segs == sorted(segs)
