@@ -611,7 +611,7 @@ def _run_shared_link(search: Search, inst: Instance) -> None:
     """A link shared with the batch copy (:mod:`.shared_link`): the bound of its work, then
     plans of fewer buckets while that work paces the best plan, within :data:`LOCAL_SEARCH`.
     After the unimodal programme, whose relaxation leaves the link's work out (a higher bound
-    only makes its fronts grow)."""
+    only makes its fronts grow), and the windowed LNS."""
     best = search.best
     assert best is not None
     stats: dict[str, int] = {}
@@ -734,8 +734,8 @@ SEARCH: tuple[Step, ...] = (
     Step(Method.LOCAL_SEARCH, lambda s, i: s.opts.reorder and i.n <= LOCAL_SEARCH_UNITS,
          _run_local_search),
     Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
-    Step(Method.SHARED_LINK, lambda s, i: shared_link_applies(i), _run_shared_link),
     Step(Method.LNS, _use_lns, _run_lns),
+    Step(Method.SHARED_LINK, lambda s, i: shared_link_applies(i), _run_shared_link),
     Step(Method.CP_SAT, lambda s, i: s.work_left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
          _run_cp_sat),
 )
