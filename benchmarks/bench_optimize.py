@@ -20,7 +20,8 @@ Instances (all shipped):
   pipelined hierarchical all-reduce of ``dgx-a100-family`` at 4 and 16 nodes with
   ``resnet50-a100-b256`` and ``gpt2-1.5b-a100-bf16``; ``resnet50-v100-b64`` through parameter
   servers on ``k80-4x4-10gbe-ps`` (colocated, and dedicated) and on 8 single-GPU 10GbE nodes
-  with 2 dedicated servers.
+  with 2 dedicated servers; and, as an ablation, the dedicated servers without the step of a
+  link shared with the batch copy (``without shared-link``).
 
 Options per instance (the first three families): the default class (wait-for-all, readiness
 order, no partitioning) and ``--next-forward per-layer --reorder``. Limits: 10 s for ResNet-50,
@@ -34,9 +35,12 @@ exact programmes (``dp``, ``unimodal``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,6 +74,8 @@ class Case:
             out += "+reorder"
         if opts.get("partition_bytes"):
             out += f"+partition {opts['partition_bytes']}"
+        if self.extra.get("without"):
+            out += f" without {self.extra['without']}"
         return out
 
 
@@ -113,7 +119,8 @@ def multi_stage_cases(limit: float = 60.0) -> list[Case]:
     of ``dgx-a100-family`` at 4 and 16 nodes (ResNet-50 and GPT-2 1.5B, A100 traces), and
     ResNet-50 through parameter servers on ``k80-4x4-10gbe-ps`` (colocated; dedicated, where a
     local reduce makes push and pull share the intra link) and on 8 single-GPU 10GbE nodes with
-    dedicated servers (push and pull on different links: a two-machine flow shop)."""
+    dedicated servers (push and pull on different links: a two-machine flow shop); the last
+    row, the dedicated servers again without the shared link's step (ablation)."""
     out = []
     family = load_cluster("dgx-a100-family", nodes=4)
     for name in ("resnet50-a100-b256", "gpt2-1.5b-a100-bf16"):
@@ -134,7 +141,27 @@ def multi_stage_cases(limit: float = 60.0) -> list[Case]:
     for cluster in (ps, ded, flat):
         out.append(Case(f"resnet50-v100-b64 {cluster.name}", resnet, cluster, PER_LAYER_REORDER,
                         limit))
+    # ablation: the dedicated servers without the shared link's step (its bound and plans)
+    out.append(Case(f"resnet50-v100-b64 {ded.name}", resnet, ded, PER_LAYER_REORDER, limit,
+                    extra={"without": "shared-link"}))
     return out
+
+
+@contextlib.contextmanager
+def ablated(without: str | None) -> Iterator[None]:
+    """Solve without one ingredient: ``"shared-link"``, the step of a link shared with the
+    batch copy (:mod:`schedopt.optimize.shared_link`)."""
+    if without is None:
+        yield
+        return
+    assert without == "shared-link", without
+    solve_mod = importlib.import_module("schedopt.optimize.solve")
+    steps = solve_mod.SEARCH
+    solve_mod.SEARCH = tuple(s for s in steps if s.method != "shared-link")
+    try:
+        yield
+    finally:
+        solve_mod.SEARCH = steps
 
 
 def matrix(quick: bool = False, multi_stage: bool = False) -> list[Case]:
@@ -153,7 +180,8 @@ def run_case(case: Case, workers: int = 1, seed: int = 0,
     a safety stop); return the row of the table."""
     opts = SolveOptions(time_limit_s=case.time_limit_s, workers=workers, seed=seed,
                         work_limit_s=work_limit_s, **case.options)
-    res = solve(case.trace, case.cluster, opts)
+    with ablated(case.extra.get("without")):
+        res = solve(case.trace, case.cluster, opts)
     opt_s = None
     if res.method in ("dp", "unimodal"):  # the exact programmes
         t0 = time.perf_counter()

@@ -60,6 +60,9 @@ class Method(StrEnum):
     #: The flow-shop view of a multi-stage collective: per-resource bounds with heads and
     #: tails (:mod:`.flowshop`), and plans of the bottleneck stage's programme.
     FLOW_SHOP = "flow-shop"
+    #: A link shared by the batch copy and the gradients (:mod:`.shared_link`): its work with
+    #: the fewest buckets a period allows (a bound), and plans of fewer buckets.
+    SHARED_LINK = "shared-link"
     #: Sharded plans: every configuration evaluated (small instances; proves the optimum).
     ENUMERATION = "enumeration"
     #: Sharded plans: units of the same number of tensor-holding layers, small depths.

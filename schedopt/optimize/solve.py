@@ -55,6 +55,7 @@ from .model import CommModel, unimodal_order
 from .options import SolveOptions
 from .relax import relaxation
 from .result import Method, SolveResult, Status
+from .shared_link import PLAN_S_PER_UNIT, fewer_buckets, shared_link_applies, shared_link_bound
 from .unimodal import unimodal_exact
 
 __all__ = ["Budget", "Progress", "Share", "solve"]
@@ -606,6 +607,26 @@ def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool,
     return out
 
 
+def _run_shared_link(search: Search, inst: Instance) -> None:
+    """A link shared with the batch copy (:mod:`.shared_link`): the bound of its work, then
+    plans of fewer buckets while that work paces the best plan, within :data:`LOCAL_SEARCH`.
+    After the unimodal programme, whose relaxation leaves the link's work out (a higher bound
+    only makes its fronts grow), and the windowed LNS."""
+    best = search.best
+    assert best is not None
+    stats: dict[str, int] = {}
+    search.prove(shared_link_bound(inst, best.bound, best.value, stats=stats),
+                 Method.SHARED_LINK)
+    search.budget.spend(FLOW_BOUND_S * inst.n ** 2 * stats["calls"])
+    per_eval = PLAN_S_PER_UNIT * inst.n
+    val, segs = fewer_buckets(inst, best.segs, reorder=search.opts.reorder,
+                              max_evals=int(search.budget.work(LOCAL_SEARCH) / per_eval),
+                              deadline=search.budget.deadline, stats=stats)
+    search.budget.spend(stats["evals"] * per_eval)
+    search.wall_stop |= bool(stats["wall_stop"])
+    search.offer(segs, val, Method.SHARED_LINK)
+
+
 def _run_unimodal(search: Search, inst: Instance) -> None:
     """The unimodal programme between the bound and the best plan."""
     best = search.best
@@ -714,6 +735,7 @@ SEARCH: tuple[Step, ...] = (
          _run_local_search),
     Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
     Step(Method.LNS, _use_lns, _run_lns),
+    Step(Method.SHARED_LINK, lambda s, i: shared_link_applies(i), _run_shared_link),
     Step(Method.CP_SAT, lambda s, i: s.work_left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
          _run_cp_sat),
 )
