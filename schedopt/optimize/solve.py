@@ -45,6 +45,7 @@ from ..simulate import simulate
 from ..trace import Trace
 from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
+from .coarse import coarse_programme
 from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
 from .flowshop import bottleneck_plans, flow_order, resource_bound
@@ -55,6 +56,7 @@ from .model import CommModel, unimodal_order
 from .options import SolveOptions
 from .relax import relaxation
 from .result import Method, SolveResult, Status
+from .unimodal import MAX_UNITS as UNIMODAL_UNITS
 from .unimodal import unimodal_exact
 
 __all__ = ["Budget", "Progress", "Share", "solve"]
@@ -103,6 +105,8 @@ BASELINES = Share(0.5)
 LOCAL_SEARCH = Share(0.1, 2.0)
 #: The unimodal programme.
 UNIMODAL = Share(0.7)
+#: The unimodal programme on coarse units (runs of whole layers), above its unit limit.
+COARSE = Share(0.4)
 #: The windowed LNS when the full model follows it, and when it is the last step.
 LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
 #: The search of the unpartitioned class first, when ``partition_bytes`` cuts tensors.
@@ -624,6 +628,21 @@ def _run_unimodal(search: Search, inst: Instance) -> None:
         search.offer(res.segs, val, Method.UNIMODAL)
 
 
+def _run_coarse(search: Search, inst: Instance) -> None:
+    """The unimodal programme on runs of whole layers (:mod:`.coarse`): plans only (its
+    bound holds for the restricted class alone)."""
+    best = search.best
+    assert best is not None
+    res = coarse_programme(inst, best.bound - 1, best.value, deadline=search.budget.deadline,
+                           max_work=int(search.budget.work(COARSE) / STATE_S))
+    search.budget.spend(res.work * STATE_S)
+    search.wall_stop |= res.wall_stop
+    if res.segs:
+        log.info("coarse unimodal programme: plan %d ticks", res.value)
+        if search.offer(res.segs, res.value, Method.UNIMODAL):
+            search.notes.append("plan from the unimodal programme on runs of whole layers")
+
+
 def _run_lns(search: Search, inst: Instance) -> None:
     """The windowed LNS from the best plan."""
     best = search.best
@@ -713,6 +732,8 @@ SEARCH: tuple[Step, ...] = (
     Step(Method.LOCAL_SEARCH, lambda s, i: s.opts.reorder and i.n <= LOCAL_SEARCH_UNITS,
          _run_local_search),
     Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
+    Step(Method.UNIMODAL, lambda s, i: bool(s.opts.reorder and i.per_layer and i.stages
+                                            and i.n > UNIMODAL_UNITS), _run_coarse),
     Step(Method.LNS, _use_lns, _run_lns),
     Step(Method.CP_SAT, lambda s, i: s.work_left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
          _run_cp_sat),
