@@ -325,14 +325,14 @@ def coarse_programme() -> None:
     """The unimodal programme on runs of whole layers, above its unit limit (5,000 tensors)."""
     tr, cl = load_trace("synthetic-5000"), load_cluster("10gbe-k80-family", nodes=8)
     mod = _solve_module()
-    saved = mod.UNIMODAL_UNITS
+    saved = mod.COARSE_UNITS
     for use in (True, False):
-        mod.UNIMODAL_UNITS = saved if use else 10**9  # 10**9: the step never applies
+        mod.COARSE_UNITS = saved if use else 10**9  # 10**9: the step never applies
         try:
             res, t = timed(lambda: solve(tr, cl, SolveOptions(
                 next_forward="per-layer", reorder=True, time_limit_s=60.0, workers=1, seed=0)))
         finally:
-            mod.UNIMODAL_UNITS = saved
+            mod.COARSE_UNITS = saved
         print(f"coarse unimodal programme (per-layer+reorder, {tr.name}, 60 s): with={use}: "
               f"{res.objective_s * 1e3:.3f} ms, bound {res.bound_s * 1e3:.3f} ms, "
               f"gap {res.gap * 100:.3f}%, {t:.1f} s, method {res.method}")

@@ -120,7 +120,7 @@ def test_solve_offers_the_coarse_plan_above_the_unit_limit(monkeypatch: MonkeyPa
 
     # the fine programme gives up above 4 units; the coarse one runs on 3
     monkeypatch.setattr(unimodal_mod, "MAX_UNITS", 4)
-    monkeypatch.setattr(solve_mod, "UNIMODAL_UNITS", 4)
+    monkeypatch.setattr(solve_mod, "COARSE_UNITS", 4)
     monkeypatch.setattr(solve_mod, "coarse_programme", spy)
     monkeypatch.setattr(solve_mod, "LOCAL_SEARCH_UNITS", 0)
     res = solve(trace, cluster, opts)

@@ -56,7 +56,6 @@ from .model import CommModel, unimodal_order
 from .options import SolveOptions
 from .relax import relaxation
 from .result import Method, SolveResult, Status
-from .unimodal import MAX_UNITS as UNIMODAL_UNITS
 from .unimodal import unimodal_exact
 
 __all__ = ["Budget", "Progress", "Share", "solve"]
@@ -65,6 +64,10 @@ log = logging.getLogger("schedopt.optimize")
 
 #: Units above which ``lns=None`` switches to the windowed search.
 LNS_UNITS = 300
+
+#: Units above which the unimodal programme first runs on runs of whole layers (its plans
+#: start the exact programme, or stand for it above :data:`.unimodal.MAX_UNITS`).
+COARSE_UNITS = 300
 
 #: Largest instance for the local search over cuts.
 LOCAL_SEARCH_UNITS = 1000
@@ -731,9 +734,9 @@ def _use_lns(search: Search, inst: Instance) -> bool:
 SEARCH: tuple[Step, ...] = (
     Step(Method.LOCAL_SEARCH, lambda s, i: s.opts.reorder and i.n <= LOCAL_SEARCH_UNITS,
          _run_local_search),
-    Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
     Step(Method.UNIMODAL, lambda s, i: bool(s.opts.reorder and i.per_layer and i.stages
-                                            and i.n > UNIMODAL_UNITS), _run_coarse),
+                                            and i.n > COARSE_UNITS), _run_coarse),
+    Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
     Step(Method.LNS, _use_lns, _run_lns),
     Step(Method.CP_SAT, lambda s, i: s.work_left() > MIN_STEP_S and i.n <= FULL_MODEL_UNITS,
          _run_cp_sat),
