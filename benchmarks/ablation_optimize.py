@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/ablation_optimize.py          # about 11 minutes, one worker, seed 0
     python benchmarks/ablation_optimize.py flow_shop several_stages   # these experiments only
+    python benchmarks/ablation_optimize.py fine_grid coarse_programme  # issue 17's ingredients
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
