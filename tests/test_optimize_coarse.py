@@ -129,3 +129,39 @@ def test_solve_offers_the_coarse_plan_above_the_unit_limit(monkeypatch: MonkeyPa
     assert res.objective_s >= best * (1 - 1e-9)
     sim = simulate(trace, cluster, res.plan).iteration_time_s
     assert abs(sim - res.iteration_time_s) <= 1e-12 + 1e-9 * sim
+
+
+def test_coarse_step_is_deterministic_with_a_slow_clock(monkeypatch: MonkeyPatch) -> None:
+    """The coarse step stops on its state budget: a clock running 4 times too fast gives the
+    same plan, bound and work, and no safety stop fires."""
+    import sys
+    import time
+
+    from schedopt.files import load_cluster, load_trace
+
+    solve_mod = sys.modules["schedopt.optimize.solve"]
+    monkeypatch.setattr(solve_mod, "COARSE_UNITS", 100)  # ResNet-50 has 161 units
+    seen: list[int] = []
+    real_programme = solve_mod.coarse_programme
+
+    def spy(*args: object, **kwargs: object) -> object:
+        out = real_programme(*args, **kwargs)
+        seen.append(out.work)
+        return out
+
+    monkeypatch.setattr(solve_mod, "coarse_programme", spy)
+    trace = load_trace("resnet50-v100-b64").scaled(compute=0.4)
+    cluster = load_cluster("10gbe-k80-family", nodes=8)
+    opts = SolveOptions(next_forward="per-layer", reorder=True, baselines=False,
+                        time_limit_s=60.0, work_limit_s=1.5, workers=1, seed=0)
+    plain = solve(trace, cluster, opts)
+    real = time.perf_counter
+    t0 = real()
+    with monkeypatch.context() as m:
+        m.setattr(time, "perf_counter", lambda: t0 + 4.0 * (real() - t0))
+        slow = solve(trace, cluster, opts)
+    assert len(seen) == 2 and seen[0] == seen[1] > 0
+    assert not plain.wall_stop and not slow.wall_stop
+    assert slow.work_s == plain.work_s
+    assert slow.plan.buckets == plain.plan.buckets
+    assert slow.bound_s == plain.bound_s and slow.objective_s == plain.objective_s
