@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/ablation_optimize.py          # about 11 minutes, one worker, seed 0
     python benchmarks/ablation_optimize.py flow_shop several_stages   # these experiments only
-    python benchmarks/ablation_optimize.py fine_grid coarse_programme  # issue 17's ingredients
+    python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # issue 17
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
@@ -366,11 +366,29 @@ def fine_grid() -> None:
                   f"bound {res.bound_s * 1e3:.3f} ms, {t:.2f} s, work {res.work_s:.2f} s")
 
 
+def grid_skew() -> None:
+    """The grid phase's first test a quarter of the bracket below the top, not at its middle."""
+    for fwd in (15, 25, 30, 35, 45):
+        tr, cl = resnet(fwd)
+        for skew in (unimodal_mod.GRID_FIRST_SKEW, 0):
+            saved = unimodal_mod.GRID_FIRST_SKEW
+            unimodal_mod.GRID_FIRST_SKEW = skew
+            try:
+                res, t = timed(lambda tr=tr, cl=cl: solve(tr, cl, SolveOptions(
+                    next_forward="per-layer", reorder=True, time_limit_s=10.0, workers=1,
+                    seed=0, baselines=False)))
+            finally:
+                unimodal_mod.GRID_FIRST_SKEW = saved
+            print(f"first grid test ({tr.name}, per-layer+reorder, 10 s, no baselines): "
+                  f"skew={skew}: {res.status} {res.objective_s * 1e3:.3f} ms, "
+                  f"bound {res.bound_s * 1e3:.3f} ms, {t:.2f} s, work {res.work_s:.2f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     names = sys.argv[1:] if argv is None else argv
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
                late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop,
-               fine_grid, coarse_programme):
+               fine_grid, grid_skew, coarse_programme):
         if not names or fn.__name__ in names:
             fn()
     return 0

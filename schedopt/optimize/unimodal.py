@@ -68,6 +68,11 @@ MAX_STATES = 400_000
 #: wide (the exact tests take over).
 GRID_PHASE_STEPS = 4
 
+#: The grid phase's first test of a wide bracket lies this fraction of the bracket (1 / value)
+#: below the top rather than at its middle (0: plain bisection): the bracket's bottom is
+#: usually a weak bound and its top a good plan.
+GRID_FIRST_SKEW = 4
+
 #: After the grid phase, grid tests this many times finer look for a better plan just below the
 #: best period (near the optimum they often find it, so that one exact test then proves it).
 FINE_GRID_DIVISOR = 8
@@ -601,14 +606,17 @@ def _grid_phase(tests: _Tests, lo: int, top: int, tol: int) -> tuple[int, int]:
     lowers ``top`` to its exact period; the phase ends once a grid test finds no better plan
     (the grid is then too coarse to tell), or the bracket is a few grid steps wide. A bracket
     that narrow from the start gets one grid test at its bottom (a plan that meets the bound
-    there ends the search; the exact tests near a tight bound overflow more often)."""
+    there ends the search; the exact tests near a tight bound overflow more often). The first
+    test of a wide bracket is :data:`GRID_FIRST_SKEW`'s fraction below the top."""
     if tests.grid_rel <= 0 or top - lo <= tol:
         return lo, top
     wide = max(tol, GRID_PHASE_STEPS * max(1, int(tests.grid_rel * top)))
     first = top - lo <= wide
+    skew = not first and GRID_FIRST_SKEW > 0  # the first test of a wide bracket: near the top
     while first or top - lo > wide:
-        lam = lo + 1 if first else (lo + top) // 2
-        first = False
+        lam = (lo + 1 if first else top - (top - lo) // GRID_FIRST_SKEW if skew
+               else (lo + top) // 2)
+        first = skew = False
         before = tests.found
         ok = tests._grid_test(lam, top)
         if tests.timed_out:
