@@ -108,7 +108,7 @@ BASELINES = Share(0.5)
 LOCAL_SEARCH = Share(0.1, 2.0)
 #: The unimodal programme.
 UNIMODAL = Share(0.7)
-#: The unimodal programme on coarse units (runs of whole layers), above its unit limit.
+#: The unimodal programme on coarse units (runs of whole layers), above :data:`COARSE_UNITS`.
 COARSE = Share(0.4)
 #: The windowed LNS when the full model follows it, and when it is the last step.
 LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
@@ -643,7 +643,8 @@ def _run_coarse(search: Search, inst: Instance) -> None:
     if res.segs:
         log.info("coarse unimodal programme: plan %d ticks", res.value)
         if search.offer(res.segs, res.value, Method.UNIMODAL):
-            search.notes.append("plan from the unimodal programme on runs of whole layers")
+            search.notes.append("the unimodal programme on runs of whole layers improved the "
+                                "plan")
 
 
 def _run_lns(search: Search, inst: Instance) -> None:
