@@ -107,7 +107,7 @@ BASELINES = Share(0.5)
 #: The local search over cuts, before the programmes.
 LOCAL_SEARCH = Share(0.1, 2.0)
 #: The unimodal programme.
-UNIMODAL = Share(0.7)
+UNIMODAL = Share(0.85)
 #: The unimodal programme on coarse units (runs of whole layers), above :data:`COARSE_UNITS`.
 COARSE = Share(0.4)
 #: The windowed LNS when the full model follows it, and when it is the last step.
