@@ -4,6 +4,7 @@ Usage::
 
     python benchmarks/ablation_optimize.py          # about 11 minutes, one worker, seed 0
     python benchmarks/ablation_optimize.py flow_shop several_stages   # these experiments only
+    python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # issue 17
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
@@ -18,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+import schedopt.optimize.coarse as coarse_mod
+import schedopt.optimize.unimodal as unimodal_mod
 from schedopt.cluster import Cluster, PSConfig
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
@@ -314,10 +317,78 @@ def flow_shop() -> None:
             print(f"flow-shop local search ({name}): Schrage on {label}: {ms(inst, val)}")
 
 
+def _solve_module() -> Any:
+    """The module ``schedopt.optimize.solve`` (the package re-exports a function of that name)."""
+    return sys.modules["schedopt.optimize.solve"]
+
+
+def coarse_programme() -> None:
+    """The unimodal programme on runs of whole layers, above its unit limit (5,000 tensors)."""
+    tr, cl = load_trace("synthetic-5000"), load_cluster("10gbe-k80-family", nodes=8)
+    mod = _solve_module()
+    saved = mod.COARSE_UNITS
+    for use in (True, False):
+        mod.COARSE_UNITS = saved if use else 10**9  # 10**9: the step never applies
+        try:
+            res, t = timed(lambda: solve(tr, cl, SolveOptions(
+                next_forward="per-layer", reorder=True, time_limit_s=60.0, workers=1, seed=0)))
+        finally:
+            mod.COARSE_UNITS = saved
+        print(f"coarse unimodal programme (per-layer+reorder, {tr.name}, 60 s): with={use}: "
+              f"{res.objective_s * 1e3:.3f} ms, bound {res.bound_s * 1e3:.3f} ms, "
+              f"gap {res.gap * 100:.3f}%, {t:.1f} s, method {res.method}")
+    tr, cl = gpt2(0.5)
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    v, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))[1:]
+    for size in (50, 100):
+        res, t = timed(lambda n=size: coarse_mod.coarse_programme(
+            inst, lb - 1, v, deadline=time.perf_counter() + 40, max_work=None, sizes=(n,)))
+        print(f"coarse unimodal programme ({tr.name}, per-layer+reorder, {size} groups of "
+              f"layers, from the local search's {ms(inst, v)}): "
+              f"{ms(inst, res.value)} in {t:.1f} s")
+
+
+def fine_grid() -> None:
+    """One grid test eight times finer just below the best period, before the exact tests."""
+    for fwd in (15, 25, 30, 35, 45):
+        tr, cl = resnet(fwd)
+        for div in (unimodal_mod.FINE_GRID_DIVISOR, 1):
+            saved = unimodal_mod.FINE_GRID_DIVISOR
+            unimodal_mod.FINE_GRID_DIVISOR = div
+            try:
+                res, t = timed(lambda tr=tr, cl=cl: solve(tr, cl, SolveOptions(
+                    next_forward="per-layer", reorder=True, time_limit_s=10.0, workers=1,
+                    seed=0, baselines=False)))
+            finally:
+                unimodal_mod.FINE_GRID_DIVISOR = saved
+            print(f"fine grid test ({tr.name}, per-layer+reorder, 10 s, no baselines): "
+                  f"divisor={div}: {res.status} {res.objective_s * 1e3:.3f} ms, "
+                  f"bound {res.bound_s * 1e3:.3f} ms, {t:.2f} s, work {res.work_s:.2f} s")
+
+
+def grid_skew() -> None:
+    """The grid phase's first test a quarter of the bracket below the top, not at its middle."""
+    for fwd in (15, 25, 30, 35, 45):
+        tr, cl = resnet(fwd)
+        for skew in (unimodal_mod.GRID_FIRST_SKEW, 0):
+            saved = unimodal_mod.GRID_FIRST_SKEW
+            unimodal_mod.GRID_FIRST_SKEW = skew
+            try:
+                res, t = timed(lambda tr=tr, cl=cl: solve(tr, cl, SolveOptions(
+                    next_forward="per-layer", reorder=True, time_limit_s=10.0, workers=1,
+                    seed=0, baselines=False)))
+            finally:
+                unimodal_mod.GRID_FIRST_SKEW = saved
+            print(f"first grid test ({tr.name}, per-layer+reorder, 10 s, no baselines): "
+                  f"skew={skew}: {res.status} {res.objective_s * 1e3:.3f} ms, "
+                  f"bound {res.bound_s * 1e3:.3f} ms, {t:.2f} s, work {res.work_s:.2f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     names = sys.argv[1:] if argv is None else argv
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
-               late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop):
+               late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop,
+               fine_grid, grid_skew, coarse_programme):
         if not names or fn.__name__ in names:
             fn()
     return 0

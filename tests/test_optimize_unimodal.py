@@ -255,3 +255,24 @@ def test_flow_shop_term_stays_a_bound_with_more_units_left(update_s: float, forw
     by late buckets that hide at most their work behind its update; the bound stays below the
     optimum over every bucketing and launch order."""
     _assert_bound_at_most_optimum(_pair_trace(update_s, layers, forward_s))
+
+
+@settings(max_examples=30, deadline=None)
+@given(trace=traces(max_layers=4), cluster=clusters(fitted=True),
+       grid_rel=st.sampled_from([0.002, 0.02, 0.1]), slack=st.integers(1, 50))
+def test_fine_grid_phase_proves_only_what_holds(trace: Trace, cluster: Cluster, grid_rel: float,
+                                                slack: int) -> None:
+    """The fine grid test just below a plan's period: when it reports the bracket closed, no
+    plan beats that period; a plan it finds is judged exactly and is never below the
+    optimum over every launch order."""
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    if inst.n > 6 or not inst.stages:
+        return
+    best = int(brute(inst)[0])
+    lo = constant_bound(inst) - 1
+    tests = unimodal_mod._Tests(inst, deadline=None, levels=512, grid_rel=grid_rel,
+                                pairs=True)
+    new_lo, new_top = unimodal_mod._fine_grid_phase(tests, lo, best + slack, 1)
+    assert new_lo < best <= new_top
+    if tests.found is not None and tests.segs:
+        assert int(inst.evaluate(tests.segs).period) >= best

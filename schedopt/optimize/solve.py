@@ -45,6 +45,7 @@ from ..simulate import simulate
 from ..trace import Trace
 from .baselines import Baseline, evaluate_baseline
 from .bounds import constant_bound, lower_bound, stage_bound
+from .coarse import coarse_programme
 from .control import Control, Halt, StepTimeout
 from .dp import solve_fifo_per_layer, solve_wait_for_all
 from .flowshop import bottleneck_plans, flow_order, resource_bound
@@ -64,6 +65,10 @@ log = logging.getLogger("schedopt.optimize")
 
 #: Units above which ``lns=None`` switches to the windowed search.
 LNS_UNITS = 300
+
+#: Units above which the unimodal programme first runs on runs of whole layers (its plans
+#: start the exact programme, or stand for it above :data:`.unimodal.MAX_UNITS`).
+COARSE_UNITS = 300
 
 #: Largest instance for the local search over cuts.
 LOCAL_SEARCH_UNITS = 1000
@@ -103,7 +108,9 @@ BASELINES = Share(0.5)
 #: The local search over cuts, before the programmes.
 LOCAL_SEARCH = Share(0.1, 2.0)
 #: The unimodal programme.
-UNIMODAL = Share(0.7)
+UNIMODAL = Share(0.85)
+#: The unimodal programme on coarse units (runs of whole layers), above :data:`COARSE_UNITS`.
+COARSE = Share(0.4)
 #: The windowed LNS when the full model follows it, and when it is the last step.
 LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
 #: The search of the unpartitioned class first, when ``partition_bytes`` cuts tensors.
@@ -645,6 +652,22 @@ def _run_unimodal(search: Search, inst: Instance) -> None:
         search.offer(res.segs, val, Method.UNIMODAL)
 
 
+def _run_coarse(search: Search, inst: Instance) -> None:
+    """The unimodal programme on runs of whole layers (:mod:`.coarse`): plans only (its
+    bound holds for the restricted class alone)."""
+    best = search.best
+    assert best is not None
+    res = coarse_programme(inst, best.bound - 1, best.value, deadline=search.budget.deadline,
+                           max_work=int(search.budget.work(COARSE) / STATE_S))
+    search.budget.spend(res.work * STATE_S)
+    search.wall_stop |= res.wall_stop
+    if res.segs:
+        log.info("coarse unimodal programme: plan %d ticks", res.value)
+        if search.offer(res.segs, res.value, Method.UNIMODAL):
+            search.notes.append("the unimodal programme on runs of whole layers improved the "
+                                "plan")
+
+
 def _run_lns(search: Search, inst: Instance) -> None:
     """The windowed LNS from the best plan."""
     best = search.best
@@ -733,6 +756,8 @@ def _use_lns(search: Search, inst: Instance) -> bool:
 SEARCH: tuple[Step, ...] = (
     Step(Method.LOCAL_SEARCH, lambda s, i: s.opts.reorder and i.n <= LOCAL_SEARCH_UNITS,
          _run_local_search),
+    Step(Method.UNIMODAL, lambda s, i: bool(s.opts.reorder and i.per_layer and i.stages
+                                            and i.n > COARSE_UNITS), _run_coarse),
     Step(Method.UNIMODAL, lambda s, i: s.opts.reorder and i.per_layer, _run_unimodal),
     Step(Method.LNS, _use_lns, _run_lns),
     Step(Method.SHARED_LINK, lambda s, i: shared_link_applies(i), _run_shared_link),
