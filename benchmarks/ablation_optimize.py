@@ -348,40 +348,32 @@ def coarse_programme() -> None:
               f"{ms(inst, res.value)} in {t:.1f} s")
 
 
-def fine_grid() -> None:
-    """One grid test eight times finer just below the best period, before the exact tests."""
+def _resnet_with(attr: str, values: tuple[float, float], label: str) -> None:
+    """ResNet-50 per-layer+reorder (f15-f45) with a ``unimodal`` constant at each value."""
     for fwd in (15, 25, 30, 35, 45):
         tr, cl = resnet(fwd)
-        for div in (unimodal_mod.FINE_GRID_DIVISOR, 1):
-            saved = unimodal_mod.FINE_GRID_DIVISOR
-            unimodal_mod.FINE_GRID_DIVISOR = div
+        for value in values:
+            saved = getattr(unimodal_mod, attr)
+            setattr(unimodal_mod, attr, value)
             try:
                 res, t = timed(lambda tr=tr, cl=cl: solve(tr, cl, SolveOptions(
                     next_forward="per-layer", reorder=True, time_limit_s=10.0, workers=1,
                     seed=0, baselines=False)))
             finally:
-                unimodal_mod.FINE_GRID_DIVISOR = saved
-            print(f"fine grid test ({tr.name}, per-layer+reorder, 10 s, no baselines): "
-                  f"divisor={div}: {res.status} {res.objective_s * 1e3:.3f} ms, "
+                setattr(unimodal_mod, attr, saved)
+            print(f"{label} ({tr.name}, per-layer+reorder, 10 s, no baselines): "
+                  f"{attr}={value}: {res.status} {res.objective_s * 1e3:.3f} ms, "
                   f"bound {res.bound_s * 1e3:.3f} ms, {t:.2f} s, work {res.work_s:.2f} s")
+
+
+def fine_grid() -> None:
+    """One grid test eight times finer just below the best period, before the exact tests."""
+    _resnet_with("FINE_GRID_DIVISOR", (unimodal_mod.FINE_GRID_DIVISOR, 1), "fine grid test")
 
 
 def grid_skew() -> None:
     """The grid phase's first test a quarter of the bracket below the top, not at its middle."""
-    for fwd in (15, 25, 30, 35, 45):
-        tr, cl = resnet(fwd)
-        for skew in (unimodal_mod.GRID_FIRST_SKEW, 0):
-            saved = unimodal_mod.GRID_FIRST_SKEW
-            unimodal_mod.GRID_FIRST_SKEW = skew
-            try:
-                res, t = timed(lambda tr=tr, cl=cl: solve(tr, cl, SolveOptions(
-                    next_forward="per-layer", reorder=True, time_limit_s=10.0, workers=1,
-                    seed=0, baselines=False)))
-            finally:
-                unimodal_mod.GRID_FIRST_SKEW = saved
-            print(f"first grid test ({tr.name}, per-layer+reorder, 10 s, no baselines): "
-                  f"skew={skew}: {res.status} {res.objective_s * 1e3:.3f} ms, "
-                  f"bound {res.bound_s * 1e3:.3f} ms, {t:.2f} s, work {res.work_s:.2f} s")
+    _resnet_with("GRID_FIRST_SKEW", (unimodal_mod.GRID_FIRST_SKEW, 0), "first grid test")
 
 
 def main(argv: list[str] | None = None) -> int:

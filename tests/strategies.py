@@ -52,3 +52,16 @@ def clusters(draw: st.DrawFn, fitted: bool | None = None) -> Cluster:
         data["allreduce"] = {"alpha_s": draw(st.floats(0, 1e-3)),
                              "beta_s_per_byte": draw(st.floats(1e-11, 2e-9))}
     return Cluster.model_validate(data)
+
+
+@st.composite
+def comparable_layers(draw: st.DrawFn, max_bytes: int) -> list[dict]:
+    """1-3 layers of 1-2 tensors (at most ``4 * max_bytes`` bytes each) whose compute, 0.1 to
+    3 ms a pass, is comparable with their communication: layer documents of a trace."""
+    n_layers = draw(st.integers(1, 3))
+    sizes = draw(st.lists(st.lists(st.integers(1, max_bytes), min_size=1, max_size=2),
+                          min_size=n_layers, max_size=n_layers))
+    ms = st.floats(1e-4, 3e-3)
+    return [{"name": f"l{i}", "forward_s": draw(ms), "backward_s": draw(ms),
+             "tensors": [{"name": f"l{i}.t{j}", "bytes": 4 * b} for j, b in enumerate(ts)]}
+            for i, ts in enumerate(sizes)]

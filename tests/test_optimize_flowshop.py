@@ -16,7 +16,7 @@ from schedopt.optimize.flowshop import resource_bound, resource_views
 from schedopt.optimize.instance import build_instance
 from schedopt.trace import Trace
 
-from .strategies import clusters, traces
+from .strategies import clusters, comparable_layers, traces
 
 
 def several_stages(cluster: Cluster, layout: str) -> Cluster:
@@ -62,13 +62,7 @@ def pipelines(draw: st.DrawFn) -> tuple[Trace, Cluster]:
     """A trace of at most 5 tensors whose communication is comparable with its compute (the
     heads and tails of the stages matter), on a pipelined hierarchical all-reduce or on
     dedicated servers without a local reduce."""
-    n_layers = draw(st.integers(1, 3))
-    sizes = draw(st.lists(st.lists(st.integers(1, 4_000_000), min_size=1, max_size=2),
-                          min_size=n_layers, max_size=n_layers))
-    ms = st.floats(1e-4, 3e-3)
-    layers = [{"name": f"l{i}", "forward_s": draw(ms), "backward_s": draw(ms),
-               "tensors": [{"name": f"l{i}.t{j}", "bytes": 4 * b} for j, b in enumerate(ts)]}
-              for i, ts in enumerate(sizes[:5])]
+    layers = draw(comparable_layers(4_000_000))
     trace = Trace.model_validate({"name": "p", "batch_size": 1, "layers": layers,
                                   "update_s": draw(st.sampled_from([0.0, 1e-3]))})
     layout = draw(st.sampled_from(["hierarchical", "ps"]))

@@ -16,7 +16,7 @@ from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import lower_bound
 from schedopt.optimize.dp import solve_fifo_per_layer
-from schedopt.optimize.instance import build_instance
+from schedopt.optimize.instance import Instance, build_instance
 from schedopt.optimize.shared_link import (
     fewer_buckets,
     fewest_bucket_count,
@@ -27,19 +27,15 @@ from schedopt.optimize.shared_link import (
 from schedopt.simulate import simulate
 from schedopt.trace import Trace
 
+from .strategies import comparable_layers
+
 
 @st.composite
 def shared_links(draw: st.DrawFn) -> tuple[Trace, Cluster]:
     """At most 5 tensors in 1-3 layers whose communication and batch copy are comparable with
     the compute, on parameter servers after a local reduce (push and pull on the PCIe link
     that the batch copy uses)."""
-    n_layers = draw(st.integers(1, 3))
-    sizes = draw(st.lists(st.lists(st.integers(1, 3_000_000), min_size=1, max_size=2),
-                          min_size=n_layers, max_size=n_layers))
-    ms = st.floats(1e-4, 3e-3)
-    layers = [{"name": f"l{i}", "forward_s": draw(ms), "backward_s": draw(ms),
-               "tensors": [{"name": f"l{i}.t{j}", "bytes": 4 * b} for j, b in enumerate(ts)]}
-              for i, ts in enumerate(sizes)]
+    layers = draw(comparable_layers(3_000_000))
     trace = Trace.model_validate({
         "name": "s", "batch_size": 1, "layers": layers, "io_s": draw(st.floats(0.0, 5e-3)),
         "h2d_s": draw(st.floats(0.0, 5e-3)), "update_s": draw(st.sampled_from([0.0, 1e-3]))})
@@ -88,6 +84,13 @@ def test_shared_link_bound_is_valid(case: tuple[Trace, Cluster], per_layer: bool
     assert shared_link_bound(inst, lower_bound(inst, best), best) <= best
 
 
+def drawn_segments(inst: Instance, data: st.DataObject) -> list[tuple[int, int]]:
+    """Buckets in readiness order from cuts drawn at random."""
+    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
+                                       max_size=inst.n - 1)), dtype=bool)
+    return inst.segments_from_cuts(cuts)
+
+
 @settings(max_examples=30, deadline=None)
 @given(case=shared_links(), per_layer=st.booleans(), data=st.data())
 def test_the_simulated_period_pays_the_link_work(case: tuple[Trace, Cluster], per_layer: bool,
@@ -98,9 +101,7 @@ def test_the_simulated_period_pays_the_link_work(case: tuple[Trace, Cluster], pe
     inst = build_instance(trace, cluster, options(per_layer))
     if not shared_link_applies(inst):
         return
-    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
-                                       max_size=inst.n - 1)), dtype=bool)
-    segs = inst.segments_from_cuts(cuts)
+    segs = drawn_segments(inst, data)
     segs = [segs[k] for k in data.draw(st.permutations(range(len(segs))))]
     sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
     c = inst.consts_s
@@ -198,9 +199,7 @@ def test_fewer_buckets_never_returns_a_worse_plan(case: tuple[Trace, Cluster], p
     inst = build_instance(trace, cluster, options(per_layer))
     if not shared_link_applies(inst):
         return
-    cuts = np.array(data.draw(st.lists(st.booleans(), min_size=inst.n - 1,
-                                       max_size=inst.n - 1)), dtype=bool)
-    start = inst.segments_from_cuts(cuts)
+    start = drawn_segments(inst, data)
     val, segs = fewer_buckets(inst, start, reorder=reorder, max_evals=500)
     assert val == inst.evaluate(segs).period <= inst.evaluate(start).period
     assert sorted(u for lo, hi in segs for u in range(lo, hi + 1)) == list(range(inst.n))
