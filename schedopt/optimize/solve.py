@@ -883,7 +883,8 @@ def _result(search: Search) -> SolveResult:
     value_s = best.value * tick
     method = best.method
     if hint is not None and hint.row.iteration_time_s < sim * (1 - 1e-12):
-        notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning it")
+        notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning "
+                     f"{hint.row.policy}'s plan")
         plan = hint.plan.model_copy(update={"policy": "optimal",
                                             "knobs": {**_knobs(opts), "from": hint.row.policy}})
         sim = hint.row.iteration_time_s
