@@ -559,22 +559,28 @@ def fit_comm(
     if as_json:
         print_json(data)
         return
-    table = Table(title=f"all-reduce fit: {file.name} ({samples.format})", show_header=False)
-    table.add_row("ranks", str(n_ranks) if n_ranks is not None else "unknown")
-    table.add_row("alpha", f"{fit.alpha_s * 1e6:.3f} us")
-    table.add_row("beta", f"{fit.beta_s_per_byte:.4g} s/B ({fit.beta_s_per_byte * 1e12:.1f} us/MB)")
-    table.add_row("R²", f"{fit.r2:.5f}" if fit.r2 is not None else "n/a")
-    table.add_row("sizes used",
-                  f"{fit.min_bytes:,} .. {fit.max_bytes:,} B ({data['points']} points)")
+    console.print(_fit_table(f"all-reduce fit: {file.name} ({samples.format})", data))
+
+
+def _fit_table(title: str, data: dict[str, Any]) -> Table:
+    """The table `fit-comm` prints of its ``--json`` document."""
+    table = Table(title=title, show_header=False)
+    table.add_row("ranks", str(data["ranks"]) if data["ranks"] is not None else "unknown")
+    table.add_row("alpha", f"{data['alpha_s'] * 1e6:.3f} us")
+    beta = data["beta_s_per_byte"]
+    table.add_row("beta", f"{beta:.4g} s/B ({beta * 1e12:.1f} us/MB)")
+    table.add_row("R²", f"{data['r2']:.5f}" if data["r2"] is not None else "n/a")
+    table.add_row("sizes used", f"{data['min_bytes']:,} .. {data['max_bytes']:,} B "
+                  f"({data['points']} points)")
     for i, seg in enumerate(data["segments"]):
         table.add_row(f"segment {i + 1}", f"from {seg['min_bytes']:,} B: {seg['alpha_s'] * 1e6:.1f}"
                       f" us + {seg['beta_s_per_byte'] * 1e12:.1f} us/MB")
     table.add_row("median |rel. error|", f"{data['median_rel_error'] * 100:.2f}%")
-    if out is not None:
-        table.add_row("overlap slowdown", f"{cluster.overlap_slowdown:.3f}")
-        table.add_row("communication slowdown", f"{cluster.comm_slowdown:.3f}")
-        table.add_row("cluster written", str(out))
-    console.print(table)
+    if data["out"] is not None:
+        table.add_row("overlap slowdown", f"{data['overlap_slowdown']:.3f}")
+        table.add_row("communication slowdown", f"{data['comm_slowdown']:.3f}")
+        table.add_row("cluster written", data["out"])
+    return table
 
 
 def _shipped_sample(file: Path) -> Path:
