@@ -3,7 +3,7 @@
 Runs, with the same commands a user runs (docs/guide.md), for the models of
 ``benchmarks/ddp_models.py`` (2 processes, gloo over loopback, OMP_NUM_THREADS pinned):
 
-1. ``profile`` each model (same thread count as the runs);
+1. ``profile`` each model (same thread count as the runs), right before its runs;
 2. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
    all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
@@ -91,10 +91,8 @@ def validate(csv_path: Path, env: dict[str, str]) -> dict[str, Any]:
 
 
 def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
-    """Steps 1-4: traces, comm file, cluster, plans, runs."""
-    for m, (factory, shape, dtype) in MODELS.items():
-        schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
-                 m, "--out", d / f"{m}.json", "--repeats", 10, "--warmup", 3, env=env)
+    """Steps 1-4: comm file, cluster; per model its trace, plans and runs (each profile right
+    before its model's runs: this VM's speed drifts by tens of percent within minutes)."""
     schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
              args.threads, "--out", d / "loopback2.txt", env=env)
     print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
@@ -103,6 +101,8 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
         if over:
             (d / f"{name}.json").write_text(json.dumps({**cl, "name": name, **over}))
     for m, (factory, shape, dtype) in MODELS.items():
+        schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
+                 m, "--out", d / f"{m}.json", "--repeats", 10, "--warmup", 3, env=env)
         for cl, out in (("loopback", f"{m}-opt.json"), ("loopback-sc1", f"{m}-opt-sc1.json")):
             schedopt("optimize", d / f"{m}.json", d / f"{cl}.json", "--target", "ddp", "--out",
                      d / out, "--json", env=env)
