@@ -222,11 +222,13 @@ def test_failed_row_is_stored_and_sweep_goes_on(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["crash", "ctrl-c"])
 def test_kill_and_resume(tmp_path: Path, sig: signal.Signals) -> None:
-    # rows that take a few tenths of a second each, one at a time
+    # rows of at most a few tenths of a second each, one at a time; enough of them that the
+    # sweep cannot end between the second stored row and the signal
+    n = 30
     spec = write_spec(tmp_path / "slow.json", {
         "traces": ["vgg16-k80-b32"], "clusters": ["k80-4x4-10gbe"],
         "optimize": [{"next_forward": "per-layer", "reorder": True, "method": "cp-sat",
-                      "lns": False, "seed": s, "time_limit_s": 0.4} for s in range(12)],
+                      "lns": False, "seed": s, "time_limit_s": 0.4} for s in range(n)],
     })
     db = tmp_path / "r.sqlite"
     cmd = [sys.executable, "-m", "schedopt", "sweep", "run", str(spec), "--db", str(db),
@@ -255,16 +257,16 @@ def test_kill_and_resume(tmp_path: Path, sig: signal.Signals) -> None:
             "interrupted: finished rows are stored; rerun to resume"], err
     with Store(db) as s:
         before = {r["key"]: r["finished_at"] for r in s.rows()}
-    assert 2 <= len(before) < 12, f"stored {len(before)} rows before the kill"
+    assert 2 <= len(before) < n, f"stored {len(before)} rows before the kill"
     res = schedopt("sweep", "run", str(spec), "--db", str(db), "--workers", "1",
                    "--no-progress")
     assert res.returncode == 0, res.stderr
-    assert f"12 rows: {len(before)} already stored, {12 - len(before)} done, 0 failed" in (
+    assert f"{n} rows: {len(before)} already stored, {n - len(before)} done, 0 failed" in (
         res.stdout)
     with Store(db) as s:
         rows = s.rows()
         assert s.integrity_ok()
-    assert len(rows) == 12 and len({r["key"] for r in rows}) == 12
+    assert len(rows) == n and len({r["key"] for r in rows}) == n
     assert all(before[r["key"]] == r["finished_at"] for r in rows if r["key"] in before)
 
 
