@@ -233,8 +233,11 @@ def test_kill_and_resume(tmp_path: Path, sig: signal.Signals) -> None:
     db = tmp_path / "r.sqlite"
     cmd = [sys.executable, "-m", "schedopt", "sweep", "run", str(spec), "--db", str(db),
            "--workers", "1", "--no-progress"]
+    # SIGINT as a terminal delivers it: a suite started in the background (``cmd &``) hands its
+    # children SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen(cmd, env=env(), cwd=REPO, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     stored = 0
     try:
         deadline = time.monotonic() + 120
