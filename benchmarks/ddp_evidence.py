@@ -3,9 +3,9 @@
 Runs, with the same commands a user runs (docs/guide.md), for the models of
 ``benchmarks/ddp_models.py`` (2 processes, gloo over loopback, OMP_NUM_THREADS pinned):
 
-1. ``profile`` each model (same thread count as the runs), right before its runs;
-2. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
+1. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
    all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
+2. per model, right before its runs: ``profile`` (same thread count as the runs);
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
 4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan,
    ``--config-rounds`` rounds alternately (the median per configuration is its measurement);

@@ -26,7 +26,8 @@ from .errors import SchedoptError
 from .plan import Plan, parse_member
 from .trace import DTYPE_BYTES, Trace
 
-__all__ = ["Network", "ShardedUnits", "comm_member_bytes", "peak_bytes", "shard_units"]
+__all__ = ["Network", "ShardedUnits", "check_no_contention", "comm_member_bytes", "peak_bytes",
+           "shard_units"]
 
 
 def comm_member_bytes(trace: Trace, plan: Plan, nbytes: np.ndarray) -> np.ndarray:
@@ -76,13 +77,25 @@ class ShardedUnits:
 
 def check_sharded_plan(plan: Plan, cluster: Cluster) -> None:
     """Refuse what a sharded plan cannot be: per-layer next forward, no overlap, ``ps``, and
-    the overlap slowdown (not modelled for sharded plans)."""
+    contention (:func:`check_no_contention`)."""
     if plan.next_forward != "wait-for-all":
         raise SchedoptError("a sharded plan waits for all its reduce-scatters and the step"
                             " (use wait-for-all)", "plan.next_forward", plan.next_forward)
     if not plan.overlap:
         raise SchedoptError("a sharded plan overlaps its reduce-scatters with the backward",
                             "plan.overlap", plan.overlap)
+    check_no_contention(cluster)
+
+
+def check_no_contention(cluster: Cluster) -> None:
+    """Refuse a cluster whose compute and communication slow each other: contention is not
+    modelled for sharded plans.
+
+    Raises
+    ------
+    SchedoptError
+        ``overlap_slowdown`` or ``comm_slowdown`` other than 1.
+    """
     for name in ("overlap_slowdown", "comm_slowdown"):
         if getattr(cluster, name) != 1.0:
             raise SchedoptError("contention is not modelled for sharded plans (use 1)",

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from ...cluster import Cluster
-from ...errors import SchedoptError
 from ...plan import Plan, Sharding
+from ...sharded import check_no_contention
 from ...trace import DTYPE_BYTES, Trace
 
 __all__ = ["Config", "ShardedInstance", "Step", "build_sharded", "config_of_plan", "gather_time",
@@ -160,10 +160,7 @@ def build_sharded(trace: Trace, cluster: Cluster, mode: str, accumulate: int = 1
         On the ``ps`` collective, or an overlap slowdown (not modelled for sharded plans).
     """
     gather_time(cluster, 1.0)  # refuses ps
-    for name in ("overlap_slowdown", "comm_slowdown"):
-        if getattr(cluster, name) != 1.0:
-            raise SchedoptError("contention is not modelled for sharded plans (use 1)",
-                                f"cluster.{name}", getattr(cluster, name))
+    check_no_contention(cluster)
     owner = trace.tensor_layer_by_name
     n = len(trace.layers)
     p = np.zeros(n, dtype=np.int64)
