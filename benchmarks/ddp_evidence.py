@@ -5,10 +5,12 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 
 1. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
    all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
-2. per model, right before its runs: ``profile`` (same thread count as the runs);
+2. per model: ``profile --procs 2`` (two ranks computing at once, the same thread count as the
+   runs) before each round of its runs; its trace is the per-layer median of those profiles;
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
 4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan,
-   ``--config-rounds`` rounds alternately (the median per configuration is its measurement);
+   ``--config-rounds`` rounds, each after its own profile (the median round per
+   configuration is its measurement);
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
    ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
    not), and with ``s = s_c = 1`` (free overlap);
@@ -41,6 +43,10 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from schedopt.files import load_cluster, load_trace
+from schedopt.plan import Plan
+from schedopt.trace import median_trace
 
 #: Cluster variants validated: name -> fields replaced in the fitted cluster (none: as fitted).
 VARIANTS: dict[str, dict[str, float]] = {
@@ -91,8 +97,14 @@ def validate(csv_path: Path, env: dict[str, str]) -> dict[str, Any]:
 
 
 def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
-    """Steps 1-4: comm file, cluster; per model its trace, plans and runs (each profile right
-    before its model's runs: this VM's speed drifts by tens of percent within minutes)."""
+    """Steps 1-4: comm file, cluster; per model its profiles, plans and runs.
+
+    Every round of a model's runs follows a profile of its own, taken on 2 co-running ranks
+    (``profile --procs 2``, the setting of the runs); the model's trace is the per-layer median
+    of those profiles, so the profile spans the same minutes as the runs (this VM's speed drifts
+    by tens of percent within minutes). The plan is optimized on the first profile and bound to
+    the merged trace once the rounds are done.
+    """
     schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
              args.threads, "--out", d / "loopback2.txt", env=env)
     print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
@@ -100,19 +112,56 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
     for name, over in VARIANTS.items():
         if over:
             (d / f"{name}.json").write_text(json.dumps({**cl, "name": name, **over}))
-    for m, (factory, shape, dtype) in MODELS.items():
-        schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
-                 m, "--out", d / f"{m}.json", "--repeats", 10, "--warmup", 3, env=env)
-        for cl, out in (("loopback", f"{m}-opt.json"), ("loopback-sc1", f"{m}-opt-sc1.json")):
-            schedopt("optimize", d / f"{m}.json", d / f"{cl}.json", "--target", "ddp", "--out",
-                     d / out, "--json", env=env)
-        specs = [a for c in CONFIGS for a in ("-p", c)]
+    for m in MODELS:
+        measure_model(d, m, args, env)
+
+
+def profile(d: Path, m: str, out: str, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """``profile`` of model ``m`` on 2 co-running ranks into ``d / out``."""
+    factory, shape, dtype = MODELS[m]
+    schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name", m,
+             "--out", d / out, "--repeats", 10, "--warmup", 3, "--procs", args.profile_procs,
+             "--threads", args.threads, env=env)
+
+
+def measure_model(d: Path, m: str, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Steps 2-4 for model ``m``: profiles, plans and ``--config-rounds`` rounds of runs."""
+    factory, shape, dtype = MODELS[m]
+    first = f"{m}-prof0.json"
+    profile(d, m, first, args, env)
+    for cl, out in (("loopback", f"{m}-opt.json"), ("loopback-sc1", f"{m}-opt-sc1.json")):
+        schedopt("optimize", d / first, d / f"{cl}.json", "--target", "ddp", "--out", d / out,
+                 "--json", env=env)
+    specs = [a for c in CONFIGS for a in ("-p", c)]
+    rows: list[dict[str, str]] = []
+    for r in range(args.config_rounds):
+        if r:
+            profile(d, m, f"{m}-prof{r}.json", args, env)
         print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
-                       "--trace", d / f"{m}.json", "--cluster", d / "loopback.json", *specs,
+                       "--trace", d / first, "--cluster", d / "loopback.json", *specs,
                        "--plan", d / f"{m}-opt.json", "--iters", args.iters, "--warmup", 5,
-                       "--rounds", args.config_rounds, "--threads", args.threads, "--out",
-                       d / f"{m}-rounds.csv", env=env))
-        write_rows(d / f"{m}-runs.csv", medians(read_rows(d / f"{m}-rounds.csv")))
+                       "--threads", args.threads, "--out", d / f"{m}-round{r}.csv", env=env))
+        rows += read_rows(d / f"{m}-round{r}.csv")
+    merged = median_trace([load_trace(d / f"{m}-prof{r}.json")
+                           for r in range(args.config_rounds)],
+                          source=f"median of {args.config_rounds} profiles on "
+                                 f"{args.profile_procs} ranks, one before each round of runs")
+    (d / f"{m}.json").write_text(merged.model_dump_json(exclude_none=True))
+    for out in (f"{m}-opt.json", f"{m}-opt-sc1.json"):
+        rebind(d / out, merged, d / "loopback.json")
+    write_rows(d / f"{m}-rounds.csv", rows, trace=f"{m}.json")
+    write_rows(d / f"{m}-runs.csv", medians(read_rows(d / f"{m}-rounds.csv")))
+
+
+def rebind(path: Path, trace: Any, cluster: Path) -> None:
+    """Bind the plan of the ``optimize --json`` file ``path`` to ``trace`` (the same model,
+    re-measured): its buckets must be valid for it and ``cluster``; only the trace
+    fingerprint changes."""
+    res = json.loads(path.read_text())
+    plan = Plan.model_validate({**res["plan"], "trace_hash": None, "cluster_hash": None})
+    plan.check_against(trace, load_cluster(cluster))
+    res["plan"]["trace_hash"] = trace.fingerprint()
+    path.write_text(json.dumps(res))
 
 
 def medians(rows: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -155,32 +204,60 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
     return table + leave_one_out(d, rows, env)
 
 
+#: Parameters ``calibrate`` fits in the leave-one-configuration-out runs: the cluster's, and
+#: the cluster's with a compute scale per model (re-timed traces).
+FITS = {"s, s_c, overhead": "overlap_slowdown,comm_slowdown,collective_overhead",
+        "s, s_c, overhead, compute per model":
+            "overlap_slowdown,comm_slowdown,collective_overhead,compute_scale"}
+
+
 def leave_one_out(d: Path, rows: list[dict[str, str]], env: dict[str, str]
                   ) -> list[tuple[str, str, str]]:
-    """Calibrate on all configurations but one; predict the one left out."""
+    """Calibrate on all configurations but one; predict the one left out (each fit of FITS)."""
     table: list[tuple[str, str, str]] = []
-    loco: list[float] = []
-    for cfg in [*CONFIGS, "plan"]:
-        train = [r for r in rows if config_of(r["policy"]) != cfg]
-        test = [r for r in rows if config_of(r["policy"]) == cfg]
-        tag = cfg.replace(":", "_").replace("=", "")
-        write_rows(d / f"train-{tag}.csv", train)
-        out = json.loads(schedopt("calibrate", d / f"train-{tag}.csv", "--out", d / f"cal-{tag}",
-                                  "--fit", "overlap_slowdown,comm_slowdown,collective_overhead",
-                                  "--json", env=env))
-        fitted = Path(out["clusters"][0]["out"])
-        write_rows(d / f"test-{tag}.csv", test, cluster=os.path.relpath(fitted, d))
-        rep = validate(d / f"test-{tag}.csv", env)
-        loco += [abs(r["error"]) for r in rep["rows"]]
-        params = {p["name"]: p["value"] for p in out["clusters"][0]["params"]}
-        table.append((f"left out: {cfg}", "calibrated on the rest", "errors "
-                      + ", ".join(f"{r['error'] * 100:+.1f}%" for r in rep["rows"])
-                      + f" (s = {params['overlap_slowdown']:.3f}, s_c = "
-                      f"{params['comm_slowdown']:.3f}, overhead "
-                      f"{params['collective_overhead'] * 1e3:.2f} ms)"))
-    table.append(("all rows", "leave one configuration out", f"mean |error| "
-                  f"{statistics.mean(loco) * 100:.1f}%, max {max(loco) * 100:.1f}%"))
+    for label, fit in FITS.items():
+        loco: list[float] = []
+        for cfg in [*CONFIGS, "plan"]:
+            tag = cfg.replace(":", "_").replace("=", "") + ("-c" if "compute" in fit else "")
+            train = [r for r in rows if config_of(r["policy"]) != cfg]
+            write_rows(d / f"train-{tag}.csv", train)
+            out = json.loads(schedopt("calibrate", d / f"train-{tag}.csv", "--out",
+                                      d / f"cal-{tag}", "--fit", fit, "--json", env=env))
+            cal = out["clusters"][0]
+            test = [retimed(d, r, cal) for r in rows if config_of(r["policy"]) == cfg]
+            write_rows(d / f"test-{tag}.csv", test)
+            rep = validate(d / f"test-{tag}.csv", env)
+            loco += [abs(r["error"]) for r in rep["rows"]]
+            params = {p["name"]: p["value"] for p in cal["params"]}
+            scales = ", ".join(f"{Path(k[14:-1]).stem} {v:.3f}" for k, v in params.items()
+                               if k.startswith("compute_scale["))
+            table.append((f"left out: {cfg}", f"calibrated on the rest ({label})", "errors "
+                          + ", ".join(f"{r['error'] * 100:+.1f}%" for r in rep["rows"])
+                          + f" (s = {params['overlap_slowdown']:.3f}, s_c = "
+                          f"{params['comm_slowdown']:.3f}, overhead "
+                          f"{params['collective_overhead'] * 1e3:.2f} ms"
+                          + (f"; compute {scales}" if scales else "") + ")"))
+        table.append(("all rows", f"leave one configuration out ({label})", f"mean |error| "
+                      f"{statistics.mean(loco) * 100:.1f}%, max {max(loco) * 100:.1f}%"))
     return table
+
+
+def retimed(d: Path, row: dict[str, str], cal: dict[str, Any]) -> dict[str, str]:
+    """``row`` on the calibrated cluster, and on its re-timed trace when ``cal`` wrote one
+    (a plan row then runs its plan bound to that trace)."""
+    out = {**row, "cluster": os.path.relpath(cal["out"], d)}
+    written = {t["trace"]: t["out"] for t in cal.get("traces", [])}
+    if row["trace"] not in written:
+        return out
+    trace_path = Path(written[row["trace"]])
+    out["trace"] = os.path.relpath(trace_path, d)
+    if row["policy"].startswith("plan:"):
+        src = d / row["policy"][5:]
+        dst = trace_path.parent / f"plan-{src.name}"
+        dst.write_text(src.read_text())
+        rebind(dst, load_trace(trace_path), Path(cal["out"]))
+        out["policy"] = "plan:" + os.path.relpath(dst, d)
+    return out
 
 
 def predicted_gain(path: Path) -> float:
@@ -242,6 +319,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--config-rounds", type=int, default=3,
                     help="rounds of every configuration (the median is kept)")
+    ap.add_argument("--profile-procs", type=int, default=2,
+                    help="ranks computing at once while profiling (1: a lone process)")
     ap.add_argument("--max-load", type=float, default=1.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--skip-measure", action="store_true", help="reuse the runs in --out")

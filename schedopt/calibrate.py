@@ -15,6 +15,7 @@ leave-one-row-out error refits without each row and predicts it (docs/model.md, 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ class ParamSpec:
     upper: float
     unit: float = 1.0
     description: str = ""
+    per_trace: bool = False
 
 
 PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
@@ -73,7 +75,19 @@ PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
               description="communication slowdown while compute runs (>= 1)"),
     ParamSpec("collective_overhead", ("collective_overhead_s",), "linear", 0.0, 0.05, 1e-4,
               description="fixed time per collective call (s)"),
+    ParamSpec("compute_scale", (), "log", 0.2, 5.0, per_trace=True,
+              description="the runs' compute time over the trace's, one per trace (only when "
+                          "named in --fit)"),
 )}
+
+#: The search variable of a per-trace parameter: ``compute_scale[<trace as written>]``.
+_PER_TRACE = re.compile(r"^(\w+)\[(.+)\]$")
+
+
+def _spec(name: str) -> ParamSpec:
+    """The :class:`ParamSpec` of a parameter or of a per-trace search variable."""
+    m = _PER_TRACE.match(name)
+    return PARAMS[m.group(1) if m else name]
 
 #: A Jacobian column below this (relative error per unit of the search variable) is no effect.
 _NO_EFFECT = 1e-7
@@ -83,9 +97,10 @@ _COLLINEAR = 1e-3
 
 
 def parse_fit(text: str | None) -> list[str]:
-    """The ``--fit`` list (comma-separated names of :data:`PARAMS`; None: all of them)."""
+    """The ``--fit`` list (comma-separated names of :data:`PARAMS`; None: every cluster
+    parameter, the per-trace ones only when named)."""
     if text is None or not text.strip():
-        return list(PARAMS)
+        return [n for n, p in PARAMS.items() if not p.per_trace]
     names = [t.strip() for t in text.split(",") if t.strip()]
     for n in names:
         if n not in PARAMS:
@@ -119,7 +134,9 @@ def _with_values(doc: dict[str, Any], kind: str, values: dict[str, float]) -> di
         out["base"] = {**doc["base"]}
     base = _base(out, kind)
     for name, value in values.items():
-        spec = PARAMS[name]
+        spec = _spec(name)
+        if spec.per_trace:
+            continue
         if len(spec.path) == 1:
             base[spec.path[0]] = value
         else:
@@ -139,8 +156,26 @@ class _Group:
         for m in rows:
             cl = m.cluster()
             self.models.append(Model.build(m.trace_obj, cl, m.plan_for(cl)))
+        self.scaled: dict[int, tuple[float, Model]] = {}
         self.evaluations = 0
         self.cache: dict[tuple[Any, ...], float] = {}
+
+    def traces(self) -> list[str]:
+        """The rows' traces as written, each once, in order of first appearance."""
+        return list(dict.fromkeys(m.row.trace for m in self.rows))
+
+    def model(self, i: int, scale: float) -> Model:
+        """Row ``i``'s model with its trace's compute times multiplied by ``scale`` (a policy
+        row is planned again on the scaled trace, as the framework sees the run's times)."""
+        if scale == 1.0:
+            return self.models[i]
+        last = self.scaled.get(i)
+        if last is None or last[0] != scale:  # the search moves: keep the last scale only
+            m = self.rows[i]
+            cl = self.models[i].cluster
+            trace = m.trace_obj.scaled(compute=scale, update=True)
+            last = self.scaled[i] = (scale, Model.build(trace, cl, m.plan_for(cl, trace)))
+        return last[1]
 
     def predict(self, values: dict[str, float], idx: Sequence[int] | None = None) -> np.ndarray:
         """Simulated iteration times of rows ``idx`` (default all) under ``values``."""
@@ -152,12 +187,14 @@ class _Group:
             if nodes not in clusters:
                 clusters[nodes] = self.ref.at(nodes, doc)
             cl = clusters[nodes]
+            scale = values.get(f"compute_scale[{self.rows[i].row.trace}]", 1.0)
+            model = self.model(i, scale)
             # a row whose costs a parameter does not change (the inter link of one node)
             # is not simulated again
-            key = (i, cl.comm_stages(self.models[i].plan.collective), cl.overlap_slowdown,
+            key = (i, scale, cl.comm_stages(model.plan.collective), cl.overlap_slowdown,
                    cl.comm_slowdown)
             if key not in self.cache:
-                self.cache[key] = simulate_model(recost(self.models[i], cl)).iteration_time_s
+                self.cache[key] = simulate_model(recost(model, cl)).iteration_time_s
             out.append(self.cache[key])
         self.evaluations += 1
         pred = np.array(out)
@@ -177,7 +214,7 @@ class _Space:
     def to_x(self, values: dict[str, float]) -> np.ndarray:
         out = []
         for n in self.names:
-            spec = PARAMS[n]
+            spec = _spec(n)
             v = values[n]
             out.append(math.log(v / self.prior[n]) if spec.kind == "log" else v / spec.unit)
         return np.array(out, dtype=float)
@@ -185,14 +222,14 @@ class _Space:
     def to_values(self, x: np.ndarray) -> dict[str, float]:
         vals = dict(self.prior)
         for n, xi in zip(self.names, x, strict=True):
-            spec = PARAMS[n]
+            spec = _spec(n)
             vals[n] = self.prior[n] * math.exp(xi) if spec.kind == "log" else xi * spec.unit
         return vals
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         lo, hi = [], []
         for n in self.names:
-            spec = PARAMS[n]
+            spec = _spec(n)
             if spec.kind == "log":
                 lo.append(math.log(spec.lower))
                 hi.append(math.log(spec.upper))
@@ -264,6 +301,10 @@ class Calibration:
     evaluations: int
     loo_method: str
     notes: list[str] = field(default_factory=list)
+    #: Re-timed traces (``compute_scale`` fitted): trace as written -> trace document.
+    traces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Where :func:`write_calibrations` wrote them: trace as written -> path.
+    trace_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def mean_abs_error(self) -> float:
@@ -283,7 +324,8 @@ class Calibration:
                 "rows": [r.to_dict() for r in self.rows],
                 "mean_abs_error": self.mean_abs_error,
                 "loo_mean_abs_error": self.loo_mean_abs_error, "loo_method": self.loo_method,
-                "starts": self.starts, "evaluations": self.evaluations, "notes": self.notes}
+                "starts": self.starts, "evaluations": self.evaluations, "notes": self.notes,
+                "traces": [{"trace": t, "out": self.trace_files.get(t)} for t in self.traces]}
 
 
 # ----------------------------------------------------------------------------------- fitting
@@ -340,7 +382,7 @@ def _starts(x0: np.ndarray, names: list[str], prior: dict[str, float], lo: np.nd
     for _ in range(count - 1):
         x = x0.copy()
         for j, n in enumerate(names):
-            spec = PARAMS[n]
+            spec = _spec(n)
             if spec.kind == "log":
                 x[j] += rng.uniform(-math.log(3.0), math.log(3.0))
             elif n in ("overlap_slowdown", "comm_slowdown"):
@@ -424,8 +466,10 @@ def _calibrate_group(group: _Group, fit: list[str], starts: int, seed: int,
     kind = group.ref.kind
     prior: dict[str, float] = {}
     notes: dict[str, str] = {}
+    fit = [v for n in fit for v in (
+        [f"{n}[{t}]" for t in group.traces()] if PARAMS[n].per_trace else [n])]
     for n in fit:
-        v = _get(group.doc, kind, PARAMS[n])
+        v = 1.0 if _spec(n).per_trace else _get(group.doc, kind, PARAMS[n])
         if v is None:
             notes[n] = "the cluster has no such link"
         else:
@@ -471,7 +515,26 @@ def _calibrate_group(group: _Group, fit: list[str], starts: int, seed: int,
     cal = Calibration(group.ref.name, kind, group.ref.key, params, rows, {}, starts,
                       group.evaluations, method)
     cal.document = _document(group, values, cal, where)
+    cal.traces = _retimed_traces(group, cal, where)
     return cal
+
+
+def _retimed_traces(group: _Group, cal: Calibration, where: str) -> dict[str, dict[str, Any]]:
+    """The rows' traces with their fitted ``compute_scale`` (identified ones only)."""
+    out: dict[str, dict[str, Any]] = {}
+    for p in cal.params:
+        m = _PER_TRACE.match(p.name)
+        if m is None or not p.identified:
+            continue
+        ref = m.group(2)
+        trace = next(r.trace_obj for r in group.rows if r.row.trace == ref)
+        doc = trace.scaled(compute=p.value, update=True).model_dump(mode="json",
+                                                                   exclude_none=True)
+        note = (f"compute times multiplied by {p.value:.4g}, fitted by `schedopt calibrate` on "
+                f"{where} ({len(cal.rows)} rows)")
+        doc["source"] = f"{trace.source}; {note}" if trace.source else note
+        out[ref] = doc
+    return out
 
 
 def _document(group: _Group, values: dict[str, float], cal: Calibration,
@@ -523,7 +586,7 @@ def calibrate(rows: list[Measurement], fit: list[str] | None = None, *, starts: 
     """
     if starts < 1:
         raise SchedoptError("must be a positive integer", "starts", starts)
-    names = list(PARAMS) if fit is None else fit
+    names = parse_fit(None) if fit is None else fit
     groups: dict[str, list[Measurement]] = {}
     refs: dict[str, ClusterRef] = {}
     for m in rows:
@@ -534,7 +597,9 @@ def calibrate(rows: list[Measurement], fit: list[str] | None = None, *, starts: 
 
 
 def write_calibrations(cals: list[Calibration], out_dir: str | Path) -> list[Path]:
-    """Write ``DIR/<cluster name>.json`` per calibration (a suffix ``-2`` ... on a clash).
+    """Write ``DIR/<cluster name>.json`` per calibration (a suffix ``-2`` ... on a clash),
+    and every re-timed trace as ``DIR/traces/<its file's stem>.json`` (recorded in the
+    calibration's ``trace_files``).
 
     All files are written or none (:func:`schedopt.files.output_files`).
     """
@@ -551,9 +616,22 @@ def write_calibrations(cals: list[Calibration], out_dir: str | Path) -> list[Pat
             stem, k = f"{cal.name}-{k}", k + 1
         used.add(stem)
         paths.append(out / f"{stem}.json")
-    with output_files({f"--out ({p.name})": p for p in paths}) as files:
+    traces: list[tuple[Calibration, str, Path]] = []
+    for cal in cals:
+        for ref in cal.traces:
+            stem, k = Path(ref).stem, 2
+            while f"traces/{stem}" in used:
+                stem, k = f"{Path(ref).stem}-{k}", k + 1
+            used.add(f"traces/{stem}")
+            traces.append((cal, ref, out / "traces" / f"{stem}.json"))
+    targets = {f"--out ({p.name})": p for p in paths}
+    targets.update({f"--out (traces/{p.name})": p for _, _, p in traces})
+    with output_files(targets) as files:
         for cal, p in zip(cals, paths, strict=True):
             files.write_json(p, cal.document)
+        for cal, ref, p in traces:
+            files.write_json(p, cal.traces[ref])
+            cal.trace_files[ref] = str(p)
     return paths
 
 

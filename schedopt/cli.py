@@ -650,24 +650,62 @@ def profile_cmd(
     ] = None,
     repeats: Annotated[int, typer.Option("--repeats", help="Measured iterations.")] = 5,
     warmup: Annotated[int, typer.Option("--warmup", help="Discarded iterations.")] = 2,
+    procs: Annotated[
+        int, typer.Option("--procs", help="Ranks computing at once, as in training (1: this "
+                          "process alone; N >= 2: N local ranks, the median over them).")
+    ] = 1,
+    backend: Annotated[
+        str, typer.Option("--backend", help="With --procs N: gloo (CPU) | nccl (a GPU each).")
+    ] = "gloo",
+    threads: Annotated[
+        int, typer.Option("--threads", help="With --procs N: OMP_NUM_THREADS of every rank.")
+    ] = 1,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="With --procs N: seconds before a hung run stops.")
+    ] = 600.0,
 ) -> None:
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
-    from .integrations.torch import (
-        build_model,
-        check_profile_options,
-        profile_model,
-        random_batch,
-    )
+    from .integrations.torch import check_profile_options
 
     with user_errors(), output_files({"--out": out}) as files:
         check_profile_options(name, batch_size, repeats, warmup)
-        model = build_model(factory)
-        batch = random_batch(input_shape, input_dtype)
-        tr = profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
-                           repeats=repeats, warmup=warmup, device=device)
+        if procs == 1:
+            tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
+                               warmup, device)
+        else:
+            tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size, repeats,
+                                warmup, device, (procs, backend, threads, timeout))
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
+
+
+def _profile_here(factory: str, input_shape: str, input_dtype: str, name: str,
+                  batch_size: int | None, repeats: int, warmup: int, device: str | None) -> Trace:
+    """``profile`` in this process."""
+    from .integrations.torch import build_model, profile_model, random_batch
+
+    model = build_model(factory)
+    batch = random_batch(input_shape, input_dtype)
+    return profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
+                         repeats=repeats, warmup=warmup, device=device)
+
+
+def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
+                   batch_size: int | None, repeats: int, warmup: int, device: str | None,
+                   launch: tuple[int, str, int, float]) -> Trace:
+    """``profile --procs N``: N co-running local ranks."""
+    from .integrations.bench import Launch
+    from .integrations.profile_ranks import profile_ranks
+    from .integrations.torch import random_batch
+
+    if device is not None:
+        raise SchedoptError("with --procs N the backend places the ranks (gloo: CPU, nccl: a "
+                            "GPU each); leave --device out", "--device", device)
+    spec = Launch(*launch).check()
+    batch = batch_size or random_batch(input_shape, input_dtype).shape[0]
+    return profile_ranks(factory, input_shape, input_dtype, name=name, batch_size=batch,
+                         repeats=repeats, warmup=warmup, spec=spec)
 
 
 @app.command("tune")

@@ -101,12 +101,17 @@ class Measurement:
         """``FILE:LINE``."""
         return f"{self.where}:{self.line}"
 
-    def plan_for(self, cluster: Cluster) -> Plan:
+    def plan_for(self, cluster: Cluster, trace: Trace | None = None) -> Plan:
         """The plan that ran, for ``cluster``, without a cluster fingerprint (calibration
-        re-parameterises the same hardware)."""
-        plan = self.plan if self.plan is not None else make_plan(self.row.policy, self.trace_obj,
-                                                                 cluster)
-        return plan.model_copy(update={"cluster_hash": None})
+        re-parameterises the same hardware); with ``trace`` (the row's trace re-timed, as
+        calibration scales it), a policy is planned on it and the plan is not bound to a
+        trace fingerprint either."""
+        tr = self.trace_obj if trace is None else trace
+        plan = self.plan if self.plan is not None else make_plan(self.row.policy, tr, cluster)
+        update: dict[str, Any] = {"cluster_hash": None}
+        if trace is not None:
+            update["trace_hash"] = None
+        return plan.model_copy(update=update)
 
     def cluster(self) -> Cluster:
         """The cluster of the row as written."""

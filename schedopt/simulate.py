@@ -826,12 +826,13 @@ def recost(model: Model, cluster: Cluster) -> Model:
     """``model`` (its trace and plan) on another parameterisation of its cluster.
 
     Only the communication costs are recomputed when ``cluster`` has the same communication
-    structure (stages and resources); otherwise the model is rebuilt. Used by calibration,
+    structure (stages and resources) and the plan moves its gradients in their own dtype;
+    otherwise the model is rebuilt. Used by calibration,
     which evaluates the same rows under many parameter values.
     """
     stages = cluster.comm_stages(model.plan.collective)
-    if model.units is not None or [st.resources for st in stages] != [
-            st.resources for st in model.stages]:
+    if model.units is not None or model.plan.comm_dtype is not None or [
+            st.resources for st in stages] != [st.resources for st in model.stages]:
         return Model.build(model.trace, cluster, model.plan)
     comm = np.zeros_like(model.comm_dur)
     for s, st in enumerate(stages):

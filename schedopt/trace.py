@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any, Literal
 
@@ -20,7 +22,8 @@ from .errors import SchedoptError
 from .validation import MAX_BATCH, MAX_BYTES, MAX_TOTAL_BYTES, Int
 from .validation import Seconds as Seconds
 
-__all__ = ["DTYPE_BYTES", "SCHEMA_VERSION", "Layer", "Tensor", "Trace", "fingerprint"]
+__all__ = ["DTYPE_BYTES", "SCHEMA_VERSION", "Layer", "Tensor", "Trace", "fingerprint",
+           "median_trace"]
 
 SCHEMA_VERSION = 1
 
@@ -280,11 +283,58 @@ class Trace(BaseModel):
         """Stable content hash (plans are bound to it)."""
         return self._fingerprint
 
-    def scaled(self, *, compute: float = 1.0, name: str | None = None) -> Trace:
-        """Return a copy with every forward and backward time multiplied by ``compute``."""
+    def scaled(self, *, compute: float = 1.0, name: str | None = None,
+               update: bool = False) -> Trace:
+        """Return a copy with every forward and backward time (and ``update_s`` when
+        ``update``) multiplied by ``compute``."""
         data = self.model_dump()
         for la in data["layers"]:
             la["forward_s"] *= compute
             la["backward_s"] *= compute
+        if update:
+            data["update_s"] *= compute
         data["name"] = name or self.name
         return Trace.model_validate(data)
+
+
+def median_trace(traces: Sequence[Trace], *, source: str) -> Trace:
+    """One trace from several measurements of the same model: per-layer medians.
+
+    Parameters
+    ----------
+    traces
+        Traces of one model (the same layers with the same tensors, in the same order), e.g.
+        one per rank of a profile taken on several co-running ranks, or one per round.
+    source
+        The merged trace's ``source``.
+
+    Returns
+    -------
+    Trace
+        The first trace with every layer's ``forward_s`` and ``backward_s``, and ``io_s``,
+        ``h2d_s`` and ``update_s``, replaced by their medians over ``traces``.
+
+    Raises
+    ------
+    SchedoptError
+        No trace, or traces of different models (layers or tensors differ).
+    """
+    if not traces:
+        raise SchedoptError("no trace to merge", "traces", 0)
+    first = traces[0]
+
+    def shape(t: Trace) -> list[tuple[str, list[tuple[str, int]]]]:
+        return [(lay.name, [(x.name, x.bytes) for x in lay.tensors]) for lay in t.layers]
+
+    for t in traces[1:]:
+        if shape(t) != shape(first):
+            raise SchedoptError("the traces describe different models (layers or tensors "
+                                "differ)", "traces", t.name)
+    data = first.model_dump(mode="json", exclude_none=True)
+    for k, layer in enumerate(data["layers"]):
+        layer["forward_s"] = statistics.median(t.layers[k].forward_s for t in traces)
+        layer["backward_s"] = statistics.median(t.layers[k].backward_s for t in traces)
+    for key in ("io_s", "h2d_s", "update_s"):
+        data[key] = statistics.median(getattr(t, key) for t in traces)
+    data["source"] = source
+    return Trace.model_validate(data)

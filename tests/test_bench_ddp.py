@@ -205,3 +205,43 @@ def test_hanging_rank_is_one_line(workdir: Path) -> None:
     pytest.importorskip("torch")
     line = _bench_fails("benchmodels:hangs", "10")
     assert line.startswith("error: timeout: rank(s) ") and "did not finish" in line
+
+
+# ------------------------------------------------------------------- profile on co-running ranks
+@pytest.mark.torch
+@pytest.mark.slow
+def test_profile_on_ranks(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
+                            "alone", "--out", "alone.json", "--repeats", "2", "--warmup", "1"]))
+    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
+                            "ranks", "--out", "ranks.json", "--repeats", "2", "--warmup", "1",
+                            "--procs", "2", "--timeout", "120"]))
+    alone, ranks = load_trace("alone.json"), load_trace("ranks.json")
+    assert [(lay.name, [(t.name, t.bytes) for t in lay.tensors]) for lay in ranks.layers] == [
+        (lay.name, [(t.name, t.bytes) for t in lay.tensors]) for lay in alone.layers]
+    assert ranks.batch_size == 8
+    assert "2 ranks computing at once (gloo" in ranks.source
+    assert all(lay.forward_s > 0 and lay.backward_s > 0 for lay in ranks.layers)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_profile_on_ranks_dying_rank(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    result = runner.invoke(app, ["profile", "benchmodels:dies", "--input-shape", "8,32",
+                                 "--name", "x", "--out", "x.json", "--procs", "2",
+                                 "--timeout", "120"])
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [result.output.strip()]
+    assert result.output.startswith("error: procs: rank 1 exited with status 3")
+    assert not Path("x.json").exists()
+
+
+def test_profile_on_ranks_refuses_device(workdir: Path) -> None:
+    result = runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32",
+                                 "--name", "x", "--out", "x.json", "--procs", "2",
+                                 "--device", "cpu"])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: --device: ")
+    assert not Path("x.json").exists()

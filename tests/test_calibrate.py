@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +63,8 @@ def test_single_node_rows_leave_the_inter_link_unidentified(tmp_path: Path) -> N
     rows = read_measurements(write_measurements(tmp_path, (1,), noise=0.01, traces=2))
     (cal,) = calibrate(rows)
     by = {p.name: p for p in cal.params}
-    assert [p.name for p in cal.params] == list(PARAMS)
+    assert [p.name for p in cal.params] == parse_fit(None)
+    assert "compute_scale" not in parse_fit(None)  # per trace: only when asked for
     for name in ("inter_bandwidth", "inter_latency"):
         assert not by[name].identified
         assert "no effect" in by[name].note
@@ -142,7 +144,78 @@ def test_cli_calibrate_bad_options(tmp_path: Path, args: list[str], needle: str)
 
 
 def test_parse_fit() -> None:
-    assert parse_fit(None) == list(PARAMS)
+    assert parse_fit(None) == [n for n in PARAMS if n != "compute_scale"]
+    assert parse_fit("compute_scale") == ["compute_scale"]
     assert parse_fit("overlap_slowdown, inter_latency") == ["overlap_slowdown", "inter_latency"]
     with pytest.raises(SchedoptError, match="unknown parameter"):
         parse_fit("speed")
+
+
+def _scaled_rows(folder: Path) -> tuple[Path, dict[str, float]]:
+    """Rows of two traces whose runs compute 1.25x and 0.8x their traces' times (the true
+    cluster otherwise), and a fixed plan row bound to its trace."""
+    from toy_measurements import make_trace
+
+    from schedopt.policies import make_plan
+    from schedopt.trace import Trace
+
+    fam = true_family()
+    (folder / "true.json").write_text(fam.model_dump_json())
+    scales = {"syn0.json": 1.25, "syn1.json": 0.8}
+    lines = ["trace,cluster,nodes,policy,iteration_time_s"]
+    for k, (ref, c) in enumerate(scales.items()):
+        tr = Trace.model_validate(make_trace(k))
+        (folder / ref).write_text(tr.model_dump_json())
+        cl = fam.at(2)
+        plan = make_plan("caffe-mpi", tr, cl).bind(tr, cl)
+        (folder / f"plan{k}.json").write_text(plan.model_dump_json())
+        run = tr.scaled(compute=c, update=True)
+        for spec in ("cntk", "ddp:bucket_cap_mb=2", f"plan:plan{k}.json"):
+            used = plan if spec.startswith("plan:") else make_plan(spec, run, cl)
+            t = simulate(run, cl, used.model_copy(update={"trace_hash": None})).iteration_time_s
+            lines.append(f"{ref},true.json,2,{spec},{t!r}")
+    path = folder / "scaled.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path, scales
+
+
+def test_compute_scale_is_fitted_per_trace_and_written_as_retimed_traces(tmp_path: Path) -> None:
+    path, scales = _scaled_rows(tmp_path)
+    rows = read_measurements(path)
+    (plain,) = calibrate(rows, ["overlap_slowdown"])
+    assert plain.mean_abs_error > 0.05  # the cluster alone cannot explain the compute
+    (cal,) = calibrate(rows, ["compute_scale", "overlap_slowdown"], where="scaled.csv")
+    got = {p.name: p for p in cal.params}
+    assert set(got) == {"compute_scale[syn0.json]", "compute_scale[syn1.json]",
+                        "overlap_slowdown"}
+    for ref, c in scales.items():
+        p = got[f"compute_scale[{ref}]"]
+        assert p.identified and p.value == pytest.approx(c, rel=1e-3)
+    assert got["overlap_slowdown"].value == pytest.approx(true_family().base.overlap_slowdown,
+                                                          rel=1e-2)
+    assert cal.mean_abs_error < 1e-4
+    (cluster_path,) = write_calibrations([cal], tmp_path / "out")
+    for ref, c in scales.items():
+        written = Path(cal.trace_files[ref])
+        assert written == tmp_path / "out" / "traces" / ref
+        doc = json.loads(written.read_text())
+        assert "fitted by `schedopt calibrate` on scaled.csv" in doc["source"]
+        orig = json.loads((tmp_path / ref).read_text())
+        assert [la["forward_s"] for la in doc["layers"]] == pytest.approx(
+            [c * la["forward_s"] for la in orig["layers"]])
+    # the re-timed traces and the calibrated cluster predict the policy rows
+    lines = path.read_text().splitlines()
+    again = [lines[0]] + [
+        ln.replace(ln.split(",")[0], f"out/traces/{ln.split(',')[0]}", 1).replace(
+            "true.json", os.path.relpath(cluster_path, tmp_path), 1)
+        for ln in lines[1:] if ",plan:" not in ln]
+    (tmp_path / "again.csv").write_text("\n".join(again) + "\n")
+    rep = validate(read_measurements(tmp_path / "again.csv")).to_dict()
+    assert rep["max_abs_error"] < 1e-3
+
+
+def test_compute_scale_leaves_the_cluster_document_alone() -> None:
+    from schedopt.calibrate import _with_values
+
+    doc = {"name": "x", "overlap_slowdown": 1.0}
+    assert _with_values(doc, "cluster", {"compute_scale[a.json]": 2.0}) == doc

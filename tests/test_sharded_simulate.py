@@ -331,3 +331,13 @@ def test_recost_rebuilds_a_sharded_model() -> None:
     # AG = RS = (1 ms + 2 ms) / 2 = 1.5 ms: 3 · 1.5 + 10 + 20
     assert simulate_model(model).iteration_time_s == pytest.approx(34.5 * MS, rel=1e-12)
     assert simulate_model(model).iteration_time_s == simulate(tr, fast, plan).iteration_time_s
+
+
+def test_recost_keeps_the_communication_dtype() -> None:
+    """Calibration re-costs a plan with ``comm_dtype``: the bytes on the wire stay the
+    communication dtype's (8 MB in bf16 = 4 MB: 3 ms on the fast cluster, not 5 ms)."""
+    tr = _trace([(10, 20, 8_000_000)])
+    plan = Plan(policy="x", buckets=[["l0.w"]], overlap=False, comm_dtype="bfloat16")
+    fast = _cluster(allreduce={"alpha_s": 1 * MS, "beta_s_per_byte": 0.5e-9})
+    model = recost(Model.build(tr, _cluster(), plan), fast)
+    assert simulate_model(model).iteration_time_s == pytest.approx(33 * MS, rel=1e-12)

@@ -154,7 +154,8 @@ def launch(job: dict[str, Any], spec: Launch) -> list[dict[str, Any]]:
     Parameters
     ----------
     job
-        JSON-serialisable; ``job["kind"]`` names the worker (``comm`` or ``ddp``).
+        JSON-serialisable; ``job["kind"]`` names the worker (``comm``, ``ddp`` or
+        ``profile``).
     spec
         Processes, backend, threads and the time limit.
 
@@ -216,6 +217,10 @@ def _worker(argv: list[str]) -> int:
                                 timeout=timedelta(seconds=job["timeout_s"]))
         if job["kind"] == "comm":
             result = _comm_worker(job, rank)
+        elif job["kind"] == "profile":
+            from .profile_ranks import profile_worker
+
+            result = profile_worker(job, rank)
         else:
             from .bench_ddp import ddp_worker
 
