@@ -5,8 +5,9 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 
 1. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
    all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
-2. per model: ``profile --procs 2`` (two ranks computing at once, the same thread count as the
-   runs) before each round of its runs; its trace is the per-layer median of those profiles;
+2. per model: ``profile --procs 2 --grad-copy`` (two ranks computing at once, the same thread
+   count as the runs, DDP's copy of the gradients into its buckets timed in the backward)
+   before each round of its runs; its trace is the per-layer median of those profiles;
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
 4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan,
    ``--config-rounds`` rounds, each after its own profile (the median round per
@@ -121,7 +122,7 @@ def profile(d: Path, m: str, out: str, args: argparse.Namespace, env: dict[str, 
     factory, shape, dtype = MODELS[m]
     schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name", m,
              "--out", d / out, "--repeats", 10, "--warmup", 3, "--procs", args.profile_procs,
-             "--threads", args.threads, env=env)
+             "--threads", args.threads, *(["--grad-copy"] if args.grad_copy else []), env=env)
 
 
 def measure_model(d: Path, m: str, args: argparse.Namespace, env: dict[str, str]) -> None:
@@ -321,6 +322,8 @@ def main() -> None:
                     help="rounds of every configuration (the median is kept)")
     ap.add_argument("--profile-procs", type=int, default=2,
                     help="ranks computing at once while profiling (1: a lone process)")
+    ap.add_argument("--no-grad-copy", dest="grad_copy", action="store_false",
+                    help="profile without DDP's gradient copy (profile --grad-copy)")
     ap.add_argument("--max-load", type=float, default=1.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--skip-measure", action="store_true", help="reuse the runs in --out")

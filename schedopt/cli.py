@@ -663,6 +663,10 @@ def profile_cmd(
     timeout: Annotated[
         float, typer.Option("--timeout", help="With --procs N: seconds before a hung run stops.")
     ] = 600.0,
+    grad_copy: Annotated[
+        bool, typer.Option("--grad-copy", help="Time DDP's copy of every gradient into its "
+                           "bucket as part of the backward (traces for DDP runs).")
+    ] = False,
 ) -> None:
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
     from .integrations.torch import check_profile_options
@@ -671,29 +675,30 @@ def profile_cmd(
         check_profile_options(name, batch_size, repeats, warmup)
         if procs == 1:
             tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
-                               warmup, device)
+                               warmup, device, grad_copy)
         else:
             tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size, repeats,
-                                warmup, device, (procs, backend, threads, timeout))
+                                warmup, device, (procs, backend, threads, timeout), grad_copy)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
 
 
 def _profile_here(factory: str, input_shape: str, input_dtype: str, name: str,
-                  batch_size: int | None, repeats: int, warmup: int, device: str | None) -> Trace:
+                  batch_size: int | None, repeats: int, warmup: int, device: str | None,
+                  grad_copy: bool) -> Trace:
     """``profile`` in this process."""
     from .integrations.torch import build_model, profile_model, random_batch
 
     model = build_model(factory)
     batch = random_batch(input_shape, input_dtype)
     return profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
-                         repeats=repeats, warmup=warmup, device=device)
+                         repeats=repeats, warmup=warmup, device=device, grad_copy=grad_copy)
 
 
 def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
                    batch_size: int | None, repeats: int, warmup: int, device: str | None,
-                   launch: tuple[int, str, int, float]) -> Trace:
+                   launch: tuple[int, str, int, float], grad_copy: bool) -> Trace:
     """``profile --procs N``: N co-running local ranks."""
     from .integrations.bench import Launch
     from .integrations.profile_ranks import profile_ranks
@@ -705,7 +710,7 @@ def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
     spec = Launch(*launch).check()
     batch = batch_size or random_batch(input_shape, input_dtype).shape[0]
     return profile_ranks(factory, input_shape, input_dtype, name=name, batch_size=batch,
-                         repeats=repeats, warmup=warmup, spec=spec)
+                         repeats=repeats, warmup=warmup, spec=spec, grad_copy=grad_copy)
 
 
 @app.command("tune")

@@ -83,6 +83,24 @@ class _Tied(nn.Module):
         return {"logits": self.head(self.frozen(h) * self.scale)}
 
 
+def test_profile_grad_copy_copies_every_gradient_once_per_iteration() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 4))
+    plain = profile_model(model, torch.randn(5, 256), name="m", batch_size=5, repeats=2)
+    copied = profile_model(model, torch.randn(5, 256), name="m", batch_size=5, repeats=2,
+                           warmup=1, grad_copy=True)
+    assert [(t.name, t.bytes) for la in copied.layers for t in la.tensors] == [
+        (t.name, t.bytes) for la in plain.layers for t in la.tensors]
+    total = sum(t.bytes for la in plain.layers for t in la.tensors)
+    assert copied.source.startswith(plain.source.split(", 2 repeats")[0])
+    assert copied.source.endswith(f"(DDP's copy into its buckets): {total / 2**20:.1f} MiB "
+                                  "per iteration")
+    assert "copied" not in plain.source
+    # the hooks are gone: a later backward copies nothing and leaves no hook behind
+    model(torch.randn(5, 256)).mean().backward()
+    assert all(not p._post_accumulate_grad_hooks for p in model.parameters())
+
+
 def test_profile_tied_root_and_frozen_parameters() -> None:
     torch.manual_seed(0)
     model = _Tied()

@@ -171,6 +171,7 @@ def profile_model(
     warmup: int = 2,
     device: Any = None,
     optimizer: Any = None,
+    grad_copy: bool = False,
 ) -> Trace:
     """Measure a model's per-layer forward and backward times and gradient tensors.
 
@@ -198,6 +199,12 @@ def profile_model(
         ``None`` (``update_s`` = 0), ``"sgd"`` (a plain SGD step with learning rate 0, which
         leaves the weights unchanged) or an optimizer whose ``step()`` is timed (it changes
         the weights).
+    grad_copy
+        Copy every gradient, once ready, into a buffer of its own during the backward, and
+        time the copies as part of it: PyTorch DDP copies each gradient into its bucket in
+        its autograd hook, on the compute stream (with ``gradient_as_bucket_view`` too: the
+        gradients autograd produces are fresh tensors), so a trace for DDP runs includes
+        them. The trace's ``source`` states the bytes copied per iteration.
 
     Returns
     -------
@@ -229,10 +236,43 @@ def profile_model(
     loss_fn = loss_fn or _default_loss
     opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
     candidates = _layers(model)
-    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
-                    warmup + repeats, warmup)
-    return _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
-                        torch.__version__)
+    copies = _GradCopies(params) if grad_copy else None
+    try:
+        runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
+                        warmup + repeats, warmup)
+    finally:
+        if copies is not None:
+            copies.remove()
+    trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
+                         torch.__version__)
+    if copies is None:
+        return trace
+    per_iteration = copies.bytes / (warmup + repeats)
+    return Trace.model_validate({**trace.model_dump(exclude_none=True), "source": (
+        f"{trace.source}; every gradient copied into a buffer of its own in the backward "
+        f"(DDP's copy into its buckets): {per_iteration / 2**20:.1f} MiB per iteration")})
+
+
+class _GradCopies:
+    """Hooks that copy every gradient, once accumulated, into a buffer allocated once, as
+    DDP's reducer copies each gradient into its bucket during the backward."""
+
+    def __init__(self, params: list) -> None:
+        self.bytes = 0
+        self.handles = []
+        for _, p in params:
+            buf = p.detach().new_empty(p.shape)
+            self.handles.append(p.register_post_accumulate_grad_hook(
+                lambda q, buf=buf: self._copy(q, buf)))
+
+    def _copy(self, q: Any, buf: Any) -> None:
+        buf.copy_(q.grad)
+        self.bytes += buf.numel() * buf.element_size()
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for h in self.handles:
+            h.remove()
 
 
 def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates: list,
