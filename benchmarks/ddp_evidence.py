@@ -5,18 +5,20 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 
 1. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
    all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
-2. per model: ``profile --procs 2 --grad-copy`` (two ranks computing at once, the same thread
-   count as the runs, DDP's copy of the gradients into its buckets timed in the backward)
-   before each round of its runs; its trace is the per-layer median of those profiles;
+2. per model, before each round of its runs: ``profile --procs 2 --grad-copy`` (two ranks
+   computing at once, the same thread count as the runs, DDP's copy of the gradients into its
+   buckets timed in the backward: the trace of record), and for comparison the same without
+   the copy and one process alone without it (PROFILES); each trace is the per-layer median
+   of its profiles over the rounds;
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
 4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan,
    ``--config-rounds`` rounds, each after its own profile (the median round per
    configuration is its measurement);
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
    ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
-   not), and with ``s = s_c = 1`` (free overlap);
-6. ``calibrate`` (both slowdowns, per-collective overhead) leaving one configuration out, and
-   predicting it;
+   not), with ``s = s_c = 1`` (free overlap), and with the other profiles (VARIANTS);
+6. ``calibrate`` (both slowdowns, per-collective overhead; and with a compute scale per model)
+   leaving one configuration out, and predicting it;
 7. the measured gain: default DDP, the optimum and the optimum of the model without the
    communication slowdown (``s_c = 1``) alternately (``--rounds``), on the model with the
    largest predicted gain of either.
@@ -49,14 +51,25 @@ from schedopt.files import load_cluster, load_trace
 from schedopt.plan import Plan
 from schedopt.trace import median_trace
 
-#: Cluster variants validated: name -> fields replaced in the fitted cluster (none: as fitted).
-VARIANTS: dict[str, dict[str, float]] = {
-    "loopback": {},
-    "loopback-sc1": {"comm_slowdown": 1.0},
-    "loopback-s1": {"overlap_slowdown": 1.0, "comm_slowdown": 1.0},
+#: Profiles taken before every round of runs: suffix of the trace file -> (what it is,
+#: ``profile`` options). The first is the trace of record (optimized, emitted, calibrated).
+PROFILES: dict[str, tuple[str, list[str]]] = {
+    "": ("2 co-running ranks, DDP's gradient copy", ["--procs", "2", "--grad-copy"]),
+    "-plain": ("2 co-running ranks, no copy", ["--procs", "2"]),
+    "-alone": ("one process alone, no copy", []),
+}
+#: Predictions validated: name -> (fields replaced in the fitted cluster, profile suffix).
+VARIANTS: dict[str, tuple[dict[str, float], str]] = {
+    "loopback": ({}, ""),
+    "loopback-sc1": ({"comm_slowdown": 1.0}, ""),
+    "loopback-s1": ({"overlap_slowdown": 1.0, "comm_slowdown": 1.0}, ""),
+    "plain": ({}, "-plain"),
+    "alone": ({}, "-alone"),
 }
 VARIANT_NAMES = {"loopback": "measured s and s_c", "loopback-sc1": "measured s, s_c = 1",
-                 "loopback-s1": "s = s_c = 1"}
+                 "loopback-s1": "s = s_c = 1",
+                 "plain": "measured s and s_c, profile without the copy",
+                 "alone": "measured s and s_c, profile of one process alone"}
 MODELS = {  # name: (factory, input shape, input dtype)
     "mlp": ("benchmarks.ddp_models:mlp", "32,1536", "float32"),
     "bert_small": ("benchmarks.ddp_models:bert_small", "2,64", "int64"),
@@ -110,26 +123,27 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
              args.threads, "--out", d / "loopback2.txt", env=env)
     print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
     cl = json.loads((d / "loopback.json").read_text())
-    for name, over in VARIANTS.items():
+    for name, (over, _) in VARIANTS.items():
         if over:
             (d / f"{name}.json").write_text(json.dumps({**cl, "name": name, **over}))
     for m in MODELS:
         measure_model(d, m, args, env)
 
 
-def profile(d: Path, m: str, out: str, args: argparse.Namespace, env: dict[str, str]) -> None:
-    """``profile`` of model ``m`` on 2 co-running ranks into ``d / out``."""
+def profile(d: Path, m: str, r: int, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Round ``r``'s profiles of model ``m`` (every entry of PROFILES), one after the other."""
     factory, shape, dtype = MODELS[m]
-    schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name", m,
-             "--out", d / out, "--repeats", 10, "--warmup", 3, "--procs", args.profile_procs,
-             "--threads", args.threads, *(["--grad-copy"] if args.grad_copy else []), env=env)
+    for suffix, (_, options) in PROFILES.items():
+        schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
+                 m, "--out", d / f"{m}{suffix}-prof{r}.json", "--repeats", 10, "--warmup", 3,
+                 "--threads", args.threads, *options, env=env)
 
 
 def measure_model(d: Path, m: str, args: argparse.Namespace, env: dict[str, str]) -> None:
     """Steps 2-4 for model ``m``: profiles, plans and ``--config-rounds`` rounds of runs."""
     factory, shape, dtype = MODELS[m]
     first = f"{m}-prof0.json"
-    profile(d, m, first, args, env)
+    profile(d, m, 0, args, env)
     for cl, out in (("loopback", f"{m}-opt.json"), ("loopback-sc1", f"{m}-opt-sc1.json")):
         schedopt("optimize", d / first, d / f"{cl}.json", "--target", "ddp", "--out", d / out,
                  "--json", env=env)
@@ -137,19 +151,22 @@ def measure_model(d: Path, m: str, args: argparse.Namespace, env: dict[str, str]
     rows: list[dict[str, str]] = []
     for r in range(args.config_rounds):
         if r:
-            profile(d, m, f"{m}-prof{r}.json", args, env)
+            profile(d, m, r, args, env)
         print(schedopt("bench-ddp", factory, "--input-shape", shape, "--input-dtype", dtype,
                        "--trace", d / first, "--cluster", d / "loopback.json", *specs,
                        "--plan", d / f"{m}-opt.json", "--iters", args.iters, "--warmup", 5,
                        "--threads", args.threads, "--out", d / f"{m}-round{r}.csv", env=env))
         rows += read_rows(d / f"{m}-round{r}.csv")
-    merged = median_trace([load_trace(d / f"{m}-prof{r}.json")
-                           for r in range(args.config_rounds)],
-                          source=f"median of {args.config_rounds} profiles on "
-                                 f"{args.profile_procs} ranks, one before each round of runs")
-    (d / f"{m}.json").write_text(merged.model_dump_json(exclude_none=True))
-    for out in (f"{m}-opt.json", f"{m}-opt-sc1.json"):
-        rebind(d / out, merged, d / "loopback.json")
+    for suffix, (what, _) in PROFILES.items():
+        merged = median_trace([load_trace(d / f"{m}{suffix}-prof{r}.json")
+                               for r in range(args.config_rounds)],
+                              source=f"median of {args.config_rounds} profiles ({what}), one "
+                                     "before each round of runs")
+        (d / f"{m}{suffix}.json").write_text(merged.model_dump_json(exclude_none=True))
+        if suffix:
+            (d / f"{m}-opt{suffix}.json").write_text((d / f"{m}-opt.json").read_text())
+        for out in (f"{m}-opt{suffix}.json", *([] if suffix else [f"{m}-opt-sc1.json"])):
+            rebind(d / out, merged, d / "loopback.json")
     write_rows(d / f"{m}-rounds.csv", rows, trace=f"{m}.json")
     write_rows(d / f"{m}-runs.csv", medians(read_rows(d / f"{m}-rounds.csv")))
 
@@ -186,15 +203,15 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
     rows = [r for m in MODELS for r in read_rows(d / f"{m}-runs.csv")]
     table: list[tuple[str, str, str]] = []
     per_row: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-    for variant in VARIANTS:
+    for variant, (over, suffix) in VARIANTS.items():
         f = "runs.csv" if variant == "loopback" else f"runs-{variant}.csv"
-        write_rows(d / f, rows, **({} if variant == "loopback" else
-                                   {"cluster": f"{variant}.json"}))
+        write_rows(d / f, [on_profile(r, suffix) for r in rows],
+                   **({"cluster": f"{variant}.json"} if over else {}))
         rep = validate(d / f, env)
         table.append(("all rows", f"predicted, {VARIANT_NAMES[variant]}", f"mean |error| "
                       f"{rep['mean_abs_error'] * 100:.1f}%, max {rep['max_abs_error'] * 100:.1f}%"))
-        for r in rep["rows"]:
-            per_row.setdefault((r["trace"], config_of(r["policy"])), []).append(
+        for row, r in zip(rows, rep["rows"], strict=True):  # keyed by the row of record
+            per_row.setdefault((row["trace"], config_of(row["policy"])), []).append(
                 (r["measured_s"], r["predicted_s"], r["error"]))
     heads = " | ".join(f"predicted ms ({VARIANT_NAMES[v]}) | error" for v in VARIANTS)
     print(f"| model | configuration | measured ms | {heads} |\n|"
@@ -210,6 +227,17 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
 FITS = {"s, s_c, overhead": "overlap_slowdown,comm_slowdown,collective_overhead",
         "s, s_c, overhead, compute per model":
             "overlap_slowdown,comm_slowdown,collective_overhead,compute_scale"}
+
+
+def on_profile(row: dict[str, str], suffix: str) -> dict[str, str]:
+    """``row`` on the profile ``suffix`` of PROFILES (its plan rebound to that trace)."""
+    if not suffix:
+        return row
+    stem = Path(row["trace"]).stem
+    out = {**row, "trace": f"{stem}{suffix}.json"}
+    if row["policy"].startswith("plan:"):
+        out["policy"] = f"plan:{stem}-opt{suffix}.json"
+    return out
 
 
 def leave_one_out(d: Path, rows: list[dict[str, str]], env: dict[str, str]
@@ -320,10 +348,6 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--config-rounds", type=int, default=3,
                     help="rounds of every configuration (the median is kept)")
-    ap.add_argument("--profile-procs", type=int, default=2,
-                    help="ranks computing at once while profiling (1: a lone process)")
-    ap.add_argument("--no-grad-copy", dest="grad_copy", action="store_false",
-                    help="profile without DDP's gradient copy (profile --grad-copy)")
     ap.add_argument("--max-load", type=float, default=1.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--skip-measure", action="store_true", help="reuse the runs in --out")
