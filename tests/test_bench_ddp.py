@@ -123,12 +123,18 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
+def _profile(name: str, *extra: str) -> None:
+    """``profile`` of the tiny model into ``NAME.json`` (2 repeats, 1 warm-up)."""
+    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
+                            name, "--out", f"{name}.json", "--repeats", "2", "--warmup", "1",
+                            *extra]))
+
+
 @pytest.mark.torch
 @pytest.mark.slow
 def test_end_to_end(workdir: Path) -> None:
     pytest.importorskip("torch")
-    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
-                            "tiny", "--out", "tiny.json", "--repeats", "2", "--warmup", "1"]))
+    _profile("tiny")
     _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "4K:4M", "--iters", "2",
                             "--warmup", "1", "--overlap-repeats", "1", "--overlap-bytes",
                             "4194304", "--out", "comm2.txt", "--timeout", "120"]))
@@ -212,11 +218,8 @@ def test_hanging_rank_is_one_line(workdir: Path) -> None:
 @pytest.mark.slow
 def test_profile_on_ranks(workdir: Path) -> None:
     pytest.importorskip("torch")
-    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
-                            "alone", "--out", "alone.json", "--repeats", "2", "--warmup", "1"]))
-    _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32", "--name",
-                            "ranks", "--out", "ranks.json", "--repeats", "2", "--warmup", "1",
-                            "--procs", "2", "--timeout", "120"]))
+    _profile("alone")
+    _profile("ranks", "--procs", "2", "--timeout", "120")
     alone, ranks = load_trace("alone.json"), load_trace("ranks.json")
     assert [(lay.name, [(t.name, t.bytes) for t in lay.tensors]) for lay in ranks.layers] == [
         (lay.name, [(t.name, t.bytes) for t in lay.tensors]) for lay in alone.layers]
