@@ -223,11 +223,7 @@ def profile_model(
         unsupported dtype, or no torch.
     """
     torch = _torch()
-    if not name:
-        raise SchedoptError("must not be empty", "name", name)
-    if not 1 <= repeats <= MAX_REPEATS or not 0 <= warmup <= MAX_REPEATS:
-        raise SchedoptError(f"repeats must be 1 to {MAX_REPEATS:,} and warmup 0 to "
-                            f"{MAX_REPEATS:,}", "repeats", (repeats, warmup))
+    _check_counts(name, repeats, warmup)
     dev = _place(model, device)
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
@@ -237,20 +233,20 @@ def profile_model(
     opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
     candidates = _layers(model)
     copies = _GradCopies(params) if grad_copy else None
-    try:
-        runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
-                        warmup + repeats, warmup)
-    finally:
-        if copies is not None:
-            copies.remove()
+    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
+                    warmup + repeats, warmup, copies)
     trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
                          torch.__version__)
-    if copies is None:
-        return trace
-    per_iteration = copies.bytes / (warmup + repeats)
-    return Trace.model_validate({**trace.model_dump(exclude_none=True), "source": (
-        f"{trace.source}; every gradient copied into a buffer of its own in the backward "
-        f"(DDP's copy into its buckets): {per_iteration / 2**20:.1f} MiB per iteration")})
+    return trace if copies is None else copies.noted(trace, warmup + repeats)
+
+
+def _check_counts(name: str, repeats: int, warmup: int) -> None:
+    """A trace name, and measured and discarded iterations within bounds."""
+    if not name:
+        raise SchedoptError("must not be empty", "name", name)
+    if not 1 <= repeats <= MAX_REPEATS or not 0 <= warmup <= MAX_REPEATS:
+        raise SchedoptError(f"repeats must be 1 to {MAX_REPEATS:,} and warmup 0 to "
+                            f"{MAX_REPEATS:,}", "repeats", (repeats, warmup))
 
 
 class _GradCopies:
@@ -274,12 +270,21 @@ class _GradCopies:
         for h in self.handles:
             h.remove()
 
+    def noted(self, trace: Trace, iterations: int) -> Trace:
+        """``trace`` with the copies stated in its ``source``."""
+        per_iteration = self.bytes / iterations
+        return Trace.model_validate({**trace.model_dump(exclude_none=True), "source": (
+            f"{trace.source}; every gradient copied into a buffer of its own in the backward "
+            f"(DDP's copy into its buckets): {per_iteration / 2**20:.1f} MiB per iteration")})
+
 
 def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates: list,
              loss_fn: Callable[[Any], Any], opt: Any, iterations: int,
-             warmup: int) -> list[dict[str, Any]]:
+             warmup: int, copies: _GradCopies | None = None) -> list[dict[str, Any]]:
     """Run ``iterations`` training steps with timing hooks; the raw figures of those after
-    ``warmup``. A failure of the user's model becomes one line naming the input and device."""
+    ``warmup``. ``copies`` (hooks registered before the timing hooks, so each gradient's
+    copy ends before its time is taken) are removed at the end with them. A failure of the
+    user's model becomes one line naming the input and device."""
     clock = _Clock(dev)
     fwd_marks: list[tuple[int, Any]] = []
     grad_marks: list[tuple[int, Any]] = []
@@ -320,6 +325,8 @@ def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates
     finally:
         for h in handles:
             h.remove()
+        if copies is not None:
+            copies.remove()
         model.zero_grad(set_to_none=True)
         model.train(was_training)
     return runs
