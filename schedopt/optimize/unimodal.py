@@ -45,6 +45,7 @@ grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -204,6 +205,10 @@ class _Tables:
     rest_max: np.ndarray  # most work of buckets in the units of k's layer after k
     rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
     q_env: np.ndarray  # lower envelope of the forward tails from k on
+    late_fit: np.ndarray  # least fit[k'] + pp[k' + 1] over the late buckets ending at k' >= k
+    e_key: np.ndarray  # pp[k + 1] + q_env[k] (non-decreasing)
+    r_key: np.ndarray  # r[k] + pp[k + 1] + q_env[k] (non-decreasing: releases in ready order)
+    layer_last: np.ndarray  # last unit of every unit's layer
 
 
 def _tables(inst: Instance, levels: int) -> _Tables:
@@ -234,11 +239,15 @@ def _tables(inst: Instance, levels: int) -> _Tables:
             rest_max[k] = a + np.int64(p[k + 1]) + (rest_max[k + 1] if inside[k + 1] else 0)
             rest_min_upd[k] = (min(upd_unit[k + 1], rest_min_upd[k + 1]) if inside[k + 1]
                                else upd_unit[k + 1])
+    pp = np.r_[0, np.cumsum(p)].astype(np.int64)
+    q_env = np.minimum.accumulate(q[::-1])[::-1]
+    ends = np.flatnonzero(~inside)
+    fit = np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a
     return _Tables(
-        n=n, r=r, q=q, pp=np.r_[0, np.cumsum(p)].astype(np.int64), p=p, a=a,
+        n=n, r=r, q=q, pp=pp, p=p, a=a,
         rest=np.r_[np.cumsum(p[::-1])[::-1][1:], 0].astype(np.int64) + a,
         r_last=r[n - 1], peak_min=r[n - 1] + a + np.int64(p[-1]),
-        fit=np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a,
+        fit=fit,
         upd_in=upd_in, upd_own=upd_own, layer=inst.layer.astype(np.int64),
         first=inst.layer_first_unit,
         # the peak (the bucket of the last unit, the last of its gating layer) ends no earlier
@@ -247,13 +256,19 @@ def _tables(inst: Instance, levels: int) -> _Tables:
         peak_need=a + np.int64(p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1],
         inside=inside, one_left=inside & np.r_[~inside[1:], False],
         rest_max=rest_max, rest_min_upd=rest_min_upd,
-        q_env=np.minimum.accumulate(q[::-1])[::-1],
+        q_env=q_env,
+        late_fit=np.r_[np.minimum.accumulate((fit + pp[1:])[:-1][::-1])[::-1], _BIG],
+        e_key=pp[1:] + q_env, r_key=r + pp[1:] + q_env,
+        layer_last=ends[np.searchsorted(ends, np.arange(n))],
     )
 
 
 #: The columns of a state: end of the early chain, the late slack, the update part of the
 #: open layer, the cut position, the parent state, the side (1 early) and the promise.
 _COLUMNS = ("e", "nu", "ug", "pos", "parent", "early", "next")
+
+#: Bits of the ``dom`` column: the state's early (late) buckets are dominated (module docs).
+_DOM_EARLY, _DOM_LATE = 1, 2
 
 
 class _Store:
@@ -273,9 +288,11 @@ class _Store:
         self.size += m
 
     def live(self, idx: np.ndarray) -> _Live:
+        """The columns of the states ``idx`` (none dominated, no death step yet)."""
         c = self.cols
+        zero = np.zeros(len(idx), np.int64)
         return _Live(idx, c["e"][idx], c["nu"][idx], c["ug"][idx], c["pos"][idx],
-                     c["next"][idx])
+                     c["next"][idx], zero, zero)
 
 
 @dataclass(frozen=True)
@@ -288,10 +305,30 @@ class _Live:
     ug: np.ndarray
     pos: np.ndarray
     promise: np.ndarray
+    dom: np.ndarray  # bits _DOM_EARLY, _DOM_LATE: sides left to dominating states
+    death: np.ndarray  # the step from which the state is dead (:func:`_death`)
 
     def keep(self, mask: np.ndarray) -> _Live:
-        return _Live(self.idx[mask], self.e[mask], self.nu[mask], self.ug[mask],
-                     self.pos[mask], self.promise[mask])
+        return _Live(*[getattr(self, f)[mask] for f in _LIVE_FIELDS])
+
+    def alive(self, k: int) -> _Live:
+        """The states still alive at step ``k``."""
+        ok = self.death > k
+        return self if ok.all() else self.keep(ok)
+
+
+_LIVE_FIELDS = ("idx", "e", "nu", "ug", "pos", "promise", "dom", "death")
+
+
+def _cat(*parts: _Live) -> _Live:
+    """Sets of live states as one."""
+    parts = tuple(p for p in parts if len(p.idx))
+    if len(parts) <= 1:
+        return parts[0] if parts else _EMPTY
+    return _Live(*[np.concatenate([getattr(p, f) for p in parts]) for f in _LIVE_FIELDS])
+
+
+_EMPTY = _Live(*[np.zeros(0, dtype=np.int64) for _ in _LIVE_FIELDS])
 
 
 def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
@@ -305,19 +342,42 @@ def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
     return first_live
 
 
-def _prune(t: _Tables, lam: int, k: int, first_live: int, live: _Live) -> _Live:
-    """Drop the states that can start no bucket ending at ``k`` or later: a bucket too long
-    (``first_live``); a promise about a layer already passed; an early chain too late for an
-    early bucket (its end and tail only grow with k) and for a late one (the late work from the
-    state on plus its tail must fit after e); or a peak too late."""
-    pos, e = live.pos, live.e
+def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndarray:
+    """The first step at which each state, taken in at step ``k``, can start no bucket ending
+    then or later (every test below only grows with the step): a bucket too long (``fl``,
+    the first live cut position per step); a promise about a layer already passed; an early
+    chain too late for an early bucket (its end and tail only grow with k) and for a late one
+    (the late work from the state on plus its tail must fit after e); or a peak too late.
+    With :data:`TIGHT_PRUNE`, the early side also dies once the whole rest after
+    ``max(e, r_k)`` cannot end by ``nu``, and the late side once a late bucket and the rest
+    cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``)."""
+    pos, e, nu = live.pos, live.e, live.nu
     stay = live.promise >= Promise.STAY  # promises of a cut inside a layer, about that layer
-    rest_from = t.pp[t.n] - t.pp[pos + 1] + 2 * t.a
-    kill = (pos + 1 < first_live) | (stay & (t.layer[np.maximum(pos, 0)] != t.layer[k])) | (
-        (np.maximum(e, t.r[k]) + t.a + t.pp[k + 1] - t.pp[pos + 1] + t.q_env[k] > lam)
-        & (e + rest_from + t.q_env[k] > lam)) | (
-        ~stay & (np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam))
-    return live.keep(~kill) if kill.any() else live
+    pp1 = t.pp[pos + 1]
+    rest_from = t.pp[t.n] - pp1 + 2 * t.a
+    x = lam - t.a + pp1
+    early = np.minimum(np.searchsorted(t.e_key, x - e, side="right"),
+                       np.searchsorted(t.r_key, x, side="right"))
+    late = np.searchsorted(t.q_env, lam - e - rest_from, side="right")
+    if TIGHT_PRUNE:
+        early = np.where(e + rest_from - t.a > nu, k, np.minimum(
+            early, np.searchsorted(t.r, nu - rest_from + t.a, side="right")))
+        late = np.where(nu - e < rest_from, k, np.minimum(
+            late, np.searchsorted(t.late_fit, nu + pp1 - t.a, side="right")))
+    death = np.minimum(np.maximum(early, late), np.searchsorted(fl, pos + 1, side="right"))
+    peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
+    return np.where(stay, np.minimum(death, t.layer_last[np.maximum(pos, 0)] + 1),
+                    np.where(peak_late, k, death))
+
+
+def _first_lives(t: _Tables, lam: int) -> np.ndarray:
+    """:func:`_first_live` at every step (non-decreasing)."""
+    out = np.zeros(t.n, dtype=np.int64)
+    first_live = 0
+    for k in range(t.n):
+        first_live = _first_live(t, lam, k, first_live)
+        out[k] = first_live
+    return out
 
 
 @dataclass(frozen=True)
@@ -348,8 +408,10 @@ def _bucket(t: _Tables, k: int, live: _Live) -> _Bucket:
     return _Bucket(d=d, ug=ug, q_base=q_base,
                    q_own=q_base + (t.upd_own[k + 1] - t.upd_own[pos + 1]),
                    e_new=np.maximum(live.e, t.r[k]) + d, allowed=allowed,
-                   may_late=allowed & (promise != Promise.STAY_EARLY),
-                   may_close_early=allowed & (promise != Promise.STAY_LATE))
+                   may_late=allowed & (promise != Promise.STAY_EARLY)
+                   & (live.dom & _DOM_LATE == 0),
+                   may_close_early=allowed & (promise != Promise.STAY_LATE)
+                   & (live.dom & _DOM_EARLY == 0))
 
 
 #: One side of a transition: the tail of the new bucket and the mask of the states allowed.
@@ -438,6 +500,85 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
                          parent=cs[keep], early=cl[keep], next=np.full(len(keep), tg))
 
 
+#: Prune with the slack between ``e`` and ``nu`` too (module docs).
+TIGHT_PRUNE = True
+
+#: Drop the sides of states dominated by states at later cut positions (module docs).
+CROSS_DOMINANCE = True
+
+
+class _Pools:
+    """The live states of one test, by kind, and which of them each step examines.
+
+    States whose cut lies inside a layer with a promise to stay in it (``stay``) are few and
+    examined at every step. The others (``free``) are all examined at the steps whose bucket
+    may leave a state inside a layer (the tails of those states depend on where their bucket
+    starts); at the other steps (a cut between layers, or the last unit: *role steps*) only
+    those with a side that no state at a later cut position dominates are (``role``, see
+    :meth:`_dominate`). Every state gets its death step when taken in (:func:`_death`); a
+    pool drops its dead states when a step examines it."""
+
+    def __init__(self, t: _Tables, store: _Store, lam: int, roles: bool) -> None:
+        self.t, self.store, self.lam, self.roles = t, store, lam, roles
+        self.fl = _first_lives(t, lam)
+        self.free = self.stay = self.role = store.live(np.zeros(0, dtype=np.int64))
+        self.seen, self.size = 0, 0
+        self.pending: list[_Live] = []  # taken in since the free pool was last examined
+        last = t.layer[t.n - 1]
+        self.role_step = ~t.inside & ((t.layer != last) | (np.arange(t.n) == t.n - 1))
+
+    def step(self, k: int) -> _Live:
+        """The states to examine at step ``k``, after taking in the new ones."""
+        t, store = self.t, self.store
+        new = store.live(np.arange(self.seen, store.size))
+        self.seen = store.size
+        new = dataclasses.replace(new, death=_death(t, self.lam, k, self.fl, new))
+        new = new.alive(k)
+        stay = new.promise >= Promise.STAY
+        self.stay = _cat(self.stay, new.keep(stay)).alive(k)
+        new_free = new.keep(~stay)
+        self.pending.append(new_free)
+        if self.roles:
+            self.role = _cat(self._dominate(self.role, new_free), new_free)
+        if self.roles and self.role_step[k]:
+            self.role = self.role.alive(k)
+            live = self.role
+        else:
+            self.free = _cat(self.free, *self.pending)
+            self.pending = []
+            self.free = self.free.alive(k)
+            live = dataclasses.replace(self.free, dom=np.zeros(len(self.free.idx), np.int64))
+        self.size = len(live.idx) + len(self.stay.idx)
+        return _cat(live, self.stay)
+
+    def _dominate(self, role: _Live, new: _Live) -> _Live:
+        """Mark the sides of the role states that the new states between layers dominate,
+        and drop the states with both sides dominated.
+
+        A state ``d`` at cut ``j'`` (between layers) dominates the early side of a state
+        ``s`` at an earlier cut ``j`` when ``e_d - P(j') <= e_s - P(j)`` and
+        ``nu_d >= nu_s`` (``P`` the bandwidth work up to the cut): at every later role step
+        its early bucket ends no later with no smaller slack; the late side when
+        ``e_d <= e_s`` and ``nu_d + P(j') >= nu_s + P(j)``. At role steps the tails of
+        both buckets are equal (they hold the whole update prefix), so the dominated
+        bucket's state is no better than the other's."""
+        d = new.promise == Promise.NONE
+        if not d.any() or len(role.idx) == 0:
+            return role
+        srt = np.argsort(new.e[d], kind="stable")
+        e_d, nu_d = new.e[d][srt], np.maximum.accumulate(new.nu[d][srt])
+        pp = self.t.pp
+        shift = pp[int(new.pos[d][0]) + 1]
+        at = pp[role.pos + 1]
+        i = np.searchsorted(e_d, role.e - at + shift, side="right") - 1
+        dom = np.where((i >= 0) & (nu_d[np.maximum(i, 0)] >= role.nu), _DOM_EARLY, 0)
+        i = np.searchsorted(e_d, role.e, side="right") - 1
+        dom |= np.where((i >= 0) & (nu_d[np.maximum(i, 0)] >= role.nu + at),
+                        _DOM_LATE, 0)
+        dom |= role.dom
+        role = dataclasses.replace(role, dom=dom)
+        return role.keep(dom != _DOM_EARLY | _DOM_LATE)
+
 def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
                 deadline: float | None = None, levels: int = 0, grid: int = 0,
                 pairs: bool = True, max_states: int | None = None,
@@ -457,19 +598,16 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
     store.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
                  pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
                  next=np.array([0]))
-    first_live, seen = 0, 0
-    live_idx = np.zeros(0, dtype=np.int64)
+    pools = _Pools(t, store, lam, roles=CROSS_DOMINANCE and bool(np.array_equal(t.upd_in,
+                                                                                t.upd_own)))
     for k in range(t.n):
         if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
             return Outcome.TIMEOUT, []
-        first_live = _first_live(t, lam, k, first_live)
-        live = _prune(t, lam, k, first_live, store.live(np.r_[live_idx,
-                                                               np.arange(seen, store.size)]))
-        live_idx, seen = live.idx, store.size
-        if len(live_idx) > limit:
+        live = pools.step(k)
+        if pools.size > limit:
             return Outcome.TOO_MANY_STATES, []
         if work is not None:
-            work[0] += len(live_idx) + STEP_STATES
+            work[0] += len(live.idx) + STEP_STATES
             if max_work is not None and work[0] > max_work:
                 return Outcome.TIMEOUT, []
         b = _bucket(t, k, live)
@@ -482,7 +620,7 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
             return Outcome.INFEASIBLE, []
         if not want_plan:
             return Outcome.FEASIBLE, []
-        src = int(live_idx[np.flatnonzero(ok)[0]])
+        src = int(live.idx[np.flatnonzero(ok)[0]])
         cols = store.cols
         return Outcome.FEASIBLE, _backtrack(src, k, cols["pos"], cols["parent"],
                                             cols["early"] > 0)
