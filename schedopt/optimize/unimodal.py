@@ -524,6 +524,7 @@ class _Pools:
         self.free = self.stay = self.role = store.live(np.zeros(0, dtype=np.int64))
         self.seen, self.size = 0, 0
         self.pending: list[_Live] = []  # taken in since the free pool was last examined
+        self.waiting: dict[int, list[_Live]] = {}  # dominators by the step they start at
         last = t.layer[t.n - 1]
         self.role_step = ~t.inside & ((t.layer != last) | (np.arange(t.n) == t.n - 1))
 
@@ -539,7 +540,17 @@ class _Pools:
         new_free = new.keep(~stay)
         self.pending.append(new_free)
         if self.roles:
-            self.role = _cat(self._dominate(self.role, new_free), new_free)
+            # a state between layers dominates from the next step, one with a promise to leave
+            # its layer once the steps have left that layer
+            if len(new_free.idx):
+                cut = int(new_free.pos[0])
+                leave = new_free.promise == Promise.LEAVE
+                self.waiting.setdefault(int(t.layer_last[cut]) + 1, []).append(
+                    new_free.keep(leave))
+                self.waiting.setdefault(k, []).append(new_free.keep(~leave))
+            for d in self.waiting.pop(k, []):
+                self.role = self._dominate(self.role, d)
+            self.role = _cat(self.role, new_free)
         if self.roles and self.role_step[k]:
             self.role = self.role.alive(k)
             live = self.role
@@ -552,32 +563,36 @@ class _Pools:
         return _cat(live, self.stay)
 
     def _dominate(self, role: _Live, new: _Live) -> _Live:
-        """Mark the sides of the role states that the new states between layers dominate,
-        and drop the states with both sides dominated.
+        """Mark the sides of the role states that the states ``new`` (one cut, between
+        layers or with a promise to leave a layer already passed) dominate, and drop the
+        states with both sides dominated.
 
-        A state ``d`` at cut ``j'`` (between layers) dominates the early side of a state
+        A state ``d`` at cut ``j'`` dominates the early side of a state
         ``s`` at an earlier cut ``j`` when ``e_d - P(j') <= e_s - P(j)`` and
         ``nu_d >= nu_s`` (``P`` the bandwidth work up to the cut): at every later role step
         its early bucket ends no later with no smaller slack; the late side when
         ``e_d <= e_s`` and ``nu_d + P(j') >= nu_s + P(j)``. At role steps the tails of
         both buckets are equal (they hold the whole update prefix), so the dominated
         bucket's state is no better than the other's."""
-        d = new.promise == Promise.NONE
-        if not d.any() or len(role.idx) == 0:
+        if len(new.idx) == 0 or len(role.idx) == 0:
             return role
-        srt = np.argsort(new.e[d], kind="stable")
-        e_d, nu_d = new.e[d][srt], np.maximum.accumulate(new.nu[d][srt])
+        srt = np.argsort(new.e, kind="stable")
+        e_d, nu_d = new.e[srt], np.maximum.accumulate(new.nu[srt])
         pp = self.t.pp
-        shift = pp[int(new.pos[d][0]) + 1]
+        cut = int(new.pos[0])
+        shift = pp[cut + 1]
+        earlier = role.pos < cut  # only states at earlier cuts are dominated
         at = pp[role.pos + 1]
         i = np.searchsorted(e_d, role.e - at + shift, side="right") - 1
-        dom = np.where((i >= 0) & (nu_d[np.maximum(i, 0)] >= role.nu), _DOM_EARLY, 0)
+        dom = np.where(earlier & (i >= 0) & (nu_d[np.maximum(i, 0)] >= role.nu), _DOM_EARLY,
+                       0)
         i = np.searchsorted(e_d, role.e, side="right") - 1
-        dom |= np.where((i >= 0) & (nu_d[np.maximum(i, 0)] >= role.nu + at),
+        dom |= np.where(earlier & (i >= 0) & (nu_d[np.maximum(i, 0)] + shift >= role.nu + at),
                         _DOM_LATE, 0)
         dom |= role.dom
         role = dataclasses.replace(role, dom=dom)
         return role.keep(dom != _DOM_EARLY | _DOM_LATE)
+
 
 def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
                 deadline: float | None = None, levels: int = 0, grid: int = 0,
