@@ -328,6 +328,15 @@ def _cat(*parts: _Live) -> _Live:
     return _Live(*[np.concatenate([getattr(p, f) for p in parts]) for f in _LIVE_FIELDS])
 
 
+def _split(live: _Live, mask: np.ndarray) -> tuple[_Live, _Live]:
+    """The states where ``mask`` holds, and the others."""
+    if not mask.any():
+        return _EMPTY, live
+    if mask.all():
+        return live, _EMPTY
+    return live.keep(mask), live.keep(~mask)
+
+
 _EMPTY = _Live(*[np.zeros(0, dtype=np.int64) for _ in _LIVE_FIELDS])
 
 
@@ -535,19 +544,17 @@ class _Pools:
         self.seen = store.size
         new = dataclasses.replace(new, death=_death(t, self.lam, k, self.fl, new))
         new = new.alive(k)
-        stay = new.promise >= Promise.STAY
-        self.stay = _cat(self.stay, new.keep(stay)).alive(k)
-        new_free = new.keep(~stay)
+        new_stay, new_free = _split(new, new.promise >= Promise.STAY)
+        self.stay = _cat(self.stay, new_stay).alive(k)
         self.pending.append(new_free)
         if self.roles:
             # a state between layers dominates from the next step, one with a promise to leave
             # its layer once the steps have left that layer
             if len(new_free.idx):
                 cut = int(new_free.pos[0])
-                leave = new_free.promise == Promise.LEAVE
-                self.waiting.setdefault(int(t.layer_last[cut]) + 1, []).append(
-                    new_free.keep(leave))
-                self.waiting.setdefault(k, []).append(new_free.keep(~leave))
+                leave, between = _split(new_free, new_free.promise == Promise.LEAVE)
+                self.waiting.setdefault(int(t.layer_last[cut]) + 1, []).append(leave)
+                self.waiting.setdefault(k, []).append(between)
             for d in self.waiting.pop(k, []):
                 self.role = self._dominate(self.role, d)
             self.role = _cat(self.role, new_free)
@@ -591,7 +598,8 @@ class _Pools:
                         _DOM_LATE, 0)
         dom |= role.dom
         role = dataclasses.replace(role, dom=dom)
-        return role.keep(dom != _DOM_EARLY | _DOM_LATE)
+        both = dom == _DOM_EARLY | _DOM_LATE
+        return role.keep(~both) if both.any() else role
 
 
 def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
