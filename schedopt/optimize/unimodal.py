@@ -38,7 +38,12 @@ out too (the constant bounds keep their plan-independent part).
 Pruning, all exact: an early chain ending before the next release is stored as ending then;
 the remaining work must fit between ``e`` and ``nu`` and after every later release; and the
 peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``. Only
-live states are sources: a state is dropped once no bucket from it can end at ``k`` or later.
+live states are sources: a state is dropped once no bucket from it can end at ``k`` or later
+(its death step is found once, :func:`_death`; with :data:`TIGHT_PRUNE` also from the slack
+between ``e`` and ``nu``). At the steps whose cut lies between layers a bucket's tail does
+not depend on where it starts, so a state at a later cut dominates the early (late) buckets of
+one at an earlier cut ``j`` when it is no worse after shifting ``e`` (``nu``) by the work
+between the cuts (:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
 grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 """
@@ -77,6 +82,12 @@ GRID_FIRST_SKEW = 4
 #: After the grid phase, grid tests this many times finer look for a better plan just below the
 #: best period (near the optimum they often find it, so that one exact test then proves it).
 FINE_GRID_DIVISOR = 8
+
+#: Prune with the slack between ``e`` and ``nu`` too (module docs).
+TIGHT_PRUNE = True
+
+#: Drop the sides of states dominated by states at later cut positions (module docs).
+CROSS_DOMINANCE = True
 
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
@@ -508,12 +519,6 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
             store.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
                          parent=cs[keep], early=cl[keep], next=np.full(len(keep), tg))
 
-
-#: Prune with the slack between ``e`` and ``nu`` too (module docs).
-TIGHT_PRUNE = True
-
-#: Drop the sides of states dominated by states at later cut positions (module docs).
-CROSS_DOMINANCE = True
 
 
 class _Pools:
