@@ -181,6 +181,10 @@ class Promise(IntEnum):
     STAY_LATE = 4
 
 
+#: The promises as plain ints (faster in array comparisons).
+_P_NONE, _P_LEAVE, _STAY, _STAY_EARLY, _STAY_LATE = (int(p) for p in Promise)
+
+
 class Outcome(Enum):
     """The answer of one feasibility test at ``lam``."""
 
@@ -372,7 +376,7 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndar
     ``max(e, r_k)`` cannot end by ``nu``, and the late side once a late bucket and the rest
     cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``)."""
     pos, e, nu = live.pos, live.e, live.nu
-    stay = live.promise >= Promise.STAY  # promises of a cut inside a layer, about that layer
+    stay = live.promise >= _STAY  # promises of a cut inside a layer, about that layer
     pp1 = t.pp[pos + 1]
     rest_from = t.pp[t.n] - pp1 + 2 * t.a
     x = lam - t.a + pp1
@@ -420,17 +424,17 @@ def _bucket(t: _Tables, k: int, live: _Live) -> _Bucket:
     ones; an open debt of a late one forbids closing the layer with an early one."""
     promise, pos = live.promise, live.pos
     same = t.layer[np.maximum(pos, 0)] == t.layer[k]
-    allowed = (promise == Promise.NONE) | ((promise == Promise.LEAVE) & ~same) | (
-        (promise >= Promise.STAY) & same)
+    allowed = (promise == _P_NONE) | ((promise == _P_LEAVE) & ~same) | (
+        (promise >= _STAY) & same)
     d = t.a + t.pp[k + 1] - t.pp[pos + 1]
     ug = np.where(pos + 1 <= t.first[k], t.upd_in[pos + 1], live.ug)
     q_base = t.q[k] + ug
     return _Bucket(d=d, ug=ug, q_base=q_base,
                    q_own=q_base + (t.upd_own[k + 1] - t.upd_own[pos + 1]),
                    e_new=np.maximum(live.e, t.r[k]) + d, allowed=allowed,
-                   may_late=allowed & (promise != Promise.STAY_EARLY)
+                   may_late=allowed & (promise != _STAY_EARLY)
                    & (live.dom & _DOM_LATE == 0),
-                   may_close_early=allowed & (promise != Promise.STAY_LATE)
+                   may_close_early=allowed & (promise != _STAY_LATE)
                    & (live.dom & _DOM_EARLY == 0))
 
 
@@ -497,23 +501,30 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
             il = np.flatnonzero(mask & peak_ok & (
                 nu_new >= np.maximum(live.e + t.rest[k], t.fit[k])))
             nu_l = nu_new[il]
+        n_e, n_l = len(ie), len(il)
+        if n_e + n_l == 0:
+            continue
         # the remaining units are released at r[k + 1] or later: an early chain that ends
         # before that is as good as one that ends then (more states coincide)
-        ce = np.maximum(np.r_[b.e_new[ie], live.e[il]], t.r[k + 1])
-        cn = np.r_[live.nu[ie], nu_l]
-        cs = live.idx[np.r_[ie, il]]
-        cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
-        cu = np.r_[b.ug[ie], b.ug[il]] if stay else np.zeros(len(cs), dtype=np.int64)
-        ct = np.full(len(cs), int(tag))
+        src = np.concatenate((ie, il))
+        ce = np.maximum(np.concatenate((b.e_new[ie], live.e[il])), t.r[k + 1])
+        cn = np.concatenate((live.nu[ie], nu_l))
+        cs = live.idx[src]
+        cl = (np.arange(n_e + n_l) < n_e).astype(np.int64)
+        cu = b.ug[src] if stay else np.zeros(n_e + n_l, dtype=np.int64)
         if tag == Promise.STAY:  # an early bucket inside a layer keeps the promise it found
             found = live.promise[ie]
-            ct[:len(ie)] = np.where(found == Promise.STAY_EARLY, Promise.STAY_EARLY, np.where(
-                found == Promise.STAY_LATE, Promise.STAY_LATE, Promise.STAY))
+            ct = np.where(found == _STAY_EARLY, _STAY_EARLY, np.where(
+                found == _STAY_LATE, _STAY_LATE, _STAY))
+            tags = np.unique(ct).tolist()
+        else:
+            ct, tags = None, [int(tag)]
         if grid:
             ce = ce // grid * grid
             cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
-        for tg in np.unique(ct):
-            sel = np.flatnonzero(ct == tg)
+        for tg in tags:
+            sel = np.flatnonzero(ct == tg) if ct is not None and len(tags) > 1 else np.arange(
+                n_e + n_l)
             keep = sel[_pareto3(ce[sel], cn[sel], cu[sel]) if stay else _pareto(
                 ce[sel], cn[sel])]
             store.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
@@ -549,7 +560,7 @@ class _Pools:
         self.seen = store.size
         new = dataclasses.replace(new, death=_death(t, self.lam, k, self.fl, new))
         new = new.alive(k)
-        new_stay, new_free = _split(new, new.promise >= Promise.STAY)
+        new_stay, new_free = _split(new, new.promise >= _STAY)
         self.stay = _cat(self.stay, new_stay).alive(k)
         self.pending.append(new_free)
         if self.roles:
@@ -557,7 +568,7 @@ class _Pools:
             # its layer once the steps have left that layer
             if len(new_free.idx):
                 cut = int(new_free.pos[0])
-                leave, between = _split(new_free, new_free.promise == Promise.LEAVE)
+                leave, between = _split(new_free, new_free.promise == _P_LEAVE)
                 self.waiting.setdefault(int(t.layer_last[cut]) + 1, []).append(leave)
                 self.waiting.setdefault(k, []).append(between)
             for d in self.waiting.pop(k, []):
