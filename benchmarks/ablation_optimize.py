@@ -5,6 +5,7 @@ Usage::
     python benchmarks/ablation_optimize.py          # about 11 minutes, one worker, seed 0
     python benchmarks/ablation_optimize.py flow_shop several_stages   # these experiments only
     python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # issue 17
+    python benchmarks/ablation_optimize.py pruning   # dominance across cuts, slack pruning
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
@@ -376,11 +377,34 @@ def grid_skew() -> None:
     _resnet_with("GRID_FIRST_SKEW", (unimodal_mod.GRID_FIRST_SKEW, 0), "first grid test")
 
 
+def pruning() -> None:
+    """Dominance across cut positions and pruning by the slack between e and nu, together
+    (``unimodal.CROSS_DOMINANCE``, ``unimodal.TIGHT_PRUNE``): ResNet-50 rows, then one grid
+    test of GPT-2 1.5B r0.5 near its bound (states examined and wall time)."""
+    attrs = ("CROSS_DOMINANCE", "TIGHT_PRUNE")
+    saved = [getattr(unimodal_mod, a) for a in attrs]
+    inst, _, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
+    lam = lb + 39_100  # just below the best bound of the benchmark (1,559,559 ticks)
+    try:
+        for on in (True, False):
+            for a in attrs:
+                setattr(unimodal_mod, a, on)
+            _resnet_with("CROSS_DOMINANCE", (on,), "pruning")
+            work = [0]
+            (outcome, _), t = timed(lambda w=work: unimodal_mod.feasibility(
+                inst, lam, grid=max(1, int(2.5e-4 * lam)), work=w))
+            print(f"pruning (gpt2-1.5b-r0.5, one grid test at {ms(inst, lam)}): with={on}: "
+                  f"{outcome.value}, {work[0]:,} states, {t:.1f} s")
+    finally:
+        for a, v in zip(attrs, saved, strict=True):
+            setattr(unimodal_mod, a, v)
+
+
 def main(argv: list[str] | None = None) -> int:
     names = sys.argv[1:] if argv is None else argv
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
                late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop,
-               fine_grid, grid_skew, coarse_programme):
+               fine_grid, grid_skew, coarse_programme, pruning):
         if not names or fn.__name__ in names:
             fn()
     return 0

@@ -38,13 +38,19 @@ out too (the constant bounds keep their plan-independent part).
 Pruning, all exact: an early chain ending before the next release is stored as ending then;
 the remaining work must fit between ``e`` and ``nu`` and after every later release; and the
 peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``. Only
-live states are sources: a state is dropped once no bucket from it can end at ``k`` or later.
+live states are sources: a state is dropped once no bucket from it can end at ``k`` or later
+(its death step is found once, :func:`_death`; with :data:`TIGHT_PRUNE` also from the slack
+between ``e`` and ``nu``). At the steps whose cut lies between layers a bucket's tail does
+not depend on where it starts, so a state at a later cut dominates the early (late) buckets of
+one at an earlier cut ``j`` when it is no worse after shifting ``e`` (``nu``) by the work
+between the cuts (:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
 grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from enum import Enum, IntEnum
@@ -76,6 +82,12 @@ GRID_FIRST_SKEW = 4
 #: After the grid phase, grid tests this many times finer look for a better plan just below the
 #: best period (near the optimum they often find it, so that one exact test then proves it).
 FINE_GRID_DIVISOR = 8
+
+#: Prune with the slack between ``e`` and ``nu`` too (module docs).
+TIGHT_PRUNE = True
+
+#: Drop the sides of states dominated by states at later cut positions (module docs).
+CROSS_DOMINANCE = True
 
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
@@ -169,6 +181,10 @@ class Promise(IntEnum):
     STAY_LATE = 4
 
 
+#: The promises as plain ints (faster in array comparisons).
+_P_NONE, _P_LEAVE, _STAY, _STAY_EARLY, _STAY_LATE = (int(p) for p in Promise)
+
+
 class Outcome(Enum):
     """The answer of one feasibility test at ``lam``."""
 
@@ -204,6 +220,10 @@ class _Tables:
     rest_max: np.ndarray  # most work of buckets in the units of k's layer after k
     rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
     q_env: np.ndarray  # lower envelope of the forward tails from k on
+    late_fit: np.ndarray  # least fit[k'] + pp[k' + 1] over the late buckets ending at k' >= k
+    e_key: np.ndarray  # pp[k + 1] + q_env[k] (non-decreasing)
+    r_key: np.ndarray  # r[k] + pp[k + 1] + q_env[k] (non-decreasing: releases in ready order)
+    layer_last: np.ndarray  # last unit of every unit's layer
 
 
 def _tables(inst: Instance, levels: int) -> _Tables:
@@ -234,11 +254,15 @@ def _tables(inst: Instance, levels: int) -> _Tables:
             rest_max[k] = a + np.int64(p[k + 1]) + (rest_max[k + 1] if inside[k + 1] else 0)
             rest_min_upd[k] = (min(upd_unit[k + 1], rest_min_upd[k + 1]) if inside[k + 1]
                                else upd_unit[k + 1])
+    pp = np.r_[0, np.cumsum(p)].astype(np.int64)
+    q_env = np.minimum.accumulate(q[::-1])[::-1]
+    ends = np.flatnonzero(~inside)
+    fit = np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a
     return _Tables(
-        n=n, r=r, q=q, pp=np.r_[0, np.cumsum(p)].astype(np.int64), p=p, a=a,
+        n=n, r=r, q=q, pp=pp, p=p, a=a,
         rest=np.r_[np.cumsum(p[::-1])[::-1][1:], 0].astype(np.int64) + a,
         r_last=r[n - 1], peak_min=r[n - 1] + a + np.int64(p[-1]),
-        fit=np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a,
+        fit=fit,
         upd_in=upd_in, upd_own=upd_own, layer=inst.layer.astype(np.int64),
         first=inst.layer_first_unit,
         # the peak (the bucket of the last unit, the last of its gating layer) ends no earlier
@@ -247,13 +271,19 @@ def _tables(inst: Instance, levels: int) -> _Tables:
         peak_need=a + np.int64(p[-1]) + q[n - 1] + upd_own[n] - upd_own[n - 1],
         inside=inside, one_left=inside & np.r_[~inside[1:], False],
         rest_max=rest_max, rest_min_upd=rest_min_upd,
-        q_env=np.minimum.accumulate(q[::-1])[::-1],
+        q_env=q_env,
+        late_fit=np.r_[np.minimum.accumulate((fit + pp[1:])[:-1][::-1])[::-1], _BIG],
+        e_key=pp[1:] + q_env, r_key=r + pp[1:] + q_env,
+        layer_last=ends[np.searchsorted(ends, np.arange(n))],
     )
 
 
 #: The columns of a state: end of the early chain, the late slack, the update part of the
 #: open layer, the cut position, the parent state, the side (1 early) and the promise.
 _COLUMNS = ("e", "nu", "ug", "pos", "parent", "early", "next")
+
+#: Bits of the ``dom`` column: the state's early (late) buckets are dominated (module docs).
+_DOM_EARLY, _DOM_LATE = 1, 2
 
 
 class _Store:
@@ -273,9 +303,11 @@ class _Store:
         self.size += m
 
     def live(self, idx: np.ndarray) -> _Live:
+        """The columns of the states ``idx`` (none dominated, no death step yet)."""
         c = self.cols
+        zero = np.zeros(len(idx), np.int64)
         return _Live(idx, c["e"][idx], c["nu"][idx], c["ug"][idx], c["pos"][idx],
-                     c["next"][idx])
+                     c["next"][idx], zero, zero)
 
 
 @dataclass(frozen=True)
@@ -288,10 +320,39 @@ class _Live:
     ug: np.ndarray
     pos: np.ndarray
     promise: np.ndarray
+    dom: np.ndarray  # bits _DOM_EARLY, _DOM_LATE: sides left to dominating states
+    death: np.ndarray  # the step from which the state is dead (:func:`_death`)
 
     def keep(self, mask: np.ndarray) -> _Live:
-        return _Live(self.idx[mask], self.e[mask], self.nu[mask], self.ug[mask],
-                     self.pos[mask], self.promise[mask])
+        return _Live(*[getattr(self, f)[mask] for f in _LIVE_FIELDS])
+
+    def alive(self, k: int) -> _Live:
+        """The states still alive at step ``k``."""
+        ok = self.death > k
+        return self if ok.all() else self.keep(ok)
+
+
+_LIVE_FIELDS = ("idx", "e", "nu", "ug", "pos", "promise", "dom", "death")
+
+
+def _cat(*parts: _Live) -> _Live:
+    """Sets of live states as one."""
+    parts = tuple(p for p in parts if len(p.idx))
+    if len(parts) <= 1:
+        return parts[0] if parts else _EMPTY
+    return _Live(*[np.concatenate([getattr(p, f) for p in parts]) for f in _LIVE_FIELDS])
+
+
+def _split(live: _Live, mask: np.ndarray) -> tuple[_Live, _Live]:
+    """The states where ``mask`` holds, and the others."""
+    if not mask.any():
+        return _EMPTY, live
+    if mask.all():
+        return live, _EMPTY
+    return live.keep(mask), live.keep(~mask)
+
+
+_EMPTY = _Live(*[np.zeros(0, dtype=np.int64) for _ in _LIVE_FIELDS])
 
 
 def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
@@ -305,19 +366,42 @@ def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
     return first_live
 
 
-def _prune(t: _Tables, lam: int, k: int, first_live: int, live: _Live) -> _Live:
-    """Drop the states that can start no bucket ending at ``k`` or later: a bucket too long
-    (``first_live``); a promise about a layer already passed; an early chain too late for an
-    early bucket (its end and tail only grow with k) and for a late one (the late work from the
-    state on plus its tail must fit after e); or a peak too late."""
-    pos, e = live.pos, live.e
-    stay = live.promise >= Promise.STAY  # promises of a cut inside a layer, about that layer
-    rest_from = t.pp[t.n] - t.pp[pos + 1] + 2 * t.a
-    kill = (pos + 1 < first_live) | (stay & (t.layer[np.maximum(pos, 0)] != t.layer[k])) | (
-        (np.maximum(e, t.r[k]) + t.a + t.pp[k + 1] - t.pp[pos + 1] + t.q_env[k] > lam)
-        & (e + rest_from + t.q_env[k] > lam)) | (
-        ~stay & (np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam))
-    return live.keep(~kill) if kill.any() else live
+def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndarray:
+    """The first step at which each state, taken in at step ``k``, can start no bucket ending
+    then or later (every test below only grows with the step): a bucket too long (``fl``,
+    the first live cut position per step); a promise about a layer already passed; an early
+    chain too late for an early bucket (its end and tail only grow with k) and for a late one
+    (the late work from the state on plus its tail must fit after e); or a peak too late.
+    With :data:`TIGHT_PRUNE`, the early side also dies once the whole rest after
+    ``max(e, r_k)`` cannot end by ``nu``, and the late side once a late bucket and the rest
+    cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``)."""
+    pos, e, nu = live.pos, live.e, live.nu
+    stay = live.promise >= _STAY  # promises of a cut inside a layer, about that layer
+    pp1 = t.pp[pos + 1]
+    rest_from = t.pp[t.n] - pp1 + 2 * t.a
+    x = lam - t.a + pp1
+    early = np.minimum(np.searchsorted(t.e_key, x - e, side="right"),
+                       np.searchsorted(t.r_key, x, side="right"))
+    late = np.searchsorted(t.q_env, lam - e - rest_from, side="right")
+    if TIGHT_PRUNE:
+        early = np.where(e + rest_from - t.a > nu, k, np.minimum(
+            early, np.searchsorted(t.r, nu - rest_from + t.a, side="right")))
+        late = np.where(nu - e < rest_from, k, np.minimum(
+            late, np.searchsorted(t.late_fit, nu + pp1 - t.a, side="right")))
+    death = np.minimum(np.maximum(early, late), np.searchsorted(fl, pos + 1, side="right"))
+    peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
+    return np.where(stay, np.minimum(death, t.layer_last[np.maximum(pos, 0)] + 1),
+                    np.where(peak_late, k, death))
+
+
+def _first_lives(t: _Tables, lam: int) -> np.ndarray:
+    """:func:`_first_live` at every step (non-decreasing)."""
+    out = np.zeros(t.n, dtype=np.int64)
+    first_live = 0
+    for k in range(t.n):
+        first_live = _first_live(t, lam, k, first_live)
+        out[k] = first_live
+    return out
 
 
 @dataclass(frozen=True)
@@ -340,16 +424,18 @@ def _bucket(t: _Tables, k: int, live: _Live) -> _Bucket:
     ones; an open debt of a late one forbids closing the layer with an early one."""
     promise, pos = live.promise, live.pos
     same = t.layer[np.maximum(pos, 0)] == t.layer[k]
-    allowed = (promise == Promise.NONE) | ((promise == Promise.LEAVE) & ~same) | (
-        (promise >= Promise.STAY) & same)
+    allowed = (promise == _P_NONE) | ((promise == _P_LEAVE) & ~same) | (
+        (promise >= _STAY) & same)
     d = t.a + t.pp[k + 1] - t.pp[pos + 1]
     ug = np.where(pos + 1 <= t.first[k], t.upd_in[pos + 1], live.ug)
     q_base = t.q[k] + ug
     return _Bucket(d=d, ug=ug, q_base=q_base,
                    q_own=q_base + (t.upd_own[k + 1] - t.upd_own[pos + 1]),
                    e_new=np.maximum(live.e, t.r[k]) + d, allowed=allowed,
-                   may_late=allowed & (promise != Promise.STAY_EARLY),
-                   may_close_early=allowed & (promise != Promise.STAY_LATE))
+                   may_late=allowed & (promise != _STAY_EARLY)
+                   & (live.dom & _DOM_LATE == 0),
+                   may_close_early=allowed & (promise != _STAY_LATE)
+                   & (live.dom & _DOM_EARLY == 0))
 
 
 #: One side of a transition: the tail of the new bucket and the mask of the states allowed.
@@ -415,27 +501,121 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
             il = np.flatnonzero(mask & peak_ok & (
                 nu_new >= np.maximum(live.e + t.rest[k], t.fit[k])))
             nu_l = nu_new[il]
+        n_e, n_l = len(ie), len(il)
+        if n_e + n_l == 0:
+            continue
         # the remaining units are released at r[k + 1] or later: an early chain that ends
         # before that is as good as one that ends then (more states coincide)
-        ce = np.maximum(np.r_[b.e_new[ie], live.e[il]], t.r[k + 1])
-        cn = np.r_[live.nu[ie], nu_l]
-        cs = live.idx[np.r_[ie, il]]
-        cl = np.r_[np.ones(len(ie), dtype=np.int64), np.zeros(len(il), dtype=np.int64)]
-        cu = np.r_[b.ug[ie], b.ug[il]] if stay else np.zeros(len(cs), dtype=np.int64)
-        ct = np.full(len(cs), int(tag))
+        src = np.concatenate((ie, il))
+        ce = np.maximum(np.concatenate((b.e_new[ie], live.e[il])), t.r[k + 1])
+        cn = np.concatenate((live.nu[ie], nu_l))
+        cs = live.idx[src]
+        cl = (np.arange(n_e + n_l) < n_e).astype(np.int64)
+        cu = b.ug[src] if stay else np.zeros(n_e + n_l, dtype=np.int64)
         if tag == Promise.STAY:  # an early bucket inside a layer keeps the promise it found
             found = live.promise[ie]
-            ct[:len(ie)] = np.where(found == Promise.STAY_EARLY, Promise.STAY_EARLY, np.where(
-                found == Promise.STAY_LATE, Promise.STAY_LATE, Promise.STAY))
+            ct = np.where(found == _STAY_EARLY, _STAY_EARLY, np.where(
+                found == _STAY_LATE, _STAY_LATE, _STAY))
+            tags = np.unique(ct).tolist()
+        else:
+            ct, tags = None, [int(tag)]
         if grid:
             ce = ce // grid * grid
             cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
-        for tg in np.unique(ct):
-            sel = np.flatnonzero(ct == tg)
+        for tg in tags:
+            sel = np.flatnonzero(ct == tg) if ct is not None and len(tags) > 1 else np.arange(
+                n_e + n_l)
             keep = sel[_pareto3(ce[sel], cn[sel], cu[sel]) if stay else _pareto(
                 ce[sel], cn[sel])]
             store.append(e=ce[keep], nu=cn[keep], ug=cu[keep], pos=np.full(len(keep), k),
                          parent=cs[keep], early=cl[keep], next=np.full(len(keep), tg))
+
+
+
+class _Pools:
+    """The live states of one test, by kind, and which of them each step examines.
+
+    States whose cut lies inside a layer with a promise to stay in it (``stay``) are few and
+    examined at every step. The others (``free``) are all examined at the steps whose bucket
+    may leave a state inside a layer (the tails of those states depend on where their bucket
+    starts); at the other steps (a cut between layers, or the last unit: *role steps*) only
+    those with a side that no state at a later cut position dominates are (``role``, see
+    :meth:`_dominate`). Every state gets its death step when taken in (:func:`_death`); a
+    pool drops its dead states when a step examines it."""
+
+    def __init__(self, t: _Tables, store: _Store, lam: int, roles: bool) -> None:
+        self.t, self.store, self.lam, self.roles = t, store, lam, roles
+        self.fl = _first_lives(t, lam)
+        self.free = self.stay = self.role = store.live(np.zeros(0, dtype=np.int64))
+        self.seen, self.size = 0, 0
+        self.pending: list[_Live] = []  # taken in since the free pool was last examined
+        self.waiting: dict[int, list[_Live]] = {}  # dominators by the step they start at
+        last = t.layer[t.n - 1]
+        self.role_step = ~t.inside & ((t.layer != last) | (np.arange(t.n) == t.n - 1))
+
+    def step(self, k: int) -> _Live:
+        """The states to examine at step ``k``, after taking in the new ones."""
+        t, store = self.t, self.store
+        new = store.live(np.arange(self.seen, store.size))
+        self.seen = store.size
+        new = dataclasses.replace(new, death=_death(t, self.lam, k, self.fl, new))
+        new = new.alive(k)
+        new_stay, new_free = _split(new, new.promise >= _STAY)
+        self.stay = _cat(self.stay, new_stay).alive(k)
+        self.pending.append(new_free)
+        if self.roles:
+            # a state between layers dominates from the next step, one with a promise to leave
+            # its layer once the steps have left that layer
+            if len(new_free.idx):
+                cut = int(new_free.pos[0])
+                leave, between = _split(new_free, new_free.promise == _P_LEAVE)
+                self.waiting.setdefault(int(t.layer_last[cut]) + 1, []).append(leave)
+                self.waiting.setdefault(k, []).append(between)
+            for d in self.waiting.pop(k, []):
+                self.role = self._dominate(self.role, d)
+            self.role = _cat(self.role, new_free)
+        if self.roles and self.role_step[k]:
+            self.role = self.role.alive(k)
+            live = self.role
+        else:
+            self.free = _cat(self.free, *self.pending)
+            self.pending = []
+            self.free = self.free.alive(k)
+            live = dataclasses.replace(self.free, dom=np.zeros(len(self.free.idx), np.int64))
+        self.size = len(live.idx) + len(self.stay.idx)
+        return _cat(live, self.stay)
+
+    def _dominate(self, role: _Live, new: _Live) -> _Live:
+        """Mark the sides of the role states that the states ``new`` (one cut, between
+        layers or with a promise to leave a layer already passed) dominate, and drop the
+        states with both sides dominated.
+
+        A state ``d`` at cut ``j'`` dominates the early side of a state
+        ``s`` at an earlier cut ``j`` when ``e_d - P(j') <= e_s - P(j)`` and
+        ``nu_d >= nu_s`` (``P`` the bandwidth work up to the cut): at every later role step
+        its early bucket ends no later with no smaller slack; the late side when
+        ``e_d <= e_s`` and ``nu_d + P(j') >= nu_s + P(j)``. At role steps the tails of
+        both buckets are equal (they hold the whole update prefix), so the dominated
+        bucket's state is no better than the other's."""
+        if len(new.idx) == 0 or len(role.idx) == 0:
+            return role
+        srt = np.argsort(new.e, kind="stable")
+        e_d, nu_d = new.e[srt], np.maximum.accumulate(new.nu[srt])
+        pp = self.t.pp
+        cut = int(new.pos[0])
+        shift = pp[cut + 1]
+        earlier = role.pos < cut  # only states at earlier cuts are dominated
+        at = pp[role.pos + 1]
+        i = np.searchsorted(e_d, role.e - at + shift, side="right") - 1
+        dom = np.where(earlier & (i >= 0) & (nu_d[np.maximum(i, 0)] >= role.nu), _DOM_EARLY,
+                       0)
+        i = np.searchsorted(e_d, role.e, side="right") - 1
+        dom |= np.where(earlier & (i >= 0) & (nu_d[np.maximum(i, 0)] + shift >= role.nu + at),
+                        _DOM_LATE, 0)
+        dom |= role.dom
+        role = dataclasses.replace(role, dom=dom)
+        both = dom == _DOM_EARLY | _DOM_LATE
+        return role.keep(~both) if both.any() else role
 
 
 def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
@@ -457,19 +637,16 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
     store.append(e=np.array([-_BIG]), nu=np.array([_BIG]), ug=np.array([0]),
                  pos=np.array([-1]), parent=np.array([-1]), early=np.array([1]),
                  next=np.array([0]))
-    first_live, seen = 0, 0
-    live_idx = np.zeros(0, dtype=np.int64)
+    pools = _Pools(t, store, lam, roles=CROSS_DOMINANCE and bool(np.array_equal(t.upd_in,
+                                                                                t.upd_own)))
     for k in range(t.n):
         if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
             return Outcome.TIMEOUT, []
-        first_live = _first_live(t, lam, k, first_live)
-        live = _prune(t, lam, k, first_live, store.live(np.r_[live_idx,
-                                                               np.arange(seen, store.size)]))
-        live_idx, seen = live.idx, store.size
-        if len(live_idx) > limit:
+        live = pools.step(k)
+        if pools.size > limit:
             return Outcome.TOO_MANY_STATES, []
         if work is not None:
-            work[0] += len(live_idx) + STEP_STATES
+            work[0] += len(live.idx) + STEP_STATES
             if max_work is not None and work[0] > max_work:
                 return Outcome.TIMEOUT, []
         b = _bucket(t, k, live)
@@ -482,7 +659,7 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
             return Outcome.INFEASIBLE, []
         if not want_plan:
             return Outcome.FEASIBLE, []
-        src = int(live_idx[np.flatnonzero(ok)[0]])
+        src = int(live.idx[np.flatnonzero(ok)[0]])
         cols = store.cols
         return Outcome.FEASIBLE, _backtrack(src, k, cols["pos"], cols["parent"],
                                             cols["early"] > 0)

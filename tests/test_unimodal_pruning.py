@@ -1,0 +1,133 @@
+"""The unimodal programme's exact pruning (dominance across cut positions, the slack between
+``e`` and ``nu``): every test answers as the programme without it, on random instances with
+more units than brute force reaches, and the bound stays the brute-force optimum."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import schedopt.optimize.unimodal as unimodal_mod
+from schedopt.cluster import Cluster
+from schedopt.optimize import SolveOptions
+from schedopt.optimize.bounds import constant_bound
+from schedopt.optimize.instance import build_instance
+from schedopt.optimize.unimodal import Outcome, feasibility, unimodal_exact
+from schedopt.trace import Trace
+
+from .strategies import clusters, traces
+from .test_optimize_unimodal import brute
+
+
+def _outcome(monkeypatch: pytest.MonkeyPatch, on: bool, inst, lam: int, grid: int,
+             levels: int) -> tuple[Outcome, int | None, int]:
+    """One test with the pruning rules on or off: its outcome, the exact period of its plan
+    and the states it examined."""
+    monkeypatch.setattr(unimodal_mod, "CROSS_DOMINANCE", on)
+    monkeypatch.setattr(unimodal_mod, "TIGHT_PRUNE", on)
+    work = [0]
+    outcome, segs = feasibility(inst, lam, want_plan=True, grid=grid, levels=levels,
+                                work=work, max_states=10**9)
+    return outcome, (int(inst.evaluate(segs).period) if segs else None), work[0]
+
+
+def _random_trace(seed: int) -> tuple[Trace, Cluster]:
+    """A trace of 8-30 layers with 0-2 tensors each, random sizes and times, an update step
+    or none, on a link whose start-up cost is random too (enough slack for many states)."""
+    rng = np.random.default_rng(seed)
+    fw = float(rng.uniform(1e-4, 1e-3))
+    layers = [{"name": f"l{i}", "forward_s": fw * float(rng.uniform(0.2, 2.0)),
+               "backward_s": 2 * fw * float(rng.uniform(0.2, 2.0)),
+               "tensors": [{"name": f"l{i}.t{j}",
+                            "bytes": 4 * int(rng.integers(1_000, 600_000)), "dtype": "float32"}
+                           for j in range(int(rng.integers(1 if i == 0 else 0, 3)))]}
+              for i in range(int(rng.integers(8, 31)))]
+    trace = Trace.model_validate({
+        "name": "r", "batch_size": 8, "layers": layers,
+        "update_s": float(rng.choice([0.0, rng.uniform(1e-4, 3e-3)]))})
+    cluster = Cluster.model_validate({
+        "name": "c", "nodes": 2, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10, "latency_s": 0.0},
+        "inter_link": {"bandwidth_Bps": 1e9, "latency_s": 0.0},
+        "allreduce": {"alpha_s": float(rng.uniform(2e-5, 5e-4)), "beta_s_per_byte": 1e-9}})
+    return trace, cluster
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), grid=st.sampled_from([0, 0, 3, 50]),
+       levels=st.sampled_from([0, 0, 2]),
+       fractions=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=4))
+def test_pruning_keeps_every_answer(seed: int, grid: int, levels: int,
+                                    fractions: list[float]) -> None:
+    """At lam around the optimum and across the bracket, the tests with the pruning rules
+    give the same answer as without them (a rule dropping a state that leads to a plan would
+    turn a feasible lam infeasible), plans meeting lam, and never more work."""
+    trace, cluster = _random_trace(seed)
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    lo = constant_bound(inst) - 1
+    hi = int(inst.evaluate([(0, inst.n - 1)]).period)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(unimodal_mod, "CROSS_DOMINANCE", False)
+        mp.setattr(unimodal_mod, "TIGHT_PRUNE", False)
+        ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
+        assert ref is not None
+        lams = {ref.bound - 1, ref.bound, ref.bound + 1}
+        lams |= {int(ref.bound + f * (hi - ref.bound) / 20) for f in fractions}
+        for lam in sorted(lams):
+            off = _outcome(mp, False, inst, lam, grid, levels)
+            on = _outcome(mp, True, inst, lam, grid, levels)
+            assert on[0] is off[0], (lam, on, off)
+            assert on[2] <= off[2]
+            if on[0] is Outcome.FEASIBLE and grid == 0 and levels == 0 and ref.exact:
+                assert on[1] is not None and on[1] <= lam
+
+
+@settings(max_examples=30, deadline=None)
+@given(trace=traces(max_layers=4), cluster=clusters(fitted=True), with_update=st.booleans())
+def test_pruned_programme_meets_brute_force(trace: Trace, cluster: Cluster,
+                                            with_update: bool) -> None:
+    """With the pruning rules (the default), the bound never passes the optimum over every
+    bucketing and launch order, and equals it without an update step or data path."""
+    if not with_update:
+        trace = trace.model_copy(update={"update_s": 0.0, "io_s": 0.0, "h2d_s": 0.0})
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    if inst.n > 6 or not inst.stages:
+        return
+    assert unimodal_mod.CROSS_DOMINANCE and unimodal_mod.TIGHT_PRUNE
+    best, _ = brute(inst)
+    res = unimodal_exact(inst, constant_bound(inst) - 1, int(best), grid_rel=0.0)
+    assert res is not None
+    assert max(res.bound, constant_bound(inst)) <= best
+    if res.exact:
+        assert max(res.bound, constant_bound(inst)) == best
+
+
+def test_dominance_drops_states_on_a_chain_of_layers() -> None:
+    """On thirty layers of one tensor each (every cut between layers), the rules examine
+    fewer states than the programme without them, with the same answer at the optimum and
+    one tick below it."""
+    layers = [{"name": f"l{i}", "forward_s": 3e-4 * (1 + i % 3), "backward_s": 6e-4,
+               "tensors": [{"name": f"l{i}.w", "bytes": 4 * (200_000 + 90_000 * (i % 5)),
+                            "dtype": "float32"}]} for i in range(30)]
+    trace = Trace.model_validate({"name": "chain", "batch_size": 8, "layers": layers,
+                                  "update_s": 1e-3})
+    cluster = Cluster.model_validate({
+        "name": "c", "nodes": 2, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10, "latency_s": 0.0},
+        "inter_link": {"bandwidth_Bps": 1e9, "latency_s": 0.0},
+        "allreduce": {"alpha_s": 2e-4, "beta_s_per_byte": 1e-9}})
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(unimodal_mod, "CROSS_DOMINANCE", False)
+        mp.setattr(unimodal_mod, "TIGHT_PRUNE", False)
+        hi = int(inst.evaluate([(0, inst.n - 1)]).period)
+        ref = unimodal_exact(inst, constant_bound(inst) - 1, hi, grid_rel=0.0)
+        assert ref is not None
+        for lam in (ref.bound - 1, ref.bound):
+            off = _outcome(mp, False, inst, lam, 0, 0)
+            on = _outcome(mp, True, inst, lam, 0, 0)
+            assert on[0] is off[0]
+            assert on[2] < off[2]
+        assert np.all(np.diff(inst.layer) != 0)
