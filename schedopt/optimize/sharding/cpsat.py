@@ -50,8 +50,10 @@ log = logging.getLogger("schedopt.optimize")
 #: Largest number of layers for which the sharded solve runs the CP-SAT model.
 CPSAT_LAYERS = 40
 
-#: Wall-clock seconds charged per unit of CP-SAT's deterministic time on this model.
-SHARDED_WALL_PER_DTIME = 1.0
+#: Wall-clock seconds charged per unit of CP-SAT's deterministic time on this model (measured
+#: with one worker on the 70B-shaped trace cut to 4 and 8 blocks: 6.7-7.5 s per unit, model
+#: building included, load average 2-3 on 2 cores).
+SHARDED_WALL_PER_DTIME = 8.0
 
 _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.INFEASIBLE: "INFEASIBLE", cp_model.MODEL_INVALID: "MODEL_INVALID",
@@ -204,7 +206,7 @@ class ShardedModel:
         inst, n = self.inst, self.n
         cs = inst.sums
         suffix = np.r_[np.cumsum(inst.has_tensor[::-1])[::-1] > 0, False]
-        rows = [(n, n, 0, 0, 0, 0, 0)]
+        rows: list[tuple[int, ...]] = [(n, n, 0, 0, 0, 0, 0)]
         for i in range(n):
             for j in range(i + 1, n + 1):
                 if not inst.has_tensor[i:j].any() or (j < n and not suffix[j]):
@@ -226,7 +228,12 @@ class ShardedModel:
         top = max(max(r[2:]) for r in rows)
         self.S = [m.new_constant(0)] + [m.new_int_var(1, n, f"S[{u}]") for u in range(1, N)]
         self.S.append(m.new_constant(n))
-        self.F, self.B, self.P, self.AG, self.RS, self.used = [], [], [], [], [], []
+        self.F: list[Any] = []
+        self.B: list[Any] = []
+        self.P: list[Any] = []
+        self.AG: list[Any] = []
+        self.RS: list[Any] = []
+        self.used: list[Any] = []
         for u in range(N):
             vals = [m.new_int_var(0, top, f"{x}[{u}]") for x in ("F", "B", "P", "ag", "rs")]
             m.add_allowed_assignments([self.S[u], self.S[u + 1], *vals], rows)
@@ -286,7 +293,8 @@ class ShardedModel:
             for u in range(1, N):
                 self.m.add(fs[u] == fe[u - 1])
             return fs, fe, []
-        ags, age = [], []
+        ags: list[Any] = []
+        age: list[Any] = []
         for u in range(N):
             opts = [t0 if u == 0 else fe[u - 1]] + [fs[u - d] if u - d >= 0 else t0
                                                     for d in range(1, N + 1)]
