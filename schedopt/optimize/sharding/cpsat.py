@@ -47,13 +47,22 @@ __all__ = ["CPSAT_LAYERS", "SHARDED_WALL_PER_DTIME", "CpsatSolution", "ShardedMo
 
 log = logging.getLogger("schedopt.optimize")
 
-#: Largest number of layers for which the sharded solve runs the CP-SAT model.
-CPSAT_LAYERS = 40
+#: Largest number of layers for which the sharded solve runs the CP-SAT model (measured on
+#: the 70B-shaped trace cut to ``n - 3`` blocks: optimal in 1-4 deterministic seconds at 11
+#: layers, 2-4 at 15; at 23 no proof in 60, and a bound far below the plans).
+CPSAT_LAYERS = 24
 
 #: Wall-clock seconds charged per unit of CP-SAT's deterministic time on this model (measured
-#: with one worker on the 70B-shaped trace cut to 4 and 8 blocks: 6.7-7.5 s per unit, model
-#: building included, load average 2-3 on 2 cores).
+#: with one worker on the 70B-shaped trace cut to 4 to 20 blocks: 3.3-7.5 s per unit, model
+#: building included, load average 2-4 on 2 cores; the upper end, so that a deterministic
+#: limit of ``w`` seconds takes at most about ``w`` seconds).
 SHARDED_WALL_PER_DTIME = 8.0
+
+#: Most of the work (share) that presolve's probing may take.
+PROBING_SHARE = 0.1
+
+#: Most of the work (share) that completing the hint may take.
+HINT_SHARE = 0.2
 
 _STATUS = {cp_model.OPTIMAL: "OPTIMAL", cp_model.FEASIBLE: "FEASIBLE",
            cp_model.INFEASIBLE: "INFEASIBLE", cp_model.MODEL_INVALID: "MODEL_INVALID",
@@ -248,7 +257,8 @@ class ShardedModel:
         """Depths ``p``, ``q`` (at most the number of units: deeper acts the same) and the
         two-stream literal."""
         m, N = self.m, self.N
-        units = sum(self.used)
+        units = m.new_int_var(1, N, "units")
+        m.add(units == sum(self.used))
         self.p = m.new_int_var(0, N, "p")
         self.q = m.new_int_var(0, N, "q")
         self.st2 = m.new_bool_var("two_streams")
@@ -258,10 +268,10 @@ class ShardedModel:
             m.add(self.q == 1)
             m.add(self.st2 == 1)
         if knobs is not None:
-            p, q, streams = knobs
-            m.add(self.p == min(p, N))
+            p, q, streams = knobs  # a depth beyond the units acts as the units
+            m.add_min_equality(self.p, [p, units])
             if self.full:
-                m.add(self.q == min(q, N))
+                m.add_min_equality(self.q, [q, units])
                 m.add(self.st2 == int(streams == 2))
 
     # -------------------------------------------------------------- the timeline
@@ -411,17 +421,39 @@ class ShardedModel:
         self.m.add_cumulative(intervals, [d for _, _, d in alive], cap // self.gcd)
 
     # --------------------------------------------------------------- hints, plans
-    def hint(self, c: Config) -> None:
-        """Hint configuration ``c`` (its units and knobs)."""
-        m, n = self.m, self.n
-        m.clear_hints()
-        starts = [*c.starts, *[n] * (self.N - len(c.starts))]
-        for u in range(1, self.N):
-            m.add_hint(self.S[u], starts[u])
+    def _decisions(self, c: Config) -> list[tuple[Any, int]]:
+        """The decision variables of configuration ``c`` and their values."""
+        starts = [*c.starts, *[self.n] * (self.N - len(c.starts))]
         units = len(c.starts)
-        m.add_hint(self.p, min(c.forward_prefetch, units))
-        m.add_hint(self.q, min(c.backward_prefetch, units) if self.full else 1)
-        m.add_hint(self.st2, int(c.streams == 2 or not self.full))
+        return [*((self.S[u], starts[u]) for u in range(1, self.N)),
+                (self.p, min(c.forward_prefetch, units)),
+                (self.q, min(c.backward_prefetch, units) if self.full else 1),
+                (self.st2, int(c.streams == 2 or not self.full))]
+
+    def hint(self, c: Config, work_s: float = 0.0) -> float:
+        """Hint configuration ``c``: its decisions, and with ``work_s`` > 0 every variable,
+        from a solve of a copy of the model with the decisions fixed (the deterministic time
+        that took, charged at :data:`SHARDED_WALL_PER_DTIME`, is returned)."""
+        m = self.m
+        m.clear_hints()
+        decisions = self._decisions(c)
+        if work_s > 0:
+            fixed = m.clone()
+            for v, x in decisions:
+                fixed.add(fixed.get_int_var_from_proto_index(v.index) == x)
+            fixed.clear_hints()
+            solver = cp_model.CpSolver()
+            solver.parameters.num_workers = 1
+            solver.parameters.catch_sigint_signal = False  # Ctrl-C is the caller's
+            solver.parameters.max_deterministic_time = work_s / SHARDED_WALL_PER_DTIME
+            if solver.solve(fixed) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+                values = solver.response_proto.solution
+                for i, x in enumerate(values):
+                    m.add_hint(m.get_int_var_from_proto_index(i), x)
+                return solver.deterministic_time * SHARDED_WALL_PER_DTIME
+        for v, x in decisions:
+            m.add_hint(v, x)
+        return 0.0
 
     def config(self, solver: cp_model.CpSolver) -> Config:
         """The configuration of the solver's solution."""
@@ -438,6 +470,8 @@ class ShardedModel:
         prm = solver.parameters
         prm.max_time_in_seconds = max(0.01, time_limit_s)
         prm.max_deterministic_time = max(1e-4, work_s / SHARDED_WALL_PER_DTIME)
+        # probing in presolve can take all of a short limit before the search starts
+        prm.presolve_probing_deterministic_time_limit = PROBING_SHARE * prm.max_deterministic_time
         prm.num_workers = 1
         prm.random_seed = seed
         if log.isEnabledFor(logging.DEBUG):
@@ -472,7 +506,10 @@ def solve_cpsat(inst: ShardedInstance, cap: int | None, *, work_s: float,
         if cap is None or st.peak_bytes <= cap:
             upper = int(st.step_s)
     model = ShardedModel(ti, cap, upper, knobs)
+    spent = 0.0
     if hint is not None:
-        model.hint(hint)
-    return model.solve(work_s=work_s, time_limit_s=time_limit_s, seed=seed,
-                       control=control), ti
+        spent = model.hint(hint, HINT_SHARE * work_s)
+    sol = model.solve(work_s=max(1e-3, work_s - spent), time_limit_s=time_limit_s, seed=seed,
+                      control=control)
+    sol.work_s += spent
+    return sol, ti
