@@ -53,10 +53,10 @@ log = logging.getLogger("schedopt.optimize")
 CPSAT_LAYERS = 24
 
 #: Wall-clock seconds charged per unit of CP-SAT's deterministic time on this model (measured
-#: with one worker on the 70B-shaped trace cut to 4 to 20 blocks: 3.3-7.5 s per unit, model
-#: building included, load average 2-4 on 2 cores; the upper end, so that a deterministic
-#: limit of ``w`` seconds takes at most about ``w`` seconds).
-SHARDED_WALL_PER_DTIME = 8.0
+#: with one worker on the 70B-shaped trace cut to 8 and 12 blocks, model building and hint
+#: included: 3.0-4.0 s per unit at load average 1.8-2.8 on 2 cores, up to 7.5 under heavier
+#: load; ``benchmarks/bench_optimize_sharded.py --cpsat``).
+SHARDED_WALL_PER_DTIME = 4.0
 
 #: Most of the work (share) that presolve's probing may take.
 PROBING_SHARE = 0.1

@@ -73,7 +73,7 @@ EXACT_SHARE = 0.5
 
 #: The CP-SAT model (:mod:`.cpsat`) runs on this share of the work left after the local
 #: search's restarts (instances of at most :data:`~.cpsat.CPSAT_LAYERS` layers).
-CPSAT_SHARE = 0.6
+CPSAT_SHARE = 0.8
 
 #: The CP-SAT model runs only with at least this much deterministic work (s).
 CPSAT_MIN_WORK = 0.05
