@@ -48,9 +48,10 @@ __all__ = ["CPSAT_LAYERS", "SHARDED_WALL_PER_DTIME", "CpsatSolution", "ShardedMo
 log = logging.getLogger("schedopt.optimize")
 
 #: Largest number of layers for which the sharded solve runs the CP-SAT model (measured on
-#: the 70B-shaped trace cut to ``n - 3`` blocks: optimal in 1-4 deterministic seconds at 11
-#: layers, 2-4 at 15; at 23 no proof in 60, and a bound far below the plans).
-CPSAT_LAYERS = 24
+#: the 70B-shaped trace cut to ``n - 3`` blocks, one worker, no hint: optimal in 1-4
+#: deterministic seconds at 11 layers, 3-10 at 15; at 23 no proof in 30, the bound a third
+#: of the plan's step, and no plan at all under a cap).
+CPSAT_LAYERS = 20
 
 #: Wall-clock seconds charged per unit of CP-SAT's deterministic time on this model (measured
 #: with one worker on the 70B-shaped trace cut to 8 and 12 blocks, model building and hint
