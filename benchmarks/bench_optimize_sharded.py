@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_optimize_sharded.py --time-limit 10 --synthetic
     python benchmarks/bench_optimize_sharded.py --json out.json
     python benchmarks/bench_optimize_sharded.py --exact     # the exact programme's times
+    python benchmarks/bench_optimize_sharded.py --cpsat --work-limit 30   # with / without CP-SAT
 
 Instance: the shipped ``instances/traces/llama*-70b*`` trace when there is one, else a
 synthetic trace of the same shape (Llama-2/3 70B: hidden 8192, 80 blocks, 64 query and 8
@@ -36,6 +37,7 @@ from typing import Any
 from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.evaluate import build_sharded, config_of_plan, step_time
 from schedopt.optimize.sharding.exact import best_units, separable_classes
 from schedopt.trace import Trace
@@ -132,6 +134,66 @@ def exact_sizes(sizes: tuple[int, ...] = (40, 80, 120)) -> None:
                   f"{len(found[1].starts):>5}", flush=True)
 
 
+def cpsat_rows(work_limit_s: float, blocks: tuple[int, ...] = (8, 12),
+               nics: int | None = None) -> list[dict[str, Any]]:
+    """The sharded solve with and without its CP-SAT model (``--cpsat``), on the synthetic
+    70B-shaped trace cut to ``blocks`` blocks (``blocks + 3`` layers, within
+    :data:`~schedopt.optimize.sharding.cpsat.CPSAT_LAYERS`) on ``dgx-h100-4n`` (``nics`` NICs
+    per node when given): full sharding without a cap and under 3/4 of the uncapped plan's
+    peak, grad-op without; ``work_limit_s`` deterministic seconds each (wall clock 20 times
+    that as a safety stop). One row per instance, cap and setting: status, method, the
+    objective, the bound, the gap, the solve time and the peak."""
+    cluster = load_cluster(str(ROOT / "instances" / "clusters" / "dgx-h100-4n.json"))
+    if nics is not None:
+        cluster = cluster.model_copy(update={"nics_per_node": nics})
+    print(f"{'instance':<24} {'mode':<8} {'cap GB':>7} {'cp-sat':<6} {'status':<9} "
+          f"{'method':<13} {'bound by':<9} {'objective ms':>12} {'bound ms':>9} {'gap':>7} "
+          f"{'time s':>7} {'peak GB':>8}")
+    rows = []
+    for b in blocks:
+        trace = synthetic_70b(b)
+        inst = build_sharded(trace, cluster, "full")
+        cap = None
+        for mode, capped in (("full", False), ("full", True), ("grad-op", False)):
+            for use in (False, True):
+                with_cap = cap if capped else None
+                row = _cpsat_row(trace, cluster, mode, with_cap, work_limit_s, use)
+                rows.append(row)
+                if mode == "full" and not capped and use:
+                    cap = int(0.75 * step_time(inst, config_of_plan(inst, row["plan"])
+                                               ).peak_bytes)  # type: ignore[arg-type]
+                row.pop("plan")
+    return rows
+
+
+def _cpsat_row(trace: Trace, cluster: Cluster, mode: str, cap: int | None, work: float,
+               use: bool) -> dict[str, Any]:
+    """One row of :func:`cpsat_rows` (``use``: with the CP-SAT model)."""
+    layers = sharded_solve.CPSAT_LAYERS
+    sharded_solve.CPSAT_LAYERS = layers if use else 0
+    try:
+        res = solve(trace, cluster, SolveOptions(sharding=mode, memory_cap_bytes=cap,
+                                                 work_limit_s=work, time_limit_s=20 * work,
+                                                 baselines=False))
+    finally:
+        sharded_solve.CPSAT_LAYERS = layers
+    inst = build_sharded(trace, cluster, mode)
+    config = config_of_plan(inst, res.plan)
+    assert config is not None
+    peak = step_time(inst, config).peak_bytes
+    assert cap is None or peak <= cap
+    name = f"{trace.name}-{len(trace.layers)}"
+    print(f"{name:<24} {mode:<8} {'-' if cap is None else f'{cap / 1e9:.2f}':>7} "
+          f"{'yes' if use else 'no':<6} {res.status!s:<9} {res.method!s:<13} "
+          f"{res.bound_method!s:<9} {res.objective_s * 1e3:>12.3f} {res.bound_s * 1e3:>9.3f} "
+          f"{res.gap:>7.3%} {res.solve_time_s:>7.1f} {peak / 1e9:>8.2f}", flush=True)
+    return {"instance": name, "mode": mode, "cap": cap, "cpsat": use, "status": str(res.status),
+            "method": str(res.method), "bound_method": str(res.bound_method),
+            "objective_s": res.objective_s, "bound_s": res.bound_s, "gap": res.gap,
+            "time_s": res.solve_time_s, "peak_bytes": peak, "wall_stop": res.wall_stop,
+            "plan": res.plan}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
@@ -139,8 +201,23 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--trace", type=Path, default=None, help="Another trace (all rows).")
     ap.add_argument("--synthetic", action="store_true", help="The synthetic 70B-shaped trace.")
     ap.add_argument("--exact", action="store_true", help="Time the exact programme only.")
+    ap.add_argument("--cpsat", action="store_true",
+                    help="The solve with and without its CP-SAT model on short cuts of the "
+                         "synthetic trace (--work-limit deterministic seconds each).")
+    ap.add_argument("--work-limit", type=float, default=30.0)
+    ap.add_argument("--nics", type=int, default=None, help="NICs per node (--cpsat).")
+    ap.add_argument("--blocks", type=str, default="8,12",
+                    help="Blocks of the cut traces (--cpsat), comma-separated.")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.cpsat:
+        print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        blocks = tuple(int(x) for x in args.blocks.split(","))
+        out = cpsat_rows(args.work_limit, blocks, nics=args.nics)
+        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if args.json is not None:
+            args.json.write_text(json.dumps(out, indent=1))
+        return
     if args.exact:
         print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         exact_sizes()

@@ -23,11 +23,13 @@ from ...policies import make_plan, sharded_specs
 from ...simulate import simulate
 from ...trace import Trace
 from ..control import Control, Halt
+from ..instance import TICK_BUDGET
 from ..options import SolveOptions
 from ..result import BaselineRow, Method, SolveResult, Status
 from ..solve import AGREE, Budget, Share
 from .bound import DP_LAYERS, peak_floor, step_bound
-from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan
+from .cpsat import CPSAT_LAYERS, solve_cpsat
+from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan, step_time
 from .exact import best_units, separable_classes
 from .search import (
     Scored,
@@ -68,6 +70,13 @@ EXACT_S_PER_PAIR = 2e-5
 #: A class of the exact programme runs while its charge is at most this share of the work
 #: left (the starts and the local search keep the rest).
 EXACT_SHARE = 0.5
+
+#: The CP-SAT model (:mod:`.cpsat`) runs on this share of the work left after the local
+#: search's restarts (instances of at most :data:`~.cpsat.CPSAT_LAYERS` layers).
+CPSAT_SHARE = 0.8
+
+#: The CP-SAT model runs only with at least this much deterministic work (s).
+CPSAT_MIN_WORK = 0.05
 
 #: The local search runs from this many starts (the best of distinct unit layouts).
 RESTARTS = 4
@@ -110,6 +119,7 @@ class _Search:
     bound_s: float = 0.0
     bound_method: Method = Method.BOUNDS
     exact: bool = False
+    cap_infeasible: bool = False
     notes: list[str] = field(default_factory=list)
     baselines: list[BaselineRow] = field(default_factory=list)
     starts: list[Scored] = field(default_factory=list)
@@ -206,7 +216,44 @@ def _run(search: _Search, trace: Trace, cluster: Cluster) -> None:
         budget.spend(work * search.eval_s)
         log.info("sharded local search from start %d: %d unit evaluations, %.6g s", i, work,
                  out.step.period_s)
+    _cpsat(search)
     _iterate(search)
+
+
+def _cpsat(search: _Search) -> None:
+    """The CP-SAT model (:mod:`.cpsat`) on :data:`CPSAT_SHARE` of the work left, hinted
+    with the best plan and bounded by it: OPTIMAL proves the best plan optimal (on the
+    model's ticks, whose rounding stays within :data:`~..instance.TICK_BUDGET` of the
+    bound); otherwise its bound, less that rounding, raises the bound; INFEASIBLE without a
+    plan within the cap proves that none fits."""
+    inst, budget, opts = search.inst, search.budget, search.opts
+    cap = opts.memory_cap_bytes
+    work = CPSAT_SHARE * budget.work_left()
+    if inst.n > CPSAT_LAYERS or search.solved or work < CPSAT_MIN_WORK:
+        return
+    search.check()
+    best = search.best
+    hint = best.config if best is not None else None
+    sol, ti = solve_cpsat(inst, cap, work_s=work, time_limit_s=search.control.left(),
+                          hint=hint, seed=opts.seed, control=search.control)
+    budget.spend(sol.work_s)
+    log.info("sharded CP-SAT: %s, step %s, bound %d ticks of %.3g s, %.3g s of work",
+             sol.status, sol.value, sol.bound, ti.tick, sol.work_s)
+    if sol.config is not None:
+        search.offer(score(inst, sol.config, cap), Method.CP_SAT)
+    best = search.best
+    if sol.status == "INFEASIBLE" and (best is None or best.key[0]):
+        search.cap_infeasible = True
+        return
+    if sol.status == "OPTIMAL" and sol.value is not None and best is not None \
+            and not best.key[0] and step_time(ti, best.config).step_s <= sol.value:
+        search.exact, search.bound_method = True, Method.CP_SAT
+        search.bound_s = best.step.period_s
+        search.notes.append(f"CP-SAT proved the optimum over every unit partition, depth pair "
+                            f"and stream layout on ticks of {ti.tick:.3g} s")
+        return
+    slack = TICK_BUDGET * step_bound(inst)
+    search.bound_s = max(search.bound_s, inst.period(sol.bound * ti.tick - slack))
 
 
 def _iterate(search: _Search) -> None:
@@ -394,8 +441,10 @@ def _result(search: _Search, trace: Trace, cluster: Cluster) -> SolveResult:
         search.notes.append("stopped before the search: one unit per tensor-holding layer")
     best = search.best
     if best.key[0]:
+        proof = "; CP-SAT proved that none fits" if search.cap_infeasible else ""
         raise SchedoptError(f"no sharded plan found within the memory cap (smallest peak found:"
-                            f" {best.step.peak_bytes:,} bytes)", "options.memory_cap_bytes", cap)
+                            f" {best.step.peak_bytes:,} bytes{proof})",
+                            "options.memory_cap_bytes", cap)
     notes = list(search.notes)
     knobs: dict[str, object] = {"sharding": opts.sharding, "memory_cap_bytes": cap,
                                 "accumulate": opts.accumulate}
