@@ -978,7 +978,8 @@ def _print_calibration(cal: Any, path: Path) -> None:
     loo_mean = cal.loo_mean_abs_error
     typer.echo(f"mean |residual| {cal.mean_abs_error * 100:.2f}%  leave-one-row-out mean |error| "
                + (f"{loo_mean * 100:.2f}% ({cal.loo_method})" if loo_mean is not None else "-")
-               + f"  evaluations {cal.evaluations}  wrote {path}")
+               + f"  evaluations {cal.evaluations}  wrote {path}"
+               + "".join(f", {f}" for f in cal.trace_files.values()))
 
 
 @app.command("validate")

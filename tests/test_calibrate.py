@@ -214,6 +214,16 @@ def test_compute_scale_is_fitted_per_trace_and_written_as_retimed_traces(tmp_pat
     assert rep["max_abs_error"] < 1e-3
 
 
+def test_cli_calibrate_compute_scale_names_the_retimed_traces(tmp_path: Path) -> None:
+    path, scales = _scaled_rows(tmp_path)
+    res = CliRunner().invoke(app, ["calibrate", str(path), "--out", str(tmp_path / "out"),
+                                   "--fit", "compute_scale,overlap_slowdown"])
+    assert res.exit_code == 0, res.output
+    last = res.output.strip().splitlines()[-1]
+    for ref in scales:
+        assert str(tmp_path / "out" / "traces" / ref) in last
+
+
 def test_compute_scale_leaves_the_cluster_document_alone() -> None:
     from schedopt.calibrate import _with_values
 
