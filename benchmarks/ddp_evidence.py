@@ -17,8 +17,9 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
    ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
    not), with ``s = s_c = 1`` (free overlap), and with the other profiles (VARIANTS);
-6. ``calibrate`` (both slowdowns, per-collective overhead; and with a compute scale per model)
-   leaving one configuration out, and predicting it;
+6. ``calibrate`` leaving one configuration out, and predicting it, for every fit set of
+   ``FITS`` (both slowdowns and the per-collective overhead; a compute scale per model with
+   some of them);
 7. the measured gain: default DDP, the optimum and the optimum of the model without the
    communication slowdown (``s_c = 1``) alternately (``--rounds``), on the model with the
    largest predicted gain of either.
@@ -226,7 +227,10 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
 #: the cluster's with a compute scale per model (re-timed traces).
 FITS = {"s, s_c, overhead": "overlap_slowdown,comm_slowdown,collective_overhead",
         "s, s_c, overhead, compute per model":
-            "overlap_slowdown,comm_slowdown,collective_overhead,compute_scale"}
+            "overlap_slowdown,comm_slowdown,collective_overhead,compute_scale",
+        "compute per model": "compute_scale",
+        "overhead, compute per model": "collective_overhead,compute_scale",
+        "s, compute per model": "overlap_slowdown,compute_scale"}
 
 
 def on_profile(row: dict[str, str], suffix: str) -> dict[str, str]:
@@ -247,7 +251,7 @@ def leave_one_out(d: Path, rows: list[dict[str, str]], env: dict[str, str]
     for label, fit in FITS.items():
         loco: list[float] = []
         for cfg in [*CONFIGS, "plan"]:
-            tag = cfg.replace(":", "_").replace("=", "") + ("-c" if "compute" in fit else "")
+            tag = cfg.replace(":", "_").replace("=", "") + f"-f{list(FITS).index(label)}"
             train = [r for r in rows if config_of(r["policy"]) != cfg]
             write_rows(d / f"train-{tag}.csv", train)
             out = json.loads(schedopt("calibrate", d / f"train-{tag}.csv", "--out",
@@ -262,13 +266,20 @@ def leave_one_out(d: Path, rows: list[dict[str, str]], env: dict[str, str]
                                if k.startswith("compute_scale["))
             table.append((f"left out: {cfg}", f"calibrated on the rest ({label})", "errors "
                           + ", ".join(f"{r['error'] * 100:+.1f}%" for r in rep["rows"])
-                          + f" (s = {params['overlap_slowdown']:.3f}, s_c = "
-                          f"{params['comm_slowdown']:.3f}, overhead "
-                          f"{params['collective_overhead'] * 1e3:.2f} ms"
-                          + (f"; compute {scales}" if scales else "") + ")"))
+                          + f" ({fitted(params)}" + (f"; compute {scales}" if scales else "")
+                          + ")"))
         table.append(("all rows", f"leave one configuration out ({label})", f"mean |error| "
                       f"{statistics.mean(loco) * 100:.1f}%, max {max(loco) * 100:.1f}%"))
     return table
+
+
+def fitted(params: dict[str, float]) -> str:
+    """The fitted cluster parameters of a calibration, as text."""
+    names = {"overlap_slowdown": "s", "comm_slowdown": "s_c"}
+    parts = [f"{names[k]} = {v:.3f}" for k, v in params.items() if k in names]
+    if "collective_overhead" in params:
+        parts.append(f"overhead {params['collective_overhead'] * 1e3:.2f} ms")
+    return ", ".join(parts) or "measured s and s_c"
 
 
 def retimed(d: Path, row: dict[str, str], cal: dict[str, Any]) -> dict[str, str]:
