@@ -134,18 +134,52 @@ def _pareto(e: np.ndarray, nu: np.ndarray) -> np.ndarray:
     return order[nu_s > best_before]
 
 
+#: Largest number of groups times states that :func:`_pareto3` filters in one matrix pass
+#: (beyond it, group by group).
+PARETO3_MATRIX = 2_000_000
+
+
 def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     """Indices of the states not dominated (smaller ``e``, larger ``nu``, smaller ``ug``).
 
-    One sort by ``(ug, e, -nu)``; the groups of equal ``ug`` in increasing order, each filtered
-    on its own and against the staircase (``e`` up, ``nu`` up) of the groups before it.
+    One sort by ``(ug, e, -nu)``: a state is dominated when an earlier one in that order has
+    no larger ``e`` and no smaller ``nu`` (the first of identical states is kept). With
+    ``G`` groups of equal ``ug``, a ``G`` by ``n`` matrix of running maxima of ``nu`` (states
+    in order of ``e``) answers every query at once (:func:`_pareto3_loop` when it is large).
     """
-    if len(e) == 0:
+    n = len(e)
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((-nu, e, ug))
     e_s, nu_s, ug_s = e[order], nu[order], ug[order]
-    edges = np.concatenate(([0], np.flatnonzero(ug_s[1:] != ug_s[:-1]) + 1, [len(e)]))
-    keep = np.zeros(len(e), dtype=bool)
+    gid = np.r_[0, np.cumsum(ug_s[1:] != ug_s[:-1])]
+    groups = int(gid[-1]) + 1
+    if groups * n > PARETO3_MATRIX:
+        return order[_pareto3_loop(e_s, nu_s, ug_s)]
+    by_e = np.argsort(e_s, kind="stable")  # the order inside a group is kept
+    col = np.empty(n, dtype=np.int64)
+    col[by_e] = np.arange(n)
+    run = np.full((groups, n), _NONE[0], dtype=np.int64)
+    run[gid, col] = nu_s
+    np.maximum.accumulate(run, axis=1, out=run)
+    # within the group: the states before it (no larger e)
+    before = np.where(col > 0, run[gid, np.maximum(col - 1, 0)], _NONE[0])
+    keep = nu_s > before
+    if groups > 1:
+        # earlier groups: every state with no larger e
+        np.maximum.accumulate(run, axis=0, out=run)
+        upto = np.searchsorted(e_s[by_e], e_s, side="right") - 1
+        keep &= (gid == 0) | (nu_s > run[np.maximum(gid - 1, 0), upto])
+    return order[keep]
+
+
+def _pareto3_loop(e_s: np.ndarray, nu_s: np.ndarray, ug_s: np.ndarray) -> np.ndarray:
+    """:func:`_pareto3`'s mask on states sorted by ``(ug, e, -nu)``, group by group of equal
+    ``ug`` (increasing), each filtered on its own and against the staircase (``e`` up,
+    ``nu`` up) of the groups before it."""
+    n = len(e_s)
+    edges = np.concatenate(([0], np.flatnonzero(ug_s[1:] != ug_s[:-1]) + 1, [n]))
+    keep = np.zeros(n, dtype=bool)
     front_e = np.zeros(0, dtype=np.int64)  # staircase of the groups so far
     front_nu = np.zeros(0, dtype=np.int64)
     for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
@@ -163,7 +197,7 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
         both_e, both_nu = both_e[srt], both_nu[srt]
         step = both_nu > np.concatenate((_NONE, np.maximum.accumulate(both_nu)[:-1]))
         front_e, front_nu = both_e[step], both_nu[step]
-    return order[keep]
+    return keep
 
 
 class Promise(IntEnum):
