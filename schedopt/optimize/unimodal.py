@@ -89,6 +89,10 @@ TIGHT_PRUNE = True
 #: Drop the sides of states dominated by states at later cut positions (module docs).
 CROSS_DOMINANCE = True
 
+#: Keep the states that can only still be the peak's source (their slack between ``e`` and
+#: ``nu`` holds the rest of the work with one start-up, not two) apart, for the last step.
+PEAK_APART = True
+
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
 STEP_STATES = 1500
@@ -400,7 +404,8 @@ def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
     return first_live
 
 
-def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndarray:
+def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
+           ) -> tuple[np.ndarray, np.ndarray]:
     """The first step at which each state, taken in at step ``k``, can start no bucket ending
     then or later (every test below only grows with the step): a bucket too long (``fl``,
     the first live cut position per step); a promise about a layer already passed; an early
@@ -417,15 +422,25 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndar
     early = np.minimum(np.searchsorted(t.e_key, x - e, side="right"),
                        np.searchsorted(t.r_key, x, side="right"))
     late = np.searchsorted(t.q_env, lam - e - rest_from, side="right")
+    peak = early
     if TIGHT_PRUNE:
-        early = np.where(e + rest_from - t.a > nu, k, np.minimum(
+        # the peak (the last bucket) needs the rest with one start-up before nu, an early
+        # bucket before it the rest with two
+        peak = np.where(e + rest_from - t.a > nu, k, np.minimum(
             early, np.searchsorted(t.r, nu - rest_from + t.a, side="right")))
+        early = np.where(e + rest_from > nu, k, np.minimum(
+            peak, np.searchsorted(t.r, nu - rest_from, side="right"))) if PEAK_APART else peak
         late = np.where(nu - e < rest_from, k, np.minimum(
             late, np.searchsorted(t.late_fit, nu + pp1 - t.a, side="right")))
-    death = np.minimum(np.maximum(early, late), np.searchsorted(fl, pos + 1, side="right"))
+    too_long = np.searchsorted(fl, pos + 1, side="right")
     peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
-    return np.where(stay, np.minimum(death, t.layer_last[np.maximum(pos, 0)] + 1),
-                    np.where(peak_late, k, death))
+    end = np.where(stay, t.layer_last[np.maximum(pos, 0)] + 1, t.n)
+    peak_late &= ~stay  # (a bucket inside a layer keeps the update part it found)
+    death = np.where(peak_late, k,
+                     np.minimum(np.minimum(np.maximum(early, late), too_long), end))
+    # alive at the last step only as the peak's source
+    at_peak = (death < t.n) & ~peak_late & (np.minimum(peak, too_long) >= t.n) & (end >= t.n)
+    return death, at_peak
 
 
 def _first_lives(t: _Tables, lam: int) -> np.ndarray:
@@ -584,6 +599,7 @@ class _Pools:
         self.seen, self.size = 0, 0
         self.pending: list[_Live] = []  # taken in since the free pool was last examined
         self.waiting: dict[int, list[_Live]] = {}  # dominators by the step they start at
+        self.peak: list[_Live] = []  # states alive at the last step only, as the peak's source
         last = t.layer[t.n - 1]
         self.role_step = ~t.inside & ((t.layer != last) | (np.arange(t.n) == t.n - 1))
 
@@ -592,11 +608,15 @@ class _Pools:
         t, store = self.t, self.store
         new = store.live(np.arange(self.seen, store.size))
         self.seen = store.size
-        new = dataclasses.replace(new, death=_death(t, self.lam, k, self.fl, new))
-        new = new.alive(k)
+        death, at_peak = _death(t, self.lam, k, self.fl, new)
+        new = dataclasses.replace(new, death=death)
+        if at_peak.any():  # examined at the last step only (no dominance marks)
+            self.peak.append(new.keep(at_peak))
+        # the states dead before the last step still dominate (their peak is examined)
+        new = new.keep((death > k) | at_peak)
         new_stay, new_free = _split(new, new.promise >= _STAY)
         self.stay = _cat(self.stay, new_stay).alive(k)
-        self.pending.append(new_free)
+        self.pending.append(new_free.alive(k))
         if self.roles:
             # a state between layers dominates from the next step, one with a promise to leave
             # its layer once the steps have left that layer
@@ -607,7 +627,7 @@ class _Pools:
                 self.waiting.setdefault(k, []).append(between)
             for d in self.waiting.pop(k, []):
                 self.role = self._dominate(self.role, d)
-            self.role = _cat(self.role, new_free)
+            self.role = _cat(self.role, new_free.alive(k))
         if self.roles and self.role_step[k]:
             self.role = self.role.alive(k)
             live = self.role
@@ -617,6 +637,10 @@ class _Pools:
             self.free = self.free.alive(k)
             live = dataclasses.replace(self.free, dom=np.zeros(len(self.free.idx), np.int64))
         self.size = len(live.idx) + len(self.stay.idx)
+        if k == t.n - 1 and self.peak:
+            peak = _cat(*self.peak)
+            return _cat(live, self.stay, dataclasses.replace(
+                peak, dom=np.zeros(len(peak.idx), np.int64)))
         return _cat(live, self.stay)
 
     def _dominate(self, role: _Live, new: _Live) -> _Live:
