@@ -147,33 +147,35 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     """Indices of the states not dominated (smaller ``e``, larger ``nu``, smaller ``ug``).
 
     One sort by ``(ug, e, -nu)``: a state is dominated when an earlier one in that order has
-    no larger ``e`` and no smaller ``nu`` (the first of identical states is kept). With
-    ``G`` groups of equal ``ug``, a ``G`` by ``n`` matrix of running maxima of ``nu`` (states
-    in order of ``e``) answers every query at once (:func:`_pareto3_loop` when it is large).
+    no larger ``e`` and no smaller ``nu`` (the first of identical states is kept). First
+    inside each group of equal ``ug`` (a running maximum of ``nu``'s rank offset by the
+    group), then across groups: with ``G`` groups, a ``G`` by ``m`` matrix of running maxima
+    of ``nu`` over the ``m`` states left (in order of ``e``) answers every query at once
+    (:func:`_pareto3_loop` when it is large).
     """
     n = len(e)
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((-nu, e, ug))
     e_s, nu_s, ug_s = e[order], nu[order], ug[order]
-    gid = np.r_[0, np.cumsum(ug_s[1:] != ug_s[:-1])]
+    gid = np.concatenate(([0], np.cumsum(ug_s[1:] != ug_s[:-1])))
+    key = gid * n + np.unique(nu_s, return_inverse=True)[1].reshape(-1)
+    keep = key > np.concatenate(([-1], np.maximum.accumulate(key)[:-1]))
     groups = int(gid[-1]) + 1
-    if groups * n > PARETO3_MATRIX:
+    if groups == 1:
+        return order[keep]
+    idx = np.flatnonzero(keep)
+    m = len(idx)
+    if groups * m > PARETO3_MATRIX:
         return order[_pareto3_loop(e_s, nu_s, ug_s)]
-    by_e = np.argsort(e_s, kind="stable")  # the order inside a group is kept
-    col = np.empty(n, dtype=np.int64)
-    col[by_e] = np.arange(n)
-    run = np.full((groups, n), _NONE[0], dtype=np.int64)
-    run[gid, col] = nu_s
+    e2, nu2, g2 = e_s[idx], nu_s[idx], gid[idx]
+    by_e = np.argsort(e2, kind="stable")
+    run = np.full((groups, m), _NONE[0], dtype=np.int64)
+    run[g2[by_e], np.arange(m)] = nu2[by_e]
     np.maximum.accumulate(run, axis=1, out=run)
-    # within the group: the states before it (no larger e)
-    before = np.where(col > 0, run[gid, np.maximum(col - 1, 0)], _NONE[0])
-    keep = nu_s > before
-    if groups > 1:
-        # earlier groups: every state with no larger e
-        np.maximum.accumulate(run, axis=0, out=run)
-        upto = np.searchsorted(e_s[by_e], e_s, side="right") - 1
-        keep &= (gid == 0) | (nu_s > run[np.maximum(gid - 1, 0), upto])
+    np.maximum.accumulate(run, axis=0, out=run)
+    upto = np.searchsorted(e2[by_e], e2, side="right") - 1
+    keep[idx] = (g2 == 0) | (nu2 > run[np.maximum(g2 - 1, 0), upto])
     return order[keep]
 
 
