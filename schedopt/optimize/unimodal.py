@@ -534,6 +534,11 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
     of unit k + 1 with the updates so far. A late bucket: everything ends by nu."""
     ugp = t.upd_in[k + 1] if k + 1 <= t.first[t.n - 1] else b.ug
     peak_ok = np.maximum(live.e, t.r_last) + t.peak_need + ugp <= lam
+    # what the early (late) sides need whatever the promise
+    early_ok = np.maximum(b.e_new, t.r_last) + t.peak_need + ugp <= lam
+    early_fit = np.maximum(b.e_new + t.rest[k], t.fit[k])
+    late_fit = np.maximum(live.e + t.rest[k], t.fit[k])
+    no_late = live.nu >= _BIG
     for tag, early_side, late_side in transitions:
         stay = tag not in (Promise.LEAVE, Promise.NONE)
         ie = il = np.zeros(0, dtype=np.int64)
@@ -541,16 +546,12 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
         if early_side is not None:
             q_e, mask = early_side
             ug_next = b.ug if stay else t.upd_in[k + 1]
-            nu_eff = np.where(live.nu >= _BIG, lam - t.q[k + 1] - ug_next, live.nu)
-            ok_e = mask & (b.e_new + q_e <= lam) & (
-                np.maximum(b.e_new + t.rest[k], t.fit[k]) <= nu_eff)
-            ok_e &= np.maximum(b.e_new, t.r_last) + t.peak_need + ugp <= lam
-            ie = np.flatnonzero(ok_e)
+            nu_eff = np.where(no_late, lam - t.q[k + 1] - ug_next, live.nu)
+            ie = np.flatnonzero(mask & early_ok & (b.e_new + q_e <= lam) & (early_fit <= nu_eff))
         if late_side is not None:
             q_l, mask = late_side
             nu_new = np.minimum(live.nu, lam - q_l) - b.d
-            il = np.flatnonzero(mask & peak_ok & (
-                nu_new >= np.maximum(live.e + t.rest[k], t.fit[k])))
+            il = np.flatnonzero(mask & peak_ok & (nu_new >= late_fit))
             nu_l = nu_new[il]
         n_e, n_l = len(ie), len(il)
         if n_e + n_l == 0:
