@@ -21,7 +21,7 @@ from .strategies import clusters, traces
 from .test_optimize_unimodal import brute
 
 #: The pruning rules (module constants of :mod:`schedopt.optimize.unimodal`).
-RULES = ("CROSS_DOMINANCE", "TIGHT_PRUNE", "PEAK_APART")
+RULES = ("CROSS_DOMINANCE", "TIGHT_PRUNE", "PEAK_APART", "PEAK_REACH")
 
 
 def _outcome(monkeypatch: pytest.MonkeyPatch, on: bool, inst, lam: int, grid: int,
@@ -89,7 +89,7 @@ def test_pruning_keeps_every_answer(seed: int, grid: int, levels: int,
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), grid=st.sampled_from([0, 0, 3, 50]),
-       levels=st.sampled_from([0, 0, 2]), rule=st.just("PEAK_APART"),
+       levels=st.sampled_from([0, 0, 2]), rule=st.sampled_from(["PEAK_APART", "PEAK_REACH"]),
        fractions=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=4))
 def test_each_new_rule_keeps_every_answer(seed: int, grid: int, levels: int, rule: str,
                                           fractions: list[float]) -> None:

@@ -93,6 +93,10 @@ CROSS_DOMINANCE = True
 #: ``nu`` holds the rest of the work with one start-up, not two) apart, for the last step.
 PEAK_APART = True
 
+#: Kill the early side of a state once an early bucket from it ends too late for the peak
+#: (when the last layer is the last unit alone; :func:`_death`).
+PEAK_REACH = True
+
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
 STEP_STATES = 1500
@@ -261,6 +265,8 @@ class _Tables:
     rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
     q_env: np.ndarray  # lower envelope of the forward tails from k on
     late_fit: np.ndarray  # least fit[k'] + pp[k' + 1] over the late buckets ending at k' >= k
+    pe_key: np.ndarray  # pp[k + 1] + upd_in[k + 1] (non-decreasing)
+    pr_key: np.ndarray  # r[k] + pp[k + 1] + upd_in[k + 1] (non-decreasing)
     e_key: np.ndarray  # pp[k + 1] + q_env[k] (non-decreasing)
     r_key: np.ndarray  # r[k] + pp[k + 1] + q_env[k] (non-decreasing: releases in ready order)
     layer_last: np.ndarray  # last unit of every unit's layer
@@ -313,6 +319,8 @@ def _tables(inst: Instance, levels: int) -> _Tables:
         rest_max=rest_max, rest_min_upd=rest_min_upd,
         q_env=q_env,
         late_fit=np.r_[np.minimum.accumulate((fit + pp[1:])[:-1][::-1])[::-1], _BIG],
+        pe_key=pp[1:] + np.r_[upd_in[1:n], upd_in[n - 1]],
+        pr_key=r + pp[1:] + np.r_[upd_in[1:n], upd_in[n - 1]],
         e_key=pp[1:] + q_env, r_key=r + pp[1:] + q_env,
         layer_last=ends[np.searchsorted(ends, np.arange(n))],
     )
@@ -415,7 +423,11 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
     (the late work from the state on plus its tail must fit after e); or a peak too late.
     With :data:`TIGHT_PRUNE`, the early side also dies once the whole rest after
     ``max(e, r_k)`` cannot end by ``nu``, and the late side once a late bucket and the rest
-    cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``)."""
+    cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``). An early
+    bucket before the peak needs the rest with two start-ups before ``nu``, the peak with
+    one: with :data:`PEAK_APART` the states only the peak can still use are flagged
+    (``at_peak``, the second array) and left for the last step. With :data:`PEAK_REACH`, the
+    early side dies once an early bucket ends too late for the peak's work and tail."""
     pos, e, nu = live.pos, live.e, live.nu
     stay = live.promise >= _STAY  # promises of a cut inside a layer, about that layer
     pp1 = t.pp[pos + 1]
@@ -434,6 +446,15 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
             peak, np.searchsorted(t.r, nu - rest_from, side="right"))) if PEAK_APART else peak
         late = np.where(nu - e < rest_from, k, np.minimum(
             late, np.searchsorted(t.late_fit, nu + pp1 - t.a, side="right")))
+    if PEAK_REACH and t.first[t.n - 1] == t.n - 1:
+        # an early bucket ending at k < n - 1 needs max(its end, r_last) + the peak's work
+        # and tail (with the update part of a bucket opening at k + 1) to meet lam
+        y = lam - t.peak_need - t.a + pp1
+        reach = np.minimum(np.searchsorted(t.pe_key, y - e, side="right"),
+                           np.searchsorted(t.pr_key, y, side="right"))
+        reach = np.minimum(reach, np.searchsorted(t.upd_in[1:], lam - t.peak_need - t.r_last,
+                                                  side="right"))
+        early = np.minimum(early, reach)
     too_long = np.searchsorted(fl, pos + 1, side="right")
     peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
     end = np.where(stay, t.layer_last[np.maximum(pos, 0)] + 1, t.n)
