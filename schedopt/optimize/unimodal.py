@@ -163,8 +163,7 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     order = np.lexsort((-nu, e, ug))
     e_s, nu_s, ug_s = e[order], nu[order], ug[order]
     gid = np.concatenate(([0], np.cumsum(ug_s[1:] != ug_s[:-1])))
-    key = gid * n + np.unique(nu_s, return_inverse=True)[1].reshape(-1)
-    keep = key > np.concatenate(([-1], np.maximum.accumulate(key)[:-1]))
+    keep = _group_staircase(gid, nu_s)
     groups = int(gid[-1]) + 1
     if groups == 1:
         return order[keep]
@@ -181,6 +180,21 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     upto = np.searchsorted(e2[by_e], e2, side="right") - 1
     keep[idx] = (g2 == 0) | (nu2 > run[np.maximum(g2 - 1, 0), upto])
     return order[keep]
+
+
+def _group_staircase(gid: np.ndarray, nu_s: np.ndarray) -> np.ndarray:
+    """Whether each state's ``nu`` passes every earlier one of its group (``gid``, groups
+    contiguous): one running maximum of ``nu`` offset by the group (its rank, when the
+    offsets would not fit in 63 bits)."""
+    low = int(nu_s.min())
+    finite = nu_s != _BIG
+    top = int(nu_s[finite].max()) if finite.any() else low
+    span = top - low + 2  # the unbounded nu (no late bucket yet) share one level
+    if span * (int(gid[-1]) + 1) < 1 << 62:
+        key = gid * span + np.where(finite, nu_s - low, span - 1)
+    else:
+        key = gid * len(nu_s) + np.unique(nu_s, return_inverse=True)[1].reshape(-1)
+    return key > np.concatenate(([-1], np.maximum.accumulate(key)[:-1]))
 
 
 def _pareto3_loop(e_s: np.ndarray, nu_s: np.ndarray, ug_s: np.ndarray) -> np.ndarray:
@@ -428,7 +442,11 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
     one: with :data:`PEAK_APART` the states only the peak can still use are flagged
     (``at_peak``, the second array) and left for the last step. With :data:`PEAK_REACH`, the
     early side dies once an early bucket ends too late for the peak's work and tail."""
-    pos, e, nu = live.pos, live.e, live.nu
+    e, nu = live.e, live.nu
+    if len(e) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    # the states taken in at one step all cut after the unit of the step before
+    pos = int(live.pos[0])
     stay = live.promise >= _STAY  # promises of a cut inside a layer, about that layer
     pp1 = t.pp[pos + 1]
     rest_from = t.pp[t.n] - pp1 + 2 * t.a
@@ -450,14 +468,13 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
         # an early bucket ending at k < n - 1 needs max(its end, r_last) + the peak's work
         # and tail (with the update part of a bucket opening at k + 1) to meet lam
         y = lam - t.peak_need - t.a + pp1
-        reach = np.minimum(np.searchsorted(t.pe_key, y - e, side="right"),
-                           np.searchsorted(t.pr_key, y, side="right"))
-        reach = np.minimum(reach, np.searchsorted(t.upd_in[1:], lam - t.peak_need - t.r_last,
-                                                  side="right"))
-        early = np.minimum(early, reach)
+        reach = min(np.searchsorted(t.pr_key, y, side="right"),
+                    np.searchsorted(t.upd_in[1:], lam - t.peak_need - t.r_last, side="right"))
+        early = np.minimum(early, np.minimum(np.searchsorted(t.pe_key, y - e, side="right"),
+                                             reach))
     too_long = np.searchsorted(fl, pos + 1, side="right")
     peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
-    end = np.where(stay, t.layer_last[np.maximum(pos, 0)] + 1, t.n)
+    end = np.where(stay, t.layer_last[max(pos, 0)] + 1, t.n)
     peak_late &= ~stay  # (a bucket inside a layer keeps the update part it found)
     death = np.where(peak_late, k,
                      np.minimum(np.minimum(np.maximum(early, late), too_long), end))
