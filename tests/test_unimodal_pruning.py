@@ -190,6 +190,9 @@ def test_pareto3_matrix_and_loop_agree_with_brute_force(seed: int, n: int, span:
     ug = rng.integers(0, max(1, span // 2), n).astype(np.int64)
     want = _pareto3_brute(e, nu, ug)
     assert unimodal_mod._pareto3(e, nu, ug).tolist() == want
+    with pytest.MonkeyPatch.context() as mp:  # group by group past the matrix's size
+        mp.setattr(unimodal_mod, "PARETO3_MATRIX", 0)
+        assert unimodal_mod._pareto3(e, nu, ug).tolist() == want
     order = np.lexsort((-nu, e, ug))
     loop = order[unimodal_mod._pareto3_loop(e[order], nu[order], ug[order])] if n else order
     assert loop.tolist() == want
