@@ -71,8 +71,8 @@ MAX_UNITS = 1500
 MAX_STATES = 400_000
 
 #: The grid phase of :func:`unimodal_exact` stops once the bracket is this many grid steps
-#: wide (the exact tests take over).
-GRID_PHASE_STEPS = 4
+#: wide (the exact tests take over; near the optimum they cost a few grid tests).
+GRID_PHASE_STEPS = 8
 
 #: The grid phase's first test of a wide bracket lies this fraction of the bracket (1 / value)
 #: below the top rather than at its middle (0: plain bisection): the bracket's bottom is
