@@ -163,8 +163,10 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     order = np.lexsort((-nu, e, ug))
     e_s, nu_s, ug_s = e[order], nu[order], ug[order]
     gid = np.concatenate(([0], np.cumsum(ug_s[1:] != ug_s[:-1])))
-    keep = _group_staircase(gid, nu_s)
     groups = int(gid[-1]) + 1
+    if groups * n > 4 * PARETO3_MATRIX:  # large fronts: group by group at once
+        return order[_pareto3_loop(e_s, nu_s, ug_s)]
+    keep = _group_staircase(gid, nu_s)
     if groups == 1:
         return order[keep]
     idx = np.flatnonzero(keep)
