@@ -40,10 +40,13 @@ the remaining work must fit between ``e`` and ``nu`` and after every later relea
 peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``. Only
 live states are sources: a state is dropped once no bucket from it can end at ``k`` or later
 (its death step is found once, :func:`_death`; with :data:`TIGHT_PRUNE` also from the slack
-between ``e`` and ``nu``). At the steps whose cut lies between layers a bucket's tail does
-not depend on where it starts, so a state at a later cut dominates the early (late) buckets of
-one at an earlier cut ``j`` when it is no worse after shifting ``e`` (``nu``) by the work
-between the cuts (:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
+between ``e`` and ``nu``, and with :data:`PEAK_REACH` once an early bucket ends too late for
+the peak). A state whose slack is enough for the peak alone (one start-up, where an early
+bucket before it needs two) waits apart for the last step (:data:`PEAK_APART`). At the
+steps whose cut lies between layers a bucket's tail does not depend on where it starts, so
+a state at a later cut dominates the early (late) buckets of one at an earlier cut ``j``
+when it is no worse after shifting ``e`` (``nu``) by the work between the cuts
+(:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
 grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 """
