@@ -94,8 +94,9 @@ def test_pruning_keeps_every_answer(seed: int, grid: int, levels: int,
 def test_each_new_rule_keeps_every_answer(seed: int, grid: int, levels: int, rule: str,
                                           fractions: list[float]) -> None:
     """With the other rules on, one rule on or off gives the same answer at lam around the
-    optimum and across the bracket, and never more work (the states kept apart for the
-    peak are examined once, at the last step)."""
+    optimum and across the bracket. Keeping the peak's states apart never adds work (they are
+    examined once, at the last step); a state killed early no longer dominates others, so
+    with the peak's reach the work may grow on a few instances."""
     trace, cluster = _random_trace(seed)
     inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
     lo = constant_bound(inst) - 1
@@ -116,7 +117,7 @@ def test_each_new_rule_keeps_every_answer(seed: int, grid: int, levels: int, rul
             if outcome is Outcome.FEASIBLE and grid == 0 and levels == 0 and ref.exact:
                 assert int(inst.evaluate(segs).period) <= lam
         assert answers[1][0] is answers[0][0], (lam, answers)
-        assert answers[1][1] <= answers[0][1]
+        assert rule != "PEAK_APART" or answers[1][1] <= answers[0][1]
 
 
 @settings(max_examples=30, deadline=None)
