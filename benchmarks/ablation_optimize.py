@@ -6,6 +6,7 @@ Usage::
     python benchmarks/ablation_optimize.py flow_shop several_stages   # these experiments only
     python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # issue 17
     python benchmarks/ablation_optimize.py pruning   # dominance across cuts, slack pruning
+    python benchmarks/ablation_optimize.py peak_rules   # the peak's own death tests
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
@@ -379,8 +380,9 @@ def grid_skew() -> None:
 
 def pruning() -> None:
     """Dominance across cut positions and pruning by the slack between e and nu, together
-    (``unimodal.CROSS_DOMINANCE``, ``unimodal.TIGHT_PRUNE``): ResNet-50 rows, then one grid
-    test of GPT-2 1.5B r0.5 near its bound (states examined and wall time)."""
+    (``unimodal.CROSS_DOMINANCE``, ``unimodal.TIGHT_PRUNE``; the peak's rules, which build on
+    the slack pruning, stay on): ResNet-50 rows, then one grid test of GPT-2 1.5B r0.5 near
+    its bound (states examined and wall time)."""
     attrs = ("CROSS_DOMINANCE", "TIGHT_PRUNE")
     saved = [getattr(unimodal_mod, a) for a in attrs]
     inst, _, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
@@ -400,11 +402,35 @@ def pruning() -> None:
             setattr(unimodal_mod, a, v)
 
 
+def peak_rules() -> None:
+    """The states only the peak can still use, kept apart for the last step, and the early
+    sides killed once an early bucket ends too late for the peak (``unimodal.PEAK_APART``,
+    ``unimodal.PEAK_REACH``, together): ResNet-50 rows, then the exact test of f30 at its
+    optimum less one tick (states examined and wall time)."""
+    attrs = ("PEAK_APART", "PEAK_REACH")
+    saved = [getattr(unimodal_mod, a) for a in attrs]
+    tr, cl = resnet(30)
+    inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+    try:
+        for on in (True, False):
+            for a in attrs:
+                setattr(unimodal_mod, a, on)
+            _resnet_with("PEAK_APART", (on,), "peak rules")
+            work = [0]
+            (outcome, _), t = timed(lambda w=work: unimodal_mod.feasibility(
+                inst, 543_835, work=w))
+            print(f"peak rules ({tr.name}, exact test at 543,835 ticks): with={on}: "
+                  f"{outcome.value}, work {work[0]:,} (states and 1,500 per step), {t:.2f} s")
+    finally:
+        for a, v in zip(attrs, saved, strict=True):
+            setattr(unimodal_mod, a, v)
+
+
 def main(argv: list[str] | None = None) -> int:
     names = sys.argv[1:] if argv is None else argv
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
                late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop,
-               fine_grid, grid_skew, coarse_programme, pruning):
+               fine_grid, grid_skew, coarse_programme, pruning, peak_rules):
         if not names or fn.__name__ in names:
             fn()
     return 0

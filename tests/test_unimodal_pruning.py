@@ -20,13 +20,16 @@ from schedopt.trace import Trace
 from .strategies import clusters, traces
 from .test_optimize_unimodal import brute
 
+#: The pruning rules (module constants of :mod:`schedopt.optimize.unimodal`).
+RULES = ("CROSS_DOMINANCE", "TIGHT_PRUNE", "PEAK_APART", "PEAK_REACH")
+
 
 def _outcome(monkeypatch: pytest.MonkeyPatch, on: bool, inst, lam: int, grid: int,
              levels: int) -> tuple[Outcome, int | None, int]:
     """One test with the pruning rules on or off: its outcome, the exact period of its plan
     and the states it examined."""
-    monkeypatch.setattr(unimodal_mod, "CROSS_DOMINANCE", on)
-    monkeypatch.setattr(unimodal_mod, "TIGHT_PRUNE", on)
+    for rule in RULES:
+        monkeypatch.setattr(unimodal_mod, rule, on)
     work = [0]
     outcome, segs = feasibility(inst, lam, want_plan=True, grid=grid, levels=levels,
                                 work=work, max_states=10**9)
@@ -69,8 +72,8 @@ def test_pruning_keeps_every_answer(seed: int, grid: int, levels: int,
     lo = constant_bound(inst) - 1
     hi = int(inst.evaluate([(0, inst.n - 1)]).period)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(unimodal_mod, "CROSS_DOMINANCE", False)
-        mp.setattr(unimodal_mod, "TIGHT_PRUNE", False)
+        for rule in RULES:
+            mp.setattr(unimodal_mod, rule, False)
         ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
         assert ref is not None
         lams = {ref.bound - 1, ref.bound, ref.bound + 1}
@@ -84,6 +87,39 @@ def test_pruning_keeps_every_answer(seed: int, grid: int, levels: int,
                 assert on[1] is not None and on[1] <= lam
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), grid=st.sampled_from([0, 0, 3, 50]),
+       levels=st.sampled_from([0, 0, 2]), rule=st.sampled_from(["PEAK_APART", "PEAK_REACH"]),
+       fractions=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=4))
+def test_each_new_rule_keeps_every_answer(seed: int, grid: int, levels: int, rule: str,
+                                          fractions: list[float]) -> None:
+    """With the other rules on, one rule on or off gives the same answer at lam around the
+    optimum and across the bracket. Keeping the peak's states apart never adds work (they are
+    examined once, at the last step); a state killed early no longer dominates others, so
+    with the peak's reach the work may grow on a few instances."""
+    trace, cluster = _random_trace(seed)
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    lo = constant_bound(inst) - 1
+    hi = int(inst.evaluate([(0, inst.n - 1)]).period)
+    ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
+    assert ref is not None
+    lams = {ref.bound - 1, ref.bound, ref.bound + 1}
+    lams |= {int(ref.bound + f * (hi - ref.bound) / 20) for f in fractions}
+    for lam in sorted(lams):
+        answers = []
+        for on in (False, True):
+            with pytest.MonkeyPatch.context() as mp:
+                mp.setattr(unimodal_mod, rule, on)
+                work = [0]
+                outcome, segs = feasibility(inst, lam, want_plan=True, grid=grid,
+                                            levels=levels, work=work, max_states=10**9)
+            answers.append((outcome, work[0]))
+            if outcome is Outcome.FEASIBLE and grid == 0 and levels == 0 and ref.exact:
+                assert int(inst.evaluate(segs).period) <= lam
+        assert answers[1][0] is answers[0][0], (lam, answers)
+        assert rule != "PEAK_APART" or answers[1][1] <= answers[0][1]
+
+
 @settings(max_examples=30, deadline=None)
 @given(trace=traces(max_layers=4), cluster=clusters(fitted=True), with_update=st.booleans())
 def test_pruned_programme_meets_brute_force(trace: Trace, cluster: Cluster,
@@ -95,7 +131,7 @@ def test_pruned_programme_meets_brute_force(trace: Trace, cluster: Cluster,
     inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
     if inst.n > 6 or not inst.stages:
         return
-    assert unimodal_mod.CROSS_DOMINANCE and unimodal_mod.TIGHT_PRUNE
+    assert all(getattr(unimodal_mod, rule) for rule in RULES)
     best, _ = brute(inst)
     res = unimodal_exact(inst, constant_bound(inst) - 1, int(best), grid_rel=0.0)
     assert res is not None
@@ -120,8 +156,8 @@ def test_dominance_drops_states_on_a_chain_of_layers() -> None:
         "allreduce": {"alpha_s": 2e-4, "beta_s_per_byte": 1e-9}})
     inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(unimodal_mod, "CROSS_DOMINANCE", False)
-        mp.setattr(unimodal_mod, "TIGHT_PRUNE", False)
+        for rule in RULES:
+            mp.setattr(unimodal_mod, rule, False)
         hi = int(inst.evaluate([(0, inst.n - 1)]).period)
         ref = unimodal_exact(inst, constant_bound(inst) - 1, hi, grid_rel=0.0)
         assert ref is not None
@@ -131,3 +167,33 @@ def test_dominance_drops_states_on_a_chain_of_layers() -> None:
             assert on[0] is off[0]
             assert on[2] < off[2]
         assert np.all(np.diff(inst.layer) != 0)
+
+
+def _pareto3_brute(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> list[int]:
+    """The states no earlier state in the order ``(ug, e, -nu)`` dominates, in that order."""
+    order = np.lexsort((-nu, e, ug))
+    out = []
+    for pos, i in enumerate(order):
+        if not any(e[j] <= e[i] and nu[j] >= nu[i] and ug[j] <= ug[i] for j in order[:pos]):
+            out.append(int(i))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 60), span=st.sampled_from([2, 5, 40]))
+def test_pareto3_matrix_and_loop_agree_with_brute_force(seed: int, n: int, span: int) -> None:
+    """The three-coordinate filter, in one matrix pass and group by group, keeps exactly the
+    states (and their order) of a quadratic check; ties and unbounded ``nu`` included."""
+    rng = np.random.default_rng(seed)
+    e = rng.integers(0, span, n).astype(np.int64)
+    nu = rng.integers(0, span, n).astype(np.int64)
+    nu[rng.random(n) < 0.1] = unimodal_mod._BIG
+    ug = rng.integers(0, max(1, span // 2), n).astype(np.int64)
+    want = _pareto3_brute(e, nu, ug)
+    assert unimodal_mod._pareto3(e, nu, ug).tolist() == want
+    with pytest.MonkeyPatch.context() as mp:  # group by group past the matrix's size
+        mp.setattr(unimodal_mod, "PARETO3_MATRIX", 0)
+        assert unimodal_mod._pareto3(e, nu, ug).tolist() == want
+    order = np.lexsort((-nu, e, ug))
+    loop = order[unimodal_mod._pareto3_loop(e[order], nu[order], ug[order])] if n else order
+    assert loop.tolist() == want

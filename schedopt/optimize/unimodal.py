@@ -40,10 +40,13 @@ the remaining work must fit between ``e`` and ``nu`` and after every later relea
 peak (the bucket of the last unit) must still meet its own tail after ``max(e, r_last)``. Only
 live states are sources: a state is dropped once no bucket from it can end at ``k`` or later
 (its death step is found once, :func:`_death`; with :data:`TIGHT_PRUNE` also from the slack
-between ``e`` and ``nu``). At the steps whose cut lies between layers a bucket's tail does
-not depend on where it starts, so a state at a later cut dominates the early (late) buckets of
-one at an earlier cut ``j`` when it is no worse after shifting ``e`` (``nu``) by the work
-between the cuts (:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
+between ``e`` and ``nu``, and with :data:`PEAK_REACH` once an early bucket ends too late for
+the peak). A state whose slack is enough for the peak alone (one start-up, where an early
+bucket before it needs two) waits apart for the last step (:data:`PEAK_APART`). At the
+steps whose cut lies between layers a bucket's tail does not depend on where it starts, so
+a state at a later cut dominates the early (late) buckets of one at an earlier cut ``j``
+when it is no worse after shifting ``e`` (``nu``) by the work between the cuts
+(:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
 grid on ``e`` and ``nu``), whose infeasibility is still a proof.
 """
@@ -71,8 +74,8 @@ MAX_UNITS = 1500
 MAX_STATES = 400_000
 
 #: The grid phase of :func:`unimodal_exact` stops once the bracket is this many grid steps
-#: wide (the exact tests take over).
-GRID_PHASE_STEPS = 4
+#: wide (the exact tests take over; near the optimum they cost a few grid tests).
+GRID_PHASE_STEPS = 8
 
 #: The grid phase's first test of a wide bracket lies this fraction of the bracket (1 / value)
 #: below the top rather than at its middle (0: plain bisection): the bracket's bottom is
@@ -88,6 +91,14 @@ TIGHT_PRUNE = True
 
 #: Drop the sides of states dominated by states at later cut positions (module docs).
 CROSS_DOMINANCE = True
+
+#: Keep the states that can only still be the peak's source (their slack between ``e`` and
+#: ``nu`` holds the rest of the work with one start-up, not two) apart, for the last step.
+PEAK_APART = True
+
+#: Kill the early side of a state once an early bucket from it ends too late for the peak
+#: (when the last layer is the last unit alone; :func:`_death`).
+PEAK_REACH = True
 
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
@@ -134,18 +145,71 @@ def _pareto(e: np.ndarray, nu: np.ndarray) -> np.ndarray:
     return order[nu_s > best_before]
 
 
+#: Largest number of groups times states that :func:`_pareto3` filters in one matrix pass
+#: (beyond it, group by group: measured faster from about 30,000 on).
+PARETO3_MATRIX = 30_000
+
+
 def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
     """Indices of the states not dominated (smaller ``e``, larger ``nu``, smaller ``ug``).
 
-    One sort by ``(ug, e, -nu)``; the groups of equal ``ug`` in increasing order, each filtered
-    on its own and against the staircase (``e`` up, ``nu`` up) of the groups before it.
+    One sort by ``(ug, e, -nu)``: a state is dominated when an earlier one in that order has
+    no larger ``e`` and no smaller ``nu`` (the first of identical states is kept). First
+    inside each group of equal ``ug`` (a running maximum of ``nu``'s rank offset by the
+    group), then across groups: with ``G`` groups, a ``G`` by ``m`` matrix of running maxima
+    of ``nu`` over the ``m`` states left (in order of ``e``) answers every query at once
+    (:func:`_pareto3_loop` when it is large).
     """
-    if len(e) == 0:
+    n = len(e)
+    if n == 0:
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((-nu, e, ug))
     e_s, nu_s, ug_s = e[order], nu[order], ug[order]
-    edges = np.concatenate(([0], np.flatnonzero(ug_s[1:] != ug_s[:-1]) + 1, [len(e)]))
-    keep = np.zeros(len(e), dtype=bool)
+    gid = np.concatenate(([0], np.cumsum(ug_s[1:] != ug_s[:-1])))
+    groups = int(gid[-1]) + 1
+    if groups * n > 4 * PARETO3_MATRIX:  # large fronts: group by group at once
+        return order[_pareto3_loop(e_s, nu_s, ug_s)]
+    keep = _group_staircase(gid, nu_s)
+    if groups == 1:
+        return order[keep]
+    idx = np.flatnonzero(keep)
+    m = len(idx)
+    if groups * m > PARETO3_MATRIX:
+        keep[idx] = _pareto3_loop(e_s[idx], nu_s[idx], ug_s[idx])
+        return order[keep]
+    e2, nu2, g2 = e_s[idx], nu_s[idx], gid[idx]
+    by_e = np.argsort(e2, kind="stable")
+    run = np.full((groups, m), _NONE[0], dtype=np.int64)
+    run[g2[by_e], np.arange(m)] = nu2[by_e]
+    np.maximum.accumulate(run, axis=1, out=run)
+    np.maximum.accumulate(run, axis=0, out=run)
+    upto = np.searchsorted(e2[by_e], e2, side="right") - 1
+    keep[idx] = (g2 == 0) | (nu2 > run[np.maximum(g2 - 1, 0), upto])
+    return order[keep]
+
+
+def _group_staircase(gid: np.ndarray, nu_s: np.ndarray) -> np.ndarray:
+    """Whether each state's ``nu`` passes every earlier one of its group (``gid``, groups
+    contiguous): one running maximum of ``nu`` offset by the group (its rank, when the
+    offsets would not fit in 63 bits)."""
+    low = int(nu_s.min())
+    finite = nu_s != _BIG
+    top = int(nu_s[finite].max()) if finite.any() else low
+    span = top - low + 2  # the unbounded nu (no late bucket yet) share one level
+    if span * (int(gid[-1]) + 1) < 1 << 62:
+        key = gid * span + np.where(finite, nu_s - low, span - 1)
+    else:
+        key = gid * len(nu_s) + np.unique(nu_s, return_inverse=True)[1].reshape(-1)
+    return key > np.concatenate(([-1], np.maximum.accumulate(key)[:-1]))
+
+
+def _pareto3_loop(e_s: np.ndarray, nu_s: np.ndarray, ug_s: np.ndarray) -> np.ndarray:
+    """:func:`_pareto3`'s mask on states sorted by ``(ug, e, -nu)``, group by group of equal
+    ``ug`` (increasing), each filtered on its own and against the staircase (``e`` up,
+    ``nu`` up) of the groups before it."""
+    n = len(e_s)
+    edges = np.concatenate(([0], np.flatnonzero(ug_s[1:] != ug_s[:-1]) + 1, [n]))
+    keep = np.zeros(n, dtype=bool)
     front_e = np.zeros(0, dtype=np.int64)  # staircase of the groups so far
     front_nu = np.zeros(0, dtype=np.int64)
     for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist(), strict=True):
@@ -163,7 +227,7 @@ def _pareto3(e: np.ndarray, nu: np.ndarray, ug: np.ndarray) -> np.ndarray:
         both_e, both_nu = both_e[srt], both_nu[srt]
         step = both_nu > np.concatenate((_NONE, np.maximum.accumulate(both_nu)[:-1]))
         front_e, front_nu = both_e[step], both_nu[step]
-    return order[keep]
+    return keep
 
 
 class Promise(IntEnum):
@@ -221,6 +285,8 @@ class _Tables:
     rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
     q_env: np.ndarray  # lower envelope of the forward tails from k on
     late_fit: np.ndarray  # least fit[k'] + pp[k' + 1] over the late buckets ending at k' >= k
+    pe_key: np.ndarray  # pp[k + 1] + upd_in[k + 1] (non-decreasing)
+    pr_key: np.ndarray  # r[k] + pp[k + 1] + upd_in[k + 1] (non-decreasing)
     e_key: np.ndarray  # pp[k + 1] + q_env[k] (non-decreasing)
     r_key: np.ndarray  # r[k] + pp[k + 1] + q_env[k] (non-decreasing: releases in ready order)
     layer_last: np.ndarray  # last unit of every unit's layer
@@ -273,6 +339,8 @@ def _tables(inst: Instance, levels: int) -> _Tables:
         rest_max=rest_max, rest_min_upd=rest_min_upd,
         q_env=q_env,
         late_fit=np.r_[np.minimum.accumulate((fit + pp[1:])[:-1][::-1])[::-1], _BIG],
+        pe_key=pp[1:] + np.r_[upd_in[1:n], upd_in[n - 1]],
+        pr_key=r + pp[1:] + np.r_[upd_in[1:n], upd_in[n - 1]],
         e_key=pp[1:] + q_env, r_key=r + pp[1:] + q_env,
         layer_last=ends[np.searchsorted(ends, np.arange(n))],
     )
@@ -366,7 +434,8 @@ def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
     return first_live
 
 
-def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndarray:
+def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
+           ) -> tuple[np.ndarray, np.ndarray]:
     """The first step at which each state, taken in at step ``k``, can start no bucket ending
     then or later (every test below only grows with the step): a bucket too long (``fl``,
     the first live cut position per step); a promise about a layer already passed; an early
@@ -374,8 +443,16 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndar
     (the late work from the state on plus its tail must fit after e); or a peak too late.
     With :data:`TIGHT_PRUNE`, the early side also dies once the whole rest after
     ``max(e, r_k)`` cannot end by ``nu``, and the late side once a late bucket and the rest
-    cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``)."""
-    pos, e, nu = live.pos, live.e, live.nu
+    cannot fit between ``e`` and ``nu``, or after the later releases (``late_fit``). An early
+    bucket before the peak needs the rest with two start-ups before ``nu``, the peak with
+    one: with :data:`PEAK_APART` the states only the peak can still use are flagged
+    (``at_peak``, the second array) and left for the last step. With :data:`PEAK_REACH`, the
+    early side dies once an early bucket ends too late for the peak's work and tail."""
+    e, nu = live.e, live.nu
+    if len(e) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+    # the states taken in at one step all cut after the unit of the step before
+    pos = int(live.pos[0])
     stay = live.promise >= _STAY  # promises of a cut inside a layer, about that layer
     pp1 = t.pp[pos + 1]
     rest_from = t.pp[t.n] - pp1 + 2 * t.a
@@ -383,15 +460,33 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live) -> np.ndar
     early = np.minimum(np.searchsorted(t.e_key, x - e, side="right"),
                        np.searchsorted(t.r_key, x, side="right"))
     late = np.searchsorted(t.q_env, lam - e - rest_from, side="right")
+    peak = early
     if TIGHT_PRUNE:
-        early = np.where(e + rest_from - t.a > nu, k, np.minimum(
+        # the peak (the last bucket) needs the rest with one start-up before nu, an early
+        # bucket before it the rest with two
+        peak = np.where(e + rest_from - t.a > nu, k, np.minimum(
             early, np.searchsorted(t.r, nu - rest_from + t.a, side="right")))
+        early = np.where(e + rest_from > nu, k, np.minimum(
+            peak, np.searchsorted(t.r, nu - rest_from, side="right"))) if PEAK_APART else peak
         late = np.where(nu - e < rest_from, k, np.minimum(
             late, np.searchsorted(t.late_fit, nu + pp1 - t.a, side="right")))
-    death = np.minimum(np.maximum(early, late), np.searchsorted(fl, pos + 1, side="right"))
+    if PEAK_REACH and t.first[t.n - 1] == t.n - 1:
+        # an early bucket ending at k < n - 1 needs max(its end, r_last) + the peak's work
+        # and tail (with the update part of a bucket opening at k + 1) to meet lam
+        y = lam - t.peak_need - t.a + pp1
+        reach = min(np.searchsorted(t.pr_key, y, side="right"),
+                    np.searchsorted(t.upd_in[1:], lam - t.peak_need - t.r_last, side="right"))
+        early = np.minimum(early, np.minimum(np.searchsorted(t.pe_key, y - e, side="right"),
+                                             reach))
+    too_long = np.searchsorted(fl, pos + 1, side="right")
     peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
-    return np.where(stay, np.minimum(death, t.layer_last[np.maximum(pos, 0)] + 1),
-                    np.where(peak_late, k, death))
+    end = np.where(stay, t.layer_last[max(pos, 0)] + 1, t.n)
+    peak_late &= ~stay  # (a bucket inside a layer keeps the update part it found)
+    death = np.where(peak_late, k,
+                     np.minimum(np.minimum(np.maximum(early, late), too_long), end))
+    # alive at the last step only as the peak's source
+    at_peak = (death < t.n) & ~peak_late & (np.minimum(peak, too_long) >= t.n) & (end >= t.n)
+    return death, at_peak
 
 
 def _first_lives(t: _Tables, lam: int) -> np.ndarray:
@@ -483,6 +578,11 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
     of unit k + 1 with the updates so far. A late bucket: everything ends by nu."""
     ugp = t.upd_in[k + 1] if k + 1 <= t.first[t.n - 1] else b.ug
     peak_ok = np.maximum(live.e, t.r_last) + t.peak_need + ugp <= lam
+    # what the early (late) sides need whatever the promise
+    early_ok = np.maximum(b.e_new, t.r_last) + t.peak_need + ugp <= lam
+    early_fit = np.maximum(b.e_new + t.rest[k], t.fit[k])
+    late_fit = np.maximum(live.e + t.rest[k], t.fit[k])
+    no_late = live.nu >= _BIG
     for tag, early_side, late_side in transitions:
         stay = tag not in (Promise.LEAVE, Promise.NONE)
         ie = il = np.zeros(0, dtype=np.int64)
@@ -490,16 +590,12 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
         if early_side is not None:
             q_e, mask = early_side
             ug_next = b.ug if stay else t.upd_in[k + 1]
-            nu_eff = np.where(live.nu >= _BIG, lam - t.q[k + 1] - ug_next, live.nu)
-            ok_e = mask & (b.e_new + q_e <= lam) & (
-                np.maximum(b.e_new + t.rest[k], t.fit[k]) <= nu_eff)
-            ok_e &= np.maximum(b.e_new, t.r_last) + t.peak_need + ugp <= lam
-            ie = np.flatnonzero(ok_e)
+            nu_eff = np.where(no_late, lam - t.q[k + 1] - ug_next, live.nu)
+            ie = np.flatnonzero(mask & early_ok & (b.e_new + q_e <= lam) & (early_fit <= nu_eff))
         if late_side is not None:
             q_l, mask = late_side
             nu_new = np.minimum(live.nu, lam - q_l) - b.d
-            il = np.flatnonzero(mask & peak_ok & (
-                nu_new >= np.maximum(live.e + t.rest[k], t.fit[k])))
+            il = np.flatnonzero(mask & peak_ok & (nu_new >= late_fit))
             nu_l = nu_new[il]
         n_e, n_l = len(ie), len(il)
         if n_e + n_l == 0:
@@ -550,6 +646,7 @@ class _Pools:
         self.seen, self.size = 0, 0
         self.pending: list[_Live] = []  # taken in since the free pool was last examined
         self.waiting: dict[int, list[_Live]] = {}  # dominators by the step they start at
+        self.peak: list[_Live] = []  # states alive at the last step only, as the peak's source
         last = t.layer[t.n - 1]
         self.role_step = ~t.inside & ((t.layer != last) | (np.arange(t.n) == t.n - 1))
 
@@ -558,11 +655,15 @@ class _Pools:
         t, store = self.t, self.store
         new = store.live(np.arange(self.seen, store.size))
         self.seen = store.size
-        new = dataclasses.replace(new, death=_death(t, self.lam, k, self.fl, new))
-        new = new.alive(k)
+        death, at_peak = _death(t, self.lam, k, self.fl, new)
+        new = dataclasses.replace(new, death=death)
+        if at_peak.any():  # examined at the last step only (no dominance marks)
+            self.peak.append(new.keep(at_peak))
+        # the states dead before the last step still dominate (their peak is examined)
+        new = new.keep((death > k) | at_peak)
         new_stay, new_free = _split(new, new.promise >= _STAY)
         self.stay = _cat(self.stay, new_stay).alive(k)
-        self.pending.append(new_free)
+        self.pending.append(new_free.alive(k))
         if self.roles:
             # a state between layers dominates from the next step, one with a promise to leave
             # its layer once the steps have left that layer
@@ -573,7 +674,7 @@ class _Pools:
                 self.waiting.setdefault(k, []).append(between)
             for d in self.waiting.pop(k, []):
                 self.role = self._dominate(self.role, d)
-            self.role = _cat(self.role, new_free)
+            self.role = _cat(self.role, new_free.alive(k))
         if self.roles and self.role_step[k]:
             self.role = self.role.alive(k)
             live = self.role
@@ -583,6 +684,10 @@ class _Pools:
             self.free = self.free.alive(k)
             live = dataclasses.replace(self.free, dom=np.zeros(len(self.free.idx), np.int64))
         self.size = len(live.idx) + len(self.stay.idx)
+        if k == t.n - 1 and self.peak:
+            peak = _cat(*self.peak)
+            return _cat(live, self.stay, dataclasses.replace(
+                peak, dom=np.zeros(len(peak.idx), np.int64)))
         return _cat(live, self.stay)
 
     def _dominate(self, role: _Live, new: _Live) -> _Live:
