@@ -1,7 +1,7 @@
 """Where DDP's time goes on this machine: its own all-reduces against stand-alone ones.
 
-The DDP evidence (docs/validation.md, "Real DDP runs") predicts single-bucket DDP rows of the
-MLPs 11-15% too slow while the no-overlap rows agree. This study times, in one run of 2 gloo
+The DDP evidence (docs/validation.md, "Real DDP runs") compares whole iterations with the
+model's predictions; this study takes them apart. It times, in one run of 2 gloo
 ranks (OMP_NUM_THREADS pinned), per model of ``benchmarks/ddp_models.py``:
 
 ``backward``
@@ -11,14 +11,17 @@ ranks (OMP_NUM_THREADS pinned), per model of ``benchmarks/ddp_models.py``:
     views, as ``bench-ddp`` runs it), with a communication hook that records, per bucket, when
     DDP hands it over and when its all-reduce completes;
 ``manual``
-    the no-overlap run of ``bench-ddp`` (``sync-easgd``): ``no_sync`` backward, then the
-    gradients copied into one buffer, all-reduced, copied back, each part timed;
+    the no-overlap run of ``bench-ddp`` (``sync-easgd``), its own steps: ``zero_grad``, the
+    ``no_sync`` backward, the gradients copied into one buffer (divided by the world size on
+    the way, as DDP's reducer), the all-reduce, the gradients made views of the buffer (which
+    frees the tensors autograd made), each part timed;
 ``alone``
     a blocking all-reduce of the same buffer sizes with nothing else running.
 
 It prints a table (model, what, milliseconds; medians over iterations and ranks). Usage::
 
-    OMP_NUM_THREADS=1 python benchmarks/ddp_comm_timing.py [--iters 20] [--models mlp12,mlp]
+    OMP_NUM_THREADS=1 python benchmarks/ddp_comm_timing.py [--iters 20] \
+        [--models mlp12,mlp,bert_small]
 
 Run from the repository root, on an otherwise idle machine.
 """
@@ -36,17 +39,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-MODELS = {"mlp": (1536, 32), "mlp12": (768, 32)}
+from benchmarks.ddp_evidence import MODELS
+from schedopt.integrations.torch import _call
+from schedopt.integrations.torch import _default_loss as _loss
 
 
 def _factory(name: str) -> Any:
-    from benchmarks import ddp_models
+    from schedopt.integrations.torch import build_model
 
-    return getattr(ddp_models, name)()
-
-
-def _loss(out: Any) -> Any:
-    return out.float().mean()
+    return build_model(MODELS[name][0])
 
 
 def _run_ddp(model: Any, x: Any, cap_mb: float, iters: int, warmup: int, bucket_view: bool
@@ -79,7 +80,7 @@ def _run_ddp(model: Any, x: Any, cap_mb: float, iters: int, warmup: int, bucket_
         calls.clear()
         model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        _loss(ddp(x)).backward()  # DDP waits for every bucket at the end of backward
+        _loss(_call(ddp, x)).backward()  # DDP waits for every bucket at the end of backward
         t1 = time.perf_counter()
         if it >= warmup:
             out["ddp iteration"].append(t1 - t0)
@@ -100,31 +101,32 @@ def _run_manual(model: Any, x: Any, iters: int, warmup: int) -> dict[str, list[f
     import torch
     import torch.distributed as dist
 
+    from schedopt.integrations.bench_ddp import _scale_into, _view_grads
+
     ddp = torch.nn.parallel.DistributedDataParallel(model)
-    params = [p for p in model.parameters()]
-    flat = torch.empty(sum(p.numel() for p in params))
+    params = [p for p in model.parameters() if p.requires_grad]
+    flat = params[0].new_empty(sum(p.numel() for p in params))
     out: dict[str, list[float]] = {k: [] for k in (
-        "manual iteration", "manual backward", "manual copy in", "manual all-reduce",
-        "manual copy out")}
+        "manual iteration", "manual zero_grad", "manual backward", "manual copy in (divided)",
+        "manual all-reduce", "manual gradients made views")}
+    world = dist.get_world_size()
     dist.barrier()
     for it in range(warmup + iters):
-        model.zero_grad(set_to_none=True)
         t0 = time.perf_counter()
-        with ddp.no_sync():
-            _loss(ddp(x)).backward()
+        model.zero_grad(set_to_none=True)
         t1 = time.perf_counter()
-        torch.cat([p.grad.reshape(-1) for p in params], out=flat)
+        with ddp.no_sync():
+            _loss(_call(ddp, x)).backward()
         t2 = time.perf_counter()
-        dist.all_reduce(flat)
+        _scale_into(params, flat, 1.0 / world)  # bench-ddp's own steps, in its order
         t3 = time.perf_counter()
-        flat.div_(dist.get_world_size())
-        off = 0
-        for p in params:
-            p.grad.copy_(flat[off:off + p.numel()].view_as(p.grad))
-            off += p.numel()
+        dist.all_reduce(flat)
         t4 = time.perf_counter()
+        _view_grads(params, flat)  # frees the gradients autograd made
+        t5 = time.perf_counter()
         if it >= warmup:
-            for key, v in zip(out, (t4 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
+            for key, v in zip(out, (t5 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
+                              strict=True):
                 out[key].append(v)
     return out
 
@@ -152,14 +154,15 @@ def _rank(rank: int, world: int, init: str, args: argparse.Namespace, q: Any) ->
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     result: dict[str, dict[str, list[float]]] = {}
     for name in args.models.split(","):
-        width, batch = MODELS[name]
+        from schedopt.integrations.torch import random_batch
+
         torch.manual_seed(0)
-        x = torch.randn(batch, width)
+        x = random_batch(MODELS[name][1], MODELS[name][2])
         rows: dict[str, list[float]] = {}
         rows.update(_run_ddp(_factory(name), x, args.cap_mb, args.iters, args.warmup,
                              args.bucket_view))
         rows.update(_run_manual(_factory(name), x, args.iters, args.warmup))
-        numel = sum(p.numel() for p in _factory(name).parameters())
+        numel = sum(p.numel() for p in _factory(name).parameters() if p.requires_grad)
         rows.update(_run_alone(numel, args.iters, args.warmup))
         result[name] = rows
     q.put((rank, result))
@@ -168,7 +171,7 @@ def _rank(rank: int, world: int, init: str, args: argparse.Namespace, q: Any) ->
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="mlp12,mlp")
+    p.add_argument("--models", default="mlp12,mlp,bert_small")
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--cap-mb", type=float, default=100.0, help="DDP bucket cap (one bucket)")

@@ -3,8 +3,9 @@
 PyTorch DDP's reducer copies every gradient into its bucket in an autograd hook, on the compute
 stream, so a DDP run computes more than a plain forward and backward: ``schedopt profile
 --grad-copy`` times those copies. This script measures their share on the models of
-``benchmarks/ddp_models.py``: in one process, rounds of iterations with and without a hook that
-copies every gradient into a buffer allocated once, alternately (the machine's drift hits both
+``benchmarks/ddp_models.py``: in one process, rounds of iterations with and without the hooks
+of ``profile --grad-copy`` (every gradient copied into a buffer allocated once),
+alternately (the machine's drift hits both
 alike); the figure is the median over rounds of the per-round ratio of medians. Usage::
 
     python benchmarks/grad_copy_cost.py [--rounds 6] [--iters 8] [--models mlp,mlp12,bert_small]
@@ -20,37 +21,23 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.ddp_evidence import MODELS
 
 
-def _hooks(params: list[Any]) -> list[Any]:
-    """Copy every gradient into a buffer of its own once accumulated (as DDP's reducer)."""
-    handles = []
-    for p in params:
-        buf = p.detach().new_empty(p.shape)
-
-        def copy(q: Any, buf: Any = buf) -> None:
-            buf.copy_(q.grad)
-
-        handles.append(p.register_post_accumulate_grad_hook(copy))
-    return handles
-
-
 def measure(name: str, rounds: int, iters: int) -> tuple[list[float], list[float]]:
     """Per round, the median iteration time (ms) without and with the copies."""
     import torch
 
-    from schedopt.integrations.torch import build_model, random_batch
+    from schedopt.integrations.torch import _GradCopies, build_model, random_batch
 
     factory, shape, dtype = MODELS[name]
     torch.manual_seed(0)
     model = build_model(factory)
     batch = random_batch(shape, dtype)
-    params = [p for p in model.parameters() if p.requires_grad]
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
 
     def step() -> float:
         model.zero_grad(set_to_none=True)
@@ -66,10 +53,9 @@ def measure(name: str, rounds: int, iters: int) -> tuple[list[float], list[float
     copied: list[float] = []
     for _ in range(rounds):
         plain.append(statistics.median(step() for _ in range(iters)) * 1e3)
-        handles = _hooks(params)
+        copies = _GradCopies(params)  # the hooks of ``profile --grad-copy``
         copied.append(statistics.median(step() for _ in range(iters)) * 1e3)
-        for h in handles:
-            h.remove()
+        copies.remove()
     return plain, copied
 
 

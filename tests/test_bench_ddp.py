@@ -248,3 +248,20 @@ def test_profile_on_ranks_refuses_device(workdir: Path) -> None:
     assert result.exit_code == 2
     assert result.output.startswith("error: --device: ")
     assert not Path("x.json").exists()
+
+
+def test_manual_buckets_divide_while_copying_as_ddp() -> None:
+    torch = pytest.importorskip("torch")
+    from schedopt.integrations.bench_ddp import _scale_into, _view_grads
+
+    params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    grads = [p.grad.clone() for p in params]
+    flat = torch.full((17,), float("nan"))
+    _scale_into(params, flat, 0.5)
+    assert torch.equal(flat, torch.cat([g.reshape(-1) * 0.5 for g in grads]))
+    _view_grads(params, flat)
+    for p, g in zip(params, grads, strict=True):
+        assert p.grad.shape == p.shape and torch.equal(p.grad, g * 0.5)
+        assert p.grad.data_ptr() >= flat.data_ptr()  # a view of the bucket, no copy

@@ -101,6 +101,28 @@ def test_profile_grad_copy_copies_every_gradient_once_per_iteration() -> None:
     assert all(not p._post_accumulate_grad_hooks for p in model.parameters())
 
 
+def test_grad_copies_copy_every_gradient_into_a_buffer_allocated_once() -> None:
+    from schedopt.integrations.torch import _GradCopies
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    params = list(model.named_parameters())
+    copies = _GradCopies(params)
+    homes = [b.data_ptr() for b in copies.buffers]
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        model(torch.randn(3, 16)).square().sum().backward()
+        for (_, p), buf in zip(params, copies.buffers, strict=True):
+            assert torch.equal(buf, p.grad)  # this step's gradient, copied
+            assert buf.data_ptr() != p.grad.data_ptr()  # the gradient stays autograd's own
+    assert [b.data_ptr() for b in copies.buffers] == homes  # allocated once, as DDP's buckets
+    assert copies.bytes == 2 * sum(p.numel() * 4 for _, p in params)
+    copies.remove()
+    before = [b.clone() for b in copies.buffers]
+    model(torch.randn(3, 16)).sum().backward()
+    assert all(torch.equal(a, b) for a, b in zip(before, copies.buffers, strict=True))
+
+
 def test_profile_tied_root_and_frozen_parameters() -> None:
     torch.manual_seed(0)
     model = _Tied()

@@ -11,11 +11,12 @@
     exactly, the row names the emitted ``ddp:`` spec instead (what ran).
 ``cntk``, ``sync-easgd`` (and plans with ``overlap: false``)
     No overlap: the backward runs under ``no_sync()``, then each of the plan's buckets is
-    all-reduced (flattened, averaged) in launch order: one all-reduce per layer for ``cntk``, one
-    of all gradients for ``sync-easgd``. With ``gradient_as_bucket_view`` (the default) the
-    gradients then become views of the reduced buffer, as DDP's do: a copy into the buffer and
-    none back, the copies DDP itself makes (a copy back costs 8-10% of such an iteration on this
-    machine: ``benchmarks/ddp_comm_timing.py``).
+    all-reduced in launch order (each gradient divided by the world size while it is copied
+    into the bucket's buffer, as DDP's reducer does, then summed): one all-reduce per layer for
+    ``cntk``, one of all gradients for ``sync-easgd``. With ``gradient_as_bucket_view`` (the
+    default) the gradients then become views of the reduced buffer, as DDP's do: a copy into
+    the buffer and none back, the copies DDP itself makes (a copy back costs 8-10% of such an
+    iteration on this machine: ``benchmarks/ddp_comm_timing.py``).
 
 Every rank builds the model with the same seed and its own random batch, and runs ``warmup``
 untimed iterations (DDP rebuilds its buckets after the first) then ``iters`` timed ones. An
@@ -150,6 +151,18 @@ def _view_grads(group: list[Any], flat: Any) -> None:
         offset += p.numel()
 
 
+def _scale_into(group: list[Any], flat: Any, factor: float) -> None:
+    """Copy the gradients of ``group`` into ``flat``, multiplied by ``factor`` on the way, as
+    DDP's reducer divides while it copies into its bucket (torch 2.13, ``reducer.cpp``,
+    ``copy_grad_to_bucket``: ``mul_out``): one pass over the bytes, not a copy and a division."""
+    import torch
+
+    offset = 0
+    for p in group:
+        torch.mul(p.grad.reshape(-1), factor, out=flat[offset:offset + p.numel()])
+        offset += p.numel()
+
+
 def _copy_grads(group: list[Any], flat: Any) -> None:
     """Copy ``flat`` back into the gradients of ``group``."""
     offset = 0
@@ -179,9 +192,8 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
             with ddp.no_sync():
                 _default_loss(_call(ddp, batch)).backward()
             for group, flat in zip(groups, flats, strict=True):
-                torch.cat([p.grad.reshape(-1) for p in group], out=flat)
+                _scale_into(group, flat, 1.0 / world)
                 dist.all_reduce(flat)
-                flat.div_(world)
                 if job["bucket_view"]:  # the gradients become views of the bucket (no copy back)
                     _view_grads(group, flat)
                 else:
