@@ -378,28 +378,38 @@ def grid_skew() -> None:
     _resnet_with("GRID_FIRST_SKEW", (unimodal_mod.GRID_FIRST_SKEW, 0), "first grid test")
 
 
+def _flags_on_and_off(attrs: tuple[str, ...], label: str, probe: Callable[[bool], None]
+                      ) -> None:
+    """The ResNet-50 rows and ``probe(on)`` with the unimodal switches ``attrs`` all on, then
+    all off; the switches are restored after."""
+    saved = [getattr(unimodal_mod, a) for a in attrs]
+    try:
+        for on in (True, False):
+            for a in attrs:
+                setattr(unimodal_mod, a, on)
+            _resnet_with(attrs[0], (on,), label)
+            probe(on)
+    finally:
+        for a, v in zip(attrs, saved, strict=True):
+            setattr(unimodal_mod, a, v)
+
+
 def pruning() -> None:
     """Dominance across cut positions and pruning by the slack between e and nu, together
     (``unimodal.CROSS_DOMINANCE``, ``unimodal.TIGHT_PRUNE``; the peak's rules, which build on
     the slack pruning, stay on): ResNet-50 rows, then one grid test of GPT-2 1.5B r0.5 near
     its bound (states examined and wall time)."""
-    attrs = ("CROSS_DOMINANCE", "TIGHT_PRUNE")
-    saved = [getattr(unimodal_mod, a) for a in attrs]
     inst, _, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
     lam = lb + 39_100  # just below the best bound of the benchmark (1,559,559 ticks)
-    try:
-        for on in (True, False):
-            for a in attrs:
-                setattr(unimodal_mod, a, on)
-            _resnet_with("CROSS_DOMINANCE", (on,), "pruning")
-            work = [0]
-            (outcome, _), t = timed(lambda w=work: unimodal_mod.feasibility(
-                inst, lam, grid=max(1, int(2.5e-4 * lam)), work=w))
-            print(f"pruning (gpt2-1.5b-r0.5, one grid test at {ms(inst, lam)}): with={on}: "
-                  f"{outcome.value}, {work[0]:,} states, {t:.1f} s")
-    finally:
-        for a, v in zip(attrs, saved, strict=True):
-            setattr(unimodal_mod, a, v)
+
+    def probe(on: bool) -> None:
+        work = [0]
+        (outcome, _), t = timed(lambda: unimodal_mod.feasibility(
+            inst, lam, grid=max(1, int(2.5e-4 * lam)), work=work))
+        print(f"pruning (gpt2-1.5b-r0.5, one grid test at {ms(inst, lam)}): with={on}: "
+              f"{outcome.value}, {work[0]:,} states, {t:.1f} s")
+
+    _flags_on_and_off(("CROSS_DOMINANCE", "TIGHT_PRUNE"), "pruning", probe)
 
 
 def peak_rules() -> None:
@@ -407,23 +417,16 @@ def peak_rules() -> None:
     sides killed once an early bucket ends too late for the peak (``unimodal.PEAK_APART``,
     ``unimodal.PEAK_REACH``, together): ResNet-50 rows, then the exact test of f30 at its
     optimum less one tick (states examined and wall time)."""
-    attrs = ("PEAK_APART", "PEAK_REACH")
-    saved = [getattr(unimodal_mod, a) for a in attrs]
     tr, cl = resnet(30)
     inst = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
-    try:
-        for on in (True, False):
-            for a in attrs:
-                setattr(unimodal_mod, a, on)
-            _resnet_with("PEAK_APART", (on,), "peak rules")
-            work = [0]
-            (outcome, _), t = timed(lambda w=work: unimodal_mod.feasibility(
-                inst, 543_835, work=w))
-            print(f"peak rules ({tr.name}, exact test at 543,835 ticks): with={on}: "
-                  f"{outcome.value}, work {work[0]:,} (states and 1,500 per step), {t:.2f} s")
-    finally:
-        for a, v in zip(attrs, saved, strict=True):
-            setattr(unimodal_mod, a, v)
+
+    def probe(on: bool) -> None:
+        work = [0]
+        (outcome, _), t = timed(lambda: unimodal_mod.feasibility(inst, 543_835, work=work))
+        print(f"peak rules ({tr.name}, exact test at 543,835 ticks): with={on}: "
+              f"{outcome.value}, work {work[0]:,} (states and 1,500 per step), {t:.2f} s")
+
+    _flags_on_and_off(("PEAK_APART", "PEAK_REACH"), "peak rules", probe)
 
 
 def main(argv: list[str] | None = None) -> int:
