@@ -255,9 +255,10 @@ class _GradCopies:
     ``torch/csrc/distributed/c10d/reducer.cpp``, ``mark_variable_ready_dense``).
 
     The gradient stays autograd's own tensor. DDP with ``gradient_as_bucket_view`` then makes
-    the bucket's view the gradient, which frees autograd's tensor inside the backward; doing
-    that here made the profiled compute of a 6 x 1536^2 MLP faster than DDP's (docs/cli.md,
-    ``profile``), so the copy alone is timed."""
+    the bucket's view the gradient, which frees autograd's tensor inside the backward; a
+    variant that did the same here predicted the DDP runs of docs/validation.md worse (mean
+    errors of 14.2% and 15.4% against 7.2% and 11.2%; docs/cli.md, ``profile``), so the copy
+    alone is timed."""
 
     def __init__(self, params: list) -> None:
         self.bytes = 0
