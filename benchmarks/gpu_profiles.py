@@ -1,0 +1,212 @@
+"""Measured traces of three shipped models on a CUDA GPU, with ``profile_model``.
+
+The estimated traces of ``instances/generate.py`` price every operator by a roofline with
+assumed efficiencies. This script measures the same models at the same batch, sequence and
+precision on a real GPU, layer by layer, so that the estimates can be checked against a
+measurement that was not used to make them (docs/instances.md, "Measured on an H200"):
+
+``resnet50``
+    torchvision ``resnet50()``, float32 weights and gradients, bf16 autocast, batch 256 of
+    224 x 224 images copied from pinned host memory every iteration (the trace's ``h2d_s``);
+``bert-large``
+    transformers ``BertModel`` (hidden 1024, 24 layers, 16 heads, intermediate 4096, with
+    pooler), bfloat16 weights and gradients, batch 32 x 512 tokens; the loss is the mean of
+    the last hidden state plus that of the pooler output, so that every parameter gets a
+    gradient;
+``gpt2-124m``
+    transformers ``GPT2LMHeadModel(GPT2Config())``, bfloat16, batch 32 x 1024 tokens, its own
+    language-model loss.
+
+Each is timed over ``--repeats`` iterations after ``--warmup`` (per-layer medians), with a fused
+AdamW step of learning rate 0 as the update. Usage::
+
+    python benchmarks/gpu_profiles.py --out DIR [--models resnet50,bert-large,gpt2-124m]
+        [--repeats 20] [--warmup 5] [--tag h200]
+
+``--compare h200 h100`` prints the shipped measured traces against the estimated ones.
+
+It writes ``DIR/<model>-<tag>-....json`` (names as the shipped measured traces) and prints one
+line per trace, with the median of whole iterations timed without the per-layer hooks beside
+the trace's sum. ``--smoke`` runs the same code on the CPU at batch 2 (and 16 tokens), for a
+check without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+#: model -> (trace name pattern, batch, sequence); {tag} is the GPU's tag.
+MODELS = {
+    "resnet50": ("resnet50-{tag}-b{batch}-measured", 256, 0),
+    "bert-large": ("bert-large-{tag}-bf16-measured", 32, 512),
+    "gpt2-124m": ("gpt2-124m-{tag}-bf16-measured", 32, 1024),
+}
+
+
+def build(model: str, batch: int, seq: int) -> tuple[Any, Any, Callable[[Any], Any] | None,
+                                                     str]:
+    """The module, one batch, the loss function (None: ``profile_model``'s default) and the
+    words that describe them in the trace's source."""
+    import torch
+
+    if model == "resnet50":
+        import torchvision
+
+        x = torch.randn(batch, 3, 224, 224)
+        if torch.cuda.is_available():
+            x = x.pin_memory()
+            torch.backends.cudnn.benchmark = True
+        # channels_last, as mixed-precision CNN training runs on tensor cores
+        return (torchvision.models.resnet50().to(memory_format=torch.channels_last), x, None,
+                "torchvision resnet50(), float32 weights in channels_last, bf16 autocast, "
+                "cudnn.benchmark, 224x224 images copied from pinned host memory")
+    import transformers
+
+    ids = torch.randint(0, 30_000, (batch, seq))
+    if model == "bert-large":
+        cfg = transformers.BertConfig(hidden_size=1024, num_hidden_layers=24,
+                                      num_attention_heads=16, intermediate_size=4096)
+        net = transformers.BertModel(cfg).to(torch.bfloat16)
+
+        def loss(out: Any) -> Any:
+            return out.last_hidden_state.float().mean() + out.pooler_output.float().mean()
+
+        return (net, {"input_ids": ids}, loss,
+                "transformers BertModel (hidden 1024, 24 layers, 16 heads, intermediate 4096, "
+                "with pooler), bfloat16 weights, loss = mean(last hidden state) + "
+                "mean(pooler output)")
+    net = transformers.GPT2LMHeadModel(transformers.GPT2Config()).to(torch.bfloat16)
+    return (net, {"input_ids": ids, "labels": ids}, None,
+            "transformers GPT2LMHeadModel(GPT2Config()), bfloat16 weights, its language-model "
+            "loss")
+
+
+def profile_one(model: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Profile ``model``; the trace as a JSON-ready dict."""
+    import contextlib
+
+    import torch
+
+    from schedopt.integrations.torch import profile_model
+    from schedopt.trace import Trace
+
+    pattern, batch, seq = MODELS[model]
+    if args.smoke:
+        batch, seq = 2, 16 if seq else 0
+    net, inputs, loss_fn, words = build(model, batch, seq)
+    device = "cpu" if args.smoke else "cuda"
+    net = net.to(device)
+    opt = torch.optim.AdamW(net.parameters(), lr=0.0, fused=device == "cuda")
+    cast = (torch.autocast(device, dtype=torch.bfloat16) if model == "resnet50"
+            else contextlib.nullcontext())
+    start = time.perf_counter()
+    with cast:
+        tr = profile_model(net, inputs, name=pattern.format(tag=args.tag, batch=batch),
+                           batch_size=batch, loss_fn=loss_fn, repeats=args.repeats,
+                           warmup=args.warmup, optimizer=opt)
+    plain = _plain_iteration_s(net, inputs, loss_fn, opt, cast, device, args)
+    gpu = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    data = tr.model_dump(mode="json", exclude_none=True)
+    data["source"] = (f"MEASURED on one {gpu} by benchmarks/gpu_profiles.py: {words}; batch "
+                      f"{batch}" + (f" x {seq} tokens" if seq else "") + "; update: fused "
+                      f"AdamW step (learning rate 0). {tr.source}")
+    Trace.model_validate(data)
+    print(f"{data['name']}: {len(tr.layers)} layers, {tr.num_tensors} tensors, compute "
+          f"{tr.compute_s * 1e3:.2f} ms, h2d {tr.h2d_s * 1e3:.2f} ms, update "
+          f"{tr.update_s * 1e3:.2f} ms; the same iteration without the timing hooks "
+          f"{plain * 1e3:.2f} ms ({time.perf_counter() - start:.0f} s)", flush=True)
+    del net, opt
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    return data
+
+
+def _plain_iteration_s(net: Any, inputs: Any, loss_fn: Callable[[Any], Any] | None, opt: Any,
+                       cast: Any, device: str, args: argparse.Namespace) -> float:
+    """Median wall time of a whole iteration (copy, forward, loss, backward, step) without
+    the per-layer hooks: what the profile's own marks may add shows against its sum."""
+    import statistics
+
+    import torch
+
+    from schedopt.integrations.torch import _call, _default_loss, _to_device
+
+    loss_fn = loss_fn or _default_loss
+    times = []
+    for it in range(args.warmup + args.repeats):
+        net.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with cast:
+            loss_fn(_call(net, _to_device(inputs, torch.device(device)))).backward()
+        opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if it >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def compare(measured_tag: str, estimated_tag: str) -> None:
+    """Print the shipped measured traces against the estimated ones of the same model, batch
+    and precision (``instances/traces``): totals, then per-layer ratios."""
+    import statistics
+
+    from schedopt.files import load_trace
+
+    print("| model | figure | estimated | measured | measured / estimated |")
+    print("| --- | --- | --- | --- | --- |")
+    for model, (pattern, batch, _) in MODELS.items():
+        meas = load_trace(pattern.format(tag=measured_tag, batch=batch))
+        est = load_trace(pattern.format(tag=estimated_tag, batch=batch).removesuffix(
+            "-measured"))
+        assert [la.name for la in meas.layers] == [la.name for la in est.layers], model
+        pairs = [("forward, ms", sum(la.forward_s for la in est.layers),
+                  sum(la.forward_s for la in meas.layers)),
+                 ("backward, ms", sum(la.backward_s for la in est.layers),
+                  sum(la.backward_s for la in meas.layers)),
+                 ("optimizer step, ms", est.update_s, meas.update_s)]
+        for what, e, m in pairs:
+            print(f"| {model} | {what} | {e * 1e3:.2f} | {m * 1e3:.2f} | {m / e:.2f} |")
+        ratios = [(a.forward_s + a.backward_s) / (b.forward_s + b.backward_s)
+                  for a, b in zip(meas.layers, est.layers, strict=True)]
+        inside = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5) / len(ratios)
+        print(f"| {model} | per layer (forward + backward): median ratio, layers within "
+              f"1.5x | | | {statistics.median(ratios):.2f}, {inside:.0%} of {len(ratios)} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--compare", nargs=2, metavar=("MEASURED", "ESTIMATED"),
+                    help="print the shipped measured traces of GPU tag MEASURED against the "
+                         "estimated ones of tag ESTIMATED (e.g. h200 h100) and stop")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--tag", default="h200", help="GPU tag in the trace names")
+    ap.add_argument("--smoke", action="store_true", help="CPU, batch 2: a check without a GPU")
+    args = ap.parse_args(argv)
+    if args.compare:
+        compare(*args.compare)
+        return 0
+    if args.out is None:
+        ap.error("--out is required")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for model in args.models.split(","):
+        data = profile_one(model, args)
+        (args.out / f"{data['name']}.json").write_text(json.dumps(data, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
