@@ -1,4 +1,4 @@
-"""Measured traces of three shipped models on a CUDA GPU, with ``profile_model``.
+"""Measured traces of four shipped models on a CUDA GPU, with ``profile_model``.
 
 The estimated traces of ``instances/generate.py`` price every operator by a roofline with
 assumed efficiencies. This script measures the same models at the same batch, sequence and
@@ -13,14 +13,14 @@ measurement that was not used to make them (docs/instances.md, "Measured on an H
     pooler), bfloat16 weights and gradients, batch 32 x 512 tokens; the loss is the mean of
     the last hidden state plus that of the pooler output, so that every parameter gets a
     gradient;
-``gpt2-124m``
-    transformers ``GPT2LMHeadModel(GPT2Config())``, bfloat16, batch 32 x 1024 tokens, its own
-    language-model loss.
+``gpt2-124m``, ``gpt2-1.5b``
+    transformers ``GPT2LMHeadModel(GPT2Config())`` (1.5B: ``n_embd=1600, n_layer=48,
+    n_head=25``), bfloat16, batch 32 (1.5B: 8) x 1024 tokens, its own language-model loss.
 
 Each is timed over ``--repeats`` iterations after ``--warmup`` (per-layer medians), with a fused
 AdamW step of learning rate 0 as the update. Usage::
 
-    python benchmarks/gpu_profiles.py --out DIR [--models resnet50,bert-large,gpt2-124m]
+    python benchmarks/gpu_profiles.py --out DIR [--models resnet50,bert-large,gpt2-124m,gpt2-1.5b]
         [--repeats 20] [--warmup 5] [--tag h200]
 
 ``--compare h200 h100`` prints the shipped measured traces against the estimated ones.
@@ -48,7 +48,10 @@ MODELS = {
     "resnet50": ("resnet50-{tag}-b{batch}-measured", 256, 0),
     "bert-large": ("bert-large-{tag}-bf16-measured", 32, 512),
     "gpt2-124m": ("gpt2-124m-{tag}-bf16-measured", 32, 1024),
+    "gpt2-1.5b": ("gpt2-1.5b-{tag}-bf16-measured", 8, 1024),
 }
+#: GPT-2 configurations (transformers ``GPT2Config`` keywords).
+GPT2 = {"gpt2-124m": {}, "gpt2-1.5b": {"n_embd": 1600, "n_layer": 48, "n_head": 25}}
 
 
 def build(model: str, batch: int, seq: int) -> tuple[Any, Any, Callable[[Any], Any] | None,
@@ -83,10 +86,12 @@ def build(model: str, batch: int, seq: int) -> tuple[Any, Any, Callable[[Any], A
                 "transformers BertModel (hidden 1024, 24 layers, 16 heads, intermediate 4096, "
                 "with pooler), bfloat16 weights, loss = mean(last hidden state) + "
                 "mean(pooler output)")
-    net = transformers.GPT2LMHeadModel(transformers.GPT2Config()).to(torch.bfloat16)
+    kw = GPT2[model]
+    net = transformers.GPT2LMHeadModel(transformers.GPT2Config(**kw)).to(torch.bfloat16)
+    args = ", ".join(f"{k}={v}" for k, v in kw.items())
     return (net, {"input_ids": ids, "labels": ids}, None,
-            "transformers GPT2LMHeadModel(GPT2Config()), bfloat16 weights, its language-model "
-            "loss")
+            f"transformers GPT2LMHeadModel(GPT2Config({args})), bfloat16 weights, its "
+            "language-model loss")
 
 
 def profile_one(model: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -150,7 +150,7 @@ MEASURED_GPU = [n for n in TRACE_NAMES if n.endswith("-measured")]
 
 
 def test_measured_gpu_traces_match_their_estimated_twins() -> None:
-    assert len(MEASURED_GPU) == 3
+    assert len(MEASURED_GPU) == 4
     for name in MEASURED_GPU:
         tr = load_trace(name)
         twin = load_trace(name.replace("-h200-", "-h100-").removesuffix("-measured"))
