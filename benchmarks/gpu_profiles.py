@@ -161,32 +161,52 @@ def _plain_iteration_s(net: Any, inputs: Any, loss_fn: Callable[[Any], Any] | No
     return statistics.median(times)
 
 
+def _estimate_on(name: str, gpu: str) -> Any:
+    """The estimated trace ``name`` made again by ``instances/generate.py`` for GPU ``gpu``."""
+    import dataclasses
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "instances" / "generate.py"
+    spec = importlib.util.spec_from_file_location("schedopt_instances_generate", path)
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = gen
+    spec.loader.exec_module(gen)
+    ts = next(t for t in gen.ESTIMATED if t.name == name)
+    return gen.estimate_trace(dataclasses.replace(ts, gpu=gpu))
+
+
 def compare(measured_tag: str, estimated_tag: str) -> None:
     """Print the shipped measured traces against the estimated ones of the same model, batch
-    and precision (``instances/traces``): totals, then per-layer ratios."""
+    and precision (``instances/traces``, GPU tag ``estimated_tag``) and against the same
+    estimate made for the measured GPU (``instances/generate.py``, GPU ``measured_tag``, needs
+    torch and transformers): totals, then per-layer ratios."""
     import statistics
 
     from schedopt.files import load_trace
 
-    print("| model | figure | estimated | measured | measured / estimated |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| model | figure | estimated | estimated for the measured GPU | measured | "
+          "measured / estimated | measured / estimated for the measured GPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for model, (pattern, batch, _) in MODELS.items():
         meas = load_trace(pattern.format(tag=measured_tag, batch=batch))
-        est = load_trace(pattern.format(tag=estimated_tag, batch=batch).removesuffix(
-            "-measured"))
+        name = pattern.format(tag=estimated_tag, batch=batch).removesuffix("-measured")
+        est, here = load_trace(name), _estimate_on(name, measured_tag)
         assert [la.name for la in meas.layers] == [la.name for la in est.layers], model
-        pairs = [("forward, ms", sum(la.forward_s for la in est.layers),
-                  sum(la.forward_s for la in meas.layers)),
-                 ("backward, ms", sum(la.backward_s for la in est.layers),
-                  sum(la.backward_s for la in meas.layers)),
-                 ("optimizer step, ms", est.update_s, meas.update_s)]
-        for what, e, m in pairs:
-            print(f"| {model} | {what} | {e * 1e3:.2f} | {m * 1e3:.2f} | {m / e:.2f} |")
-        ratios = [(a.forward_s + a.backward_s) / (b.forward_s + b.backward_s)
-                  for a, b in zip(meas.layers, est.layers, strict=True)]
-        inside = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5) / len(ratios)
+        for what, get in (("forward, ms", lambda t: sum(la.forward_s for la in t.layers)),
+                          ("backward, ms", lambda t: sum(la.backward_s for la in t.layers)),
+                          ("optimizer step, ms", lambda t: t.update_s)):
+            e, h, m = get(est), get(here), get(meas)
+            print(f"| {model} | {what} | {e * 1e3:.2f} | {h * 1e3:.2f} | {m * 1e3:.2f} | "
+                  f"{m / e:.2f} | {m / h:.2f} |")
+        cells = []
+        for ref in (est, here):
+            ratios = [(a.forward_s + a.backward_s) / (b.forward_s + b.backward_s)
+                      for a, b in zip(meas.layers, ref.layers, strict=True)]
+            inside = sum(1 for r in ratios if 1 / 1.5 <= r <= 1.5) / len(ratios)
+            cells.append(f"{statistics.median(ratios):.2f}, {inside:.0%} of {len(ratios)}")
         print(f"| {model} | per layer (forward + backward): median ratio, layers within "
-              f"1.5x | | | {statistics.median(ratios):.2f}, {inside:.0%} of {len(ratios)} |")
+              f"1.5x | | | | {cells[0]} | {cells[1]} |")
 
 
 def main(argv: list[str] | None = None) -> int:
