@@ -44,7 +44,7 @@ import contextlib
 import math
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,20 +161,15 @@ GPUS: dict[str, GPU] = {
         loader_basis="DGX H100: 112 CPU cores for 8 GPUs",
         attention="flash",
     ),
-    # no shipped trace uses it: benchmarks/gpu_profiles.py --compare estimates with it
-    "h200": GPU(
-        name="H200 SXM 141GB",
-        flops={"bf16": 400e12},
-        flops_basis={"bf16": "assumed 40% of the 989 TFLOP/s dense bf16 peak (the H100's)"},
-        memory_Bps=3900e9,
-        memory_basis="assumed 81% of 4,800 GB/s HBM3e",
-        pcie_Bps=40e9,
-        pcie_basis="PCIe Gen5 x16, assumed four times the Gen3 figure of reference/FACTS.md",
-        loader_workers=14,
-        loader_basis="assumed as DGX H100: 112 CPU cores for 8 GPUs",
-        attention="flash",
-    ),
 }
+
+#: The H100's assumptions with the H200's memory (the same processor, HBM3e at 4,800 GB/s). No
+#: shipped trace uses it: ``benchmarks/gpu_profiles.py --compare`` estimates with it.
+GPUS["h200"] = replace(
+    GPUS["h100"], name="H200 SXM 141GB", memory_Bps=3900e9,
+    memory_basis="assumed 81% of 4,800 GB/s HBM3e",
+    flops_basis={"bf16": "assumed 40% of the 989 TFLOP/s dense bf16 peak (the H100's)"},
+    loader_basis="assumed as DGX H100: 112 CPU cores for 8 GPUs")
 
 MIN_KERNEL_S = 2e-6
 #: Assumed JPEG decode and random-resized crop of one ImageNet image on one CPU core.
