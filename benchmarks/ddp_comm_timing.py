@@ -40,13 +40,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.ddp_evidence import MODELS
-from schedopt.integrations.torch import _call
+from schedopt.integrations.bench_ddp import _scale_into, _view_grads
+from schedopt.integrations.torch import _call, build_model, random_batch
 from schedopt.integrations.torch import _default_loss as _loss
 
 
 def _factory(name: str) -> Any:
-    from schedopt.integrations.torch import build_model
-
     return build_model(MODELS[name][0])
 
 
@@ -101,8 +100,6 @@ def _run_manual(model: Any, x: Any, iters: int, warmup: int) -> dict[str, list[f
     import torch
     import torch.distributed as dist
 
-    from schedopt.integrations.bench_ddp import _scale_into, _view_grads
-
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     params = [p for p in model.parameters() if p.requires_grad]
     flat = params[0].new_empty(sum(p.numel() for p in params))
@@ -154,8 +151,6 @@ def _rank(rank: int, world: int, init: str, args: argparse.Namespace, q: Any) ->
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
     result: dict[str, dict[str, list[float]]] = {}
     for name in args.models.split(","):
-        from schedopt.integrations.torch import random_batch
-
         torch.manual_seed(0)
         x = random_batch(MODELS[name][1], MODELS[name][2])
         rows: dict[str, list[float]] = {}

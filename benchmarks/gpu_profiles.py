@@ -34,6 +34,7 @@ check without a GPU.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import time
@@ -161,9 +162,9 @@ def _plain_iteration_s(net: Any, inputs: Any, loss_fn: Callable[[Any], Any] | No
     return statistics.median(times)
 
 
-def _estimate_on(name: str, gpu: str) -> Any:
-    """The estimated trace ``name`` made again by ``instances/generate.py`` for GPU ``gpu``."""
-    import dataclasses
+@functools.cache
+def _generate() -> Any:
+    """``instances/generate.py``, imported once as a module."""
     import importlib.util
 
     path = Path(__file__).resolve().parents[1] / "instances" / "generate.py"
@@ -172,6 +173,14 @@ def _estimate_on(name: str, gpu: str) -> Any:
     gen = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = gen
     spec.loader.exec_module(gen)
+    return gen
+
+
+def _estimate_on(name: str, gpu: str) -> Any:
+    """The estimated trace ``name`` made again by ``instances/generate.py`` for GPU ``gpu``."""
+    import dataclasses
+
+    gen = _generate()
     ts = next(t for t in gen.ESTIMATED if t.name == name)
     return gen.estimate_trace(dataclasses.replace(ts, gpu=gpu))
 

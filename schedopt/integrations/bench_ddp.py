@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import statistics
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,12 +144,19 @@ def _rel(path: Path, base: Path) -> str:
 
 
 # ------------------------------------------------------------------------------ the ranks
-def _view_grads(group: list[Any], flat: Any) -> None:
-    """Make the gradients of ``group`` views of ``flat`` (as ``gradient_as_bucket_view``)."""
+def _slices(group: list[Any], flat: Any) -> Iterator[tuple[Any, Any]]:
+    """Each parameter of ``group`` with its slice of ``flat``, shaped as the parameter (the
+    bucket layout: parameters back to back in ``group``'s order)."""
     offset = 0
     for p in group:
-        p.grad = flat[offset:offset + p.numel()].view_as(p)
+        yield p, flat[offset:offset + p.numel()].view_as(p)
         offset += p.numel()
+
+
+def _view_grads(group: list[Any], flat: Any) -> None:
+    """Make the gradients of ``group`` views of ``flat`` (as ``gradient_as_bucket_view``)."""
+    for p, part in _slices(group, flat):
+        p.grad = part
 
 
 def _scale_into(group: list[Any], flat: Any, factor: float) -> None:
@@ -157,18 +165,14 @@ def _scale_into(group: list[Any], flat: Any, factor: float) -> None:
     ``copy_grad_to_bucket``: ``mul_out``): one pass over the bytes, not a copy and a division."""
     import torch
 
-    offset = 0
-    for p in group:
-        torch.mul(p.grad.reshape(-1), factor, out=flat[offset:offset + p.numel()])
-        offset += p.numel()
+    for p, part in _slices(group, flat):
+        torch.mul(p.grad, factor, out=part)
 
 
 def _copy_grads(group: list[Any], flat: Any) -> None:
     """Copy ``flat`` back into the gradients of ``group``."""
-    offset = 0
-    for p in group:
-        p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-        offset += p.numel()
+    for p, part in _slices(group, flat):
+        p.grad.copy_(part)
 
 
 def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[str, Any]
