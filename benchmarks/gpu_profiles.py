@@ -34,7 +34,6 @@ check without a GPU.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 import time
@@ -162,18 +161,14 @@ def _plain_iteration_s(net: Any, inputs: Any, loss_fn: Callable[[Any], Any] | No
     return statistics.median(times)
 
 
-@functools.cache
 def _generate() -> Any:
-    """``instances/generate.py``, imported once as a module."""
-    import importlib.util
+    """``instances/generate.py`` as a module (imported once, by its folder on the path)."""
+    folder = str(Path(__file__).resolve().parents[1] / "instances")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import generate
 
-    path = Path(__file__).resolve().parents[1] / "instances" / "generate.py"
-    spec = importlib.util.spec_from_file_location("schedopt_instances_generate", path)
-    assert spec is not None and spec.loader is not None
-    gen = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = gen
-    spec.loader.exec_module(gen)
-    return gen
+    return generate
 
 
 def _estimate_on(name: str, gpu: str) -> Any:
