@@ -7,6 +7,7 @@ Usage::
     python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # issue 17
     python benchmarks/ablation_optimize.py pruning   # dominance across cuts, slack pruning
     python benchmarks/ablation_optimize.py peak_rules   # the peak's own death tests
+    python benchmarks/ablation_optimize.py look_ahead grid_refine   # tests of what follows a cut
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
@@ -429,11 +430,64 @@ def peak_rules() -> None:
     _flags_on_and_off(("PEAK_APART", "PEAK_REACH"), "peak rules", probe)
 
 
+def look_ahead() -> None:
+    """The tests of what must still follow a cut (``unimodal.PEAK_UPDATES``, ``EDF_PRUNE``,
+    ``LATE_UPDATES``, ``NU_CAP``, together): ResNet-50 rows, then one grid test of GPT-2 1.5B
+    r0.5 just below the bound it had before them (about 1,563,634 ticks) and the exact test
+    of f30 at its optimum less one tick (states examined and wall time); with the rules, also
+    the exact test of r0.5 at 1,566,500 ticks (about a minute)."""
+    inst, _, lb = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
+    lam = lb + 43_176  # 1,563,634 ticks
+    tr, cl = resnet(30)
+    f30 = build_instance(tr, cl, SolveOptions(next_forward="per-layer", reorder=True))
+
+    def probe(on: bool) -> None:
+        for name, case, at, grid in (("gpt2-1.5b-r0.5, grid test", inst, lam,
+                                      max(1, int(2.5e-4 * lam))),
+                                     (f"{tr.name}, exact test", f30, 543_835, 0)):
+            work = [0]
+            (outcome, _), t = timed(lambda case=case, at=at, grid=grid, work=work:
+                                    unimodal_mod.feasibility(case, at, grid=grid, work=work))
+            print(f"look-ahead ({name} at {at:,} ticks): with={on}: {outcome.value}, "
+                  f"work {work[0]:,} (states and 1,500 per step), {t:.2f} s")
+        if on:  # the exact test of r0.5 above the grid's threshold (minutes without the rules)
+            work = [0]
+            (outcome, _), t = timed(lambda: unimodal_mod.feasibility(
+                inst, 1_566_500, work=work, max_states=10**9))
+            print(f"look-ahead (gpt2-1.5b-r0.5, exact test at 1,566,500 ticks): with=True: "
+                  f"{outcome.value}, work {work[0]:,} (states and 1,500 per step), {t:.1f} s")
+
+    _flags_on_and_off(("PEAK_UPDATES", "EDF_PRUNE", "LATE_UPDATES", "NU_CAP"), "look-ahead",
+                      probe)
+
+
+def grid_refine() -> None:
+    """Finer fallback grids once the grid cannot tell (``unimodal.GRID_REFINE`` 4, and 1:
+    the grid phase's grid throughout): the ResNet-50 rows and the 60 s GPT-2 1.5B r0.5 solve
+    with a deterministic work limit of 42 s."""
+    _resnet_with("GRID_REFINE", (unimodal_mod.GRID_REFINE, 1), "grid refinement")
+    tr, cl = gpt2(0.5)
+    saved = unimodal_mod.GRID_REFINE
+    try:
+        for value in (saved, 1):
+            unimodal_mod.GRID_REFINE = value
+            res, t = timed(lambda: solve(tr, cl, SolveOptions(
+                next_forward="per-layer", reorder=True, time_limit_s=60.0, work_limit_s=42.0,
+                workers=1, seed=0, baselines=False)))
+            print(f"grid refinement ({tr.name}, per-layer+reorder, work 42 s): "
+                  f"GRID_REFINE={value}: {res.status} {res.objective_s * 1e3:.3f} ms, "
+                  f"bound {res.bound_s * 1e3:.3f} ms, gap {res.gap:.3%}, {t:.1f} s, "
+                  f"work {res.work_s:.2f} s")
+    finally:
+        unimodal_mod.GRID_REFINE = saved
+
+
 def main(argv: list[str] | None = None) -> int:
     names = sys.argv[1:] if argv is None else argv
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
                late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop,
-               fine_grid, grid_skew, coarse_programme, pruning, peak_rules):
+               fine_grid, grid_skew, coarse_programme, pruning, peak_rules, look_ahead,
+               grid_refine):
         if not names or fn.__name__ in names:
             fn()
     return 0

@@ -21,7 +21,8 @@ from .strategies import clusters, traces
 from .test_optimize_unimodal import brute
 
 #: The pruning rules (module constants of :mod:`schedopt.optimize.unimodal`).
-RULES = ("CROSS_DOMINANCE", "TIGHT_PRUNE", "PEAK_APART", "PEAK_REACH")
+RULES = ("CROSS_DOMINANCE", "TIGHT_PRUNE", "PEAK_APART", "PEAK_REACH", "PEAK_UPDATES",
+         "EDF_PRUNE", "LATE_UPDATES", "NU_CAP")
 
 
 def _outcome(monkeypatch: pytest.MonkeyPatch, on: bool, inst, lam: int, grid: int,
@@ -89,7 +90,9 @@ def test_pruning_keeps_every_answer(seed: int, grid: int, levels: int,
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), grid=st.sampled_from([0, 0, 3, 50]),
-       levels=st.sampled_from([0, 0, 2]), rule=st.sampled_from(["PEAK_APART", "PEAK_REACH"]),
+       levels=st.sampled_from([0, 0, 2]),
+       rule=st.sampled_from(["PEAK_APART", "PEAK_REACH", "PEAK_UPDATES", "EDF_PRUNE",
+                             "LATE_UPDATES", "NU_CAP"]),
        fractions=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=4))
 def test_each_new_rule_keeps_every_answer(seed: int, grid: int, levels: int, rule: str,
                                           fractions: list[float]) -> None:
@@ -197,3 +200,37 @@ def test_pareto3_matrix_and_loop_agree_with_brute_force(seed: int, n: int, span:
     order = np.lexsort((-nu, e, ug))
     loop = order[unimodal_mod._pareto3_loop(e[order], nu[order], ug[order])] if n else order
     assert loop.tolist() == want
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), grid_rel=st.sampled_from([0.003, 0.01, 0.05]))
+def test_refined_grids_reach_the_exact_threshold(seed: int, grid_rel: float) -> None:
+    """When every exact test overflows, the fallback grid tests' bound stays at or below the
+    exact programme's; made finer each time they can tell no more (``GRID_REFINE``), they end
+    at it (down to a grid of one tick), where the grid phase's grid alone stops below it on
+    most of these instances."""
+    trace, cluster = _random_trace(seed)
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    lo = constant_bound(inst) - 1
+    hi = int(inst.evaluate([(0, inst.n - 1)]).period)
+    ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
+    assert ref is not None
+
+    def overflowing(case, lam, **kw):  # the exact tests (no grid) overflow
+        if not kw.get("grid"):
+            return Outcome.TOO_MANY_STATES, []
+        return feasibility(case, lam, **kw)
+
+    bounds = {}
+    for refine in (unimodal_mod.GRID_REFINE, 1):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(unimodal_mod, "feasibility", overflowing)
+            mp.setattr(unimodal_mod, "GRID_REFINE", refine)
+            res = unimodal_exact(inst, lo, hi, grid_rel=grid_rel)
+        assert res is not None
+        assert res.bound <= ref.bound
+        if res.segs:
+            assert int(inst.evaluate(res.segs).period) >= ref.bound  # a bound of every plan
+        bounds[refine] = res.bound
+    assert bounds[unimodal_mod.GRID_REFINE] == ref.bound
+    assert bounds[1] <= bounds[unimodal_mod.GRID_REFINE]

@@ -153,9 +153,10 @@ FLOW_BOUND_S = 2e-7
 #: Deterministic charge (s) of building the CP-SAT model, per unit (measured: 0.04 s for 161).
 MODEL_S_PER_UNIT = 2.5e-4
 
-#: Deterministic charge (s) of one state of the unimodal programme.
-#: (measured: 1.2 s for 5.1 million states, 25 s for 70 million with the steps)
-STATE_S = 2.5e-7
+#: Deterministic charge (s) of one state of the unimodal programme (measured on GPT-2 1.5B
+#: r0.5, ``benchmarks/bench_optimize.py --only r0.5``: 18 tests, 135 million states with the
+#: steps in 56 s, load 1).
+STATE_S = 4e-7
 
 
 class Budget:

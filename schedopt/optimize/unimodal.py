@@ -47,8 +47,17 @@ steps whose cut lies between layers a bucket's tail does not depend on where it 
 a state at a later cut dominates the early (late) buckets of one at an earlier cut ``j``
 when it is no worse after shifting ``e`` (``nu``) by the work between the cuts
 (:data:`CROSS_DOMINANCE`, :meth:`_Pools._dominate`).
+Tests of what must still follow a cut, all exact: the peak's tail holds every update when it
+starts at or before the last layer (:data:`PEAK_UPDATES`, :func:`_peak_upd`), not only those
+before the cut; every bucket after a cut ends by ``lam`` less the forward from its first unit
+and the update part of a bucket starting after the cut, so the work from each later unit on,
+started at ``e``, must meet that (:data:`EDF_PRUNE`: a preemptive single-machine relaxation),
+a late bucket from the state counts that update part too (:data:`LATE_UPDATES`), and ``nu``
+is capped at the latest end it allows (:data:`NU_CAP`: larger values allow nothing more, and
+capped states coincide).
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
-grid on ``e`` and ``nu``), whose infeasibility is still a proof.
+grid on ``e`` and ``nu``, made :data:`GRID_REFINE` times finer once it can tell no more), whose
+infeasibility is still a proof.
 """
 
 from __future__ import annotations
@@ -82,6 +91,10 @@ GRID_PHASE_STEPS = 8
 #: usually a weak bound and its top a good plan.
 GRID_FIRST_SKEW = 4
 
+#: Once the fallback grid tests' bracket is a few grid steps wide, later tests use a grid this
+#: many times finer (the coarse grid's threshold lies below the exact one).
+GRID_REFINE = 4
+
 #: After the grid phase, grid tests this many times finer look for a better plan just below the
 #: best period (near the optimum they often find it, so that one exact test then proves it).
 FINE_GRID_DIVISOR = 8
@@ -99,6 +112,20 @@ PEAK_APART = True
 #: Kill the early side of a state once an early bucket from it ends too late for the peak
 #: (when the last layer is the last unit alone; :func:`_death`).
 PEAK_REACH = True
+
+#: Count every update that the peak's tail must hold in the peak's own tests, not only those
+#: before the cut (:func:`_peak_upd`).
+PEAK_UPDATES = True
+
+#: Kill a state whose early chain ends too late for the work after it to meet the least
+#: tail from each later unit on (the deadlines of a preemptive single-machine relaxation).
+EDF_PRUNE = True
+
+#: Count the update part in the late side's death step.
+LATE_UPDATES = True
+
+#: Cap ``nu`` at the latest end that the tail of any bucket after the cut allows.
+NU_CAP = True
 
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
@@ -223,7 +250,8 @@ def _pareto3_loop(e_s: np.ndarray, nu_s: np.ndarray, ug_s: np.ndarray) -> np.nda
         keep[lo:hi] = ok
         both_e = np.concatenate((front_e, ge[ok]))
         both_nu = np.concatenate((front_nu, gn[ok]))
-        srt = np.lexsort((-both_nu, both_e))
+        # two runs sorted by e (a merge); among equal e the staircase's query takes the last
+        srt = np.argsort(both_e, kind="stable")
         both_e, both_nu = both_e[srt], both_nu[srt]
         step = both_nu > np.concatenate((_NONE, np.maximum.accumulate(both_nu)[:-1]))
         front_e, front_nu = both_e[step], both_nu[step]
@@ -285,11 +313,33 @@ class _Tables:
     rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
     q_env: np.ndarray  # lower envelope of the forward tails from k on
     late_fit: np.ndarray  # least fit[k'] + pp[k' + 1] over the late buckets ending at k' >= k
-    pe_key: np.ndarray  # pp[k + 1] + upd_in[k + 1] (non-decreasing)
-    pr_key: np.ndarray  # r[k] + pp[k + 1] + upd_in[k + 1] (non-decreasing)
+    edf: np.ndarray  # an early chain ending after lam + edf[j] leaves a later unit too late
+    peak_upd: np.ndarray  # least update part of the peak's tail beyond its own last unit
+    pe_key: np.ndarray  # pp[k + 1] + peak_upd[k + 1] (non-decreasing)
+    pr_key: np.ndarray  # r[k] + pp[k + 1] + peak_upd[k + 1] (non-decreasing)
     e_key: np.ndarray  # pp[k + 1] + q_env[k] (non-decreasing)
     r_key: np.ndarray  # r[k] + pp[k + 1] + q_env[k] (non-decreasing: releases in ready order)
     layer_last: np.ndarray  # last unit of every unit's layer
+
+
+def _peak_upd(upd_in: np.ndarray, upd_own: np.ndarray, first_last: int) -> np.ndarray:
+    """The least update part of the peak's tail (beyond its last unit's own share) over the
+    plans from a cut before unit ``j``, for every ``j`` in ``0..n``.
+
+    The peak holds the last unit. Starting at ``x`` at or before the last layer's first unit
+    ``first_last``, its tail holds ``upd_in[x]`` and the own shares of ``x..n-1``: with exact
+    update parts, every update. Starting inside the last layer, it holds the update part of
+    the bucket that opened the layer, which starts at ``j`` or later (at least ``upd_in[j]``).
+    Non-decreasing in ``j``; at least ``upd_in[j]``.
+    """
+    n = len(upd_own) - 1
+    own_last = upd_own[n] - upd_own[n - 1]
+    out = upd_in.copy()
+    head = np.minimum.accumulate((upd_in - upd_own)[first_last::-1])[::-1] + upd_own[n] - own_last
+    if first_last < n - 1:  # the peak may start inside the last layer
+        head = np.minimum(head, upd_in[:first_last + 1])
+    out[:first_last + 1] = head
+    return out
 
 
 def _tables(inst: Instance, levels: int) -> _Tables:
@@ -322,7 +372,10 @@ def _tables(inst: Instance, levels: int) -> _Tables:
                                else upd_unit[k + 1])
     pp = np.r_[0, np.cumsum(p)].astype(np.int64)
     q_env = np.minimum.accumulate(q[::-1])[::-1]
+
     ends = np.flatnonzero(~inside)
+    peak_upd = (_peak_upd(upd_in, upd_own, int(inst.layer_first_unit[n - 1])) if PEAK_UPDATES
+                else upd_in)
     fit = np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a
     return _Tables(
         n=n, r=r, q=q, pp=pp, p=p, a=a,
@@ -339,8 +392,11 @@ def _tables(inst: Instance, levels: int) -> _Tables:
         rest_max=rest_max, rest_min_upd=rest_min_upd,
         q_env=q_env,
         late_fit=np.r_[np.minimum.accumulate((fit + pp[1:])[:-1][::-1])[::-1], _BIG],
-        pe_key=pp[1:] + np.r_[upd_in[1:n], upd_in[n - 1]],
-        pr_key=r + pp[1:] + np.r_[upd_in[1:n], upd_in[n - 1]],
+        peak_upd=peak_upd,
+        edf=np.r_[-upd_in[:n] - a - np.maximum.accumulate((pp[n] - pp[:n] + q)[::-1])[::-1],
+                  _BIG],
+        pe_key=pp[1:] + np.r_[peak_upd[1:n], peak_upd[n - 1]],
+        pr_key=r + pp[1:] + np.r_[peak_upd[1:n], peak_upd[n - 1]],
         e_key=pp[1:] + q_env, r_key=r + pp[1:] + q_env,
         layer_last=ends[np.searchsorted(ends, np.arange(n))],
     )
@@ -459,7 +515,10 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
     x = lam - t.a + pp1
     early = np.minimum(np.searchsorted(t.e_key, x - e, side="right"),
                        np.searchsorted(t.r_key, x, side="right"))
-    late = np.searchsorted(t.q_env, lam - e - rest_from, side="right")
+    # a late bucket from the state holds at least the update part of a bucket starting after
+    # the cut (inside a layer, the one the state inherited)
+    ug_min = np.minimum(np.where(stay, live.ug, _BIG), t.upd_in[pos + 1]) if LATE_UPDATES else 0
+    late = np.searchsorted(t.q_env, lam - e - rest_from - ug_min, side="right")
     peak = early
     if TIGHT_PRUNE:
         # the peak (the last bucket) needs the rest with one start-up before nu, an early
@@ -475,12 +534,14 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
         # and tail (with the update part of a bucket opening at k + 1) to meet lam
         y = lam - t.peak_need - t.a + pp1
         reach = min(np.searchsorted(t.pr_key, y, side="right"),
-                    np.searchsorted(t.upd_in[1:], lam - t.peak_need - t.r_last, side="right"))
+                    np.searchsorted(t.peak_upd[1:], lam - t.peak_need - t.r_last, side="right"))
         early = np.minimum(early, np.minimum(np.searchsorted(t.pe_key, y - e, side="right"),
                                              reach))
     too_long = np.searchsorted(fl, pos + 1, side="right")
-    peak_late = np.maximum(e, t.r_last) + t.peak_need + t.upd_in[pos + 1] > lam
+    peak_late = np.maximum(e, t.r_last) + t.peak_need + t.peak_upd[pos + 1] > lam
     end = np.where(stay, t.layer_last[max(pos, 0)] + 1, t.n)
+    if EDF_PRUNE:
+        peak_late |= e > lam + t.edf[pos + 1]
     peak_late &= ~stay  # (a bucket inside a layer keeps the update part it found)
     death = np.where(peak_late, k,
                      np.minimum(np.minimum(np.maximum(early, late), too_long), end))
@@ -576,7 +637,7 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
     the whole communication ends no earlier than e + the remaining work, and it must end by
     nu; without a late bucket so far, it ends with a later bucket, whose tail is at least that
     of unit k + 1 with the updates so far. A late bucket: everything ends by nu."""
-    ugp = t.upd_in[k + 1] if k + 1 <= t.first[t.n - 1] else b.ug
+    ugp = t.peak_upd[k + 1] if k + 1 <= t.first[t.n - 1] else b.ug
     peak_ok = np.maximum(live.e, t.r_last) + t.peak_need + ugp <= lam
     # what the early (late) sides need whatever the promise
     early_ok = np.maximum(b.e_new, t.r_last) + t.peak_need + ugp <= lam
@@ -615,6 +676,12 @@ def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket
             tags = np.unique(ct).tolist()
         else:
             ct, tags = None, [int(tag)]
+        if NU_CAP:
+            # what follows ends with a bucket whose tail holds at least the forward from unit
+            # k + 1 and the update part of a bucket starting there (or the inherited one, inside
+            # a layer): a later nu allows nothing more, and capped states coincide
+            g = np.minimum(cu, t.upd_in[k + 1]) if stay else t.upd_in[k + 1]
+            cn = np.where(cn >= _BIG, cn, np.minimum(cn, lam - t.q[k + 1] - g))
         if grid:
             ce = ce // grid * grid
             cn = np.where(cn >= _BIG, cn, -(-cn // grid) * grid)
@@ -842,6 +909,8 @@ class _Tests:
         # with a grid to fall back on, a finer test gives up early
         self.fine_states = max(1, MAX_STATES // 3) if grid_rel > 0 else MAX_STATES
         self.timed_out = False
+        self.finer = 1  # the fallback grid is grid_rel * lam / finer
+        self.inconclusive: int | None = None  # where the grid phase's grid could not tell
 
     def test(self, lam: int, upper: int) -> bool | None:
         """True (a plan meets lam), False (none does) or None (unknown)."""
@@ -860,7 +929,22 @@ class _Tests:
             if outcome is Outcome.FEASIBLE:
                 self.segs, self.found = plan, lam
             return outcome is Outcome.FEASIBLE
-        return self._grid_test(lam, upper) if self.grid_rel > 0 else None
+        return self._grid_test(lam, upper, self.finer) if self.grid_rel > 0 else None
+
+    def grid_size(self, lam: int) -> int:
+        """The grid (ticks) of the fallback tests at ``lam`` now."""
+        return max(1, int(self.grid_rel * lam) // self.finer)
+
+    def refine(self, lo: int, ceiling: int) -> bool:
+        """Once the fallback's bracket ``(lo, ceiling]`` is a few grid steps wide (the grid is
+        too coarse to tell), make the grid :data:`GRID_REFINE` times finer; False when it is
+        already one tick or the exact test has not overflowed."""
+        if (not self.overflowed[0] or self.grid_rel <= 0 or GRID_REFINE <= 1
+                or self.grid_size(ceiling) <= 1
+                or ceiling - lo > GRID_PHASE_STEPS * self.grid_size(ceiling)):
+            return False
+        self.finer *= GRID_REFINE
+        return True
 
     def _grid_test(self, lam: int, upper: int, finer: int = 1) -> bool | None:
         """The test on a grid of ``grid_rel * lam / finer`` ticks: False proves, a plan found
@@ -908,6 +992,7 @@ def _grid_phase(tests: _Tests, lo: int, top: int, tol: int) -> tuple[int, int]:
         elif tests.found is not None and tests.found != before and tests.found < top:
             top = tests.found
         else:
+            tests.inconclusive = lam
             break
     return lo, top
 
@@ -946,8 +1031,11 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     the next one, and the search bisects (grid tests cost about the same at every ``lam`` near
     the bound, and the one nearest it proves the most). An infeasible relaxation is still a
     proof (``bound > lam``); a feasible one says nothing, and the search goes on below that
-    ``lam`` (larger ones are tested on the grid only). Every plan found tightens the bracket by
-    its exact period (the relaxed tails never exceed the exact ones).
+    ``lam`` (larger ones are tested on the grid only). Once the grid tests' bracket is
+    :data:`GRID_PHASE_STEPS` grid steps wide (at once when the grid phase ended there), the
+    grid is made :data:`GRID_REFINE` times finer and the bracket reopens up to the best plan:
+    a coarse grid's infeasible ``lam`` stops below the exact threshold. Every plan found
+    tightens the bracket by its exact period (the relaxed tails never exceed the exact ones).
 
     ``pairs`` is passed to :func:`unimodal_feasible`. Returns None on very large instances;
     stops at ``deadline`` (``time.perf_counter()``) with the best bound proven so far (every
@@ -964,6 +1052,9 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     lo, top = _grid_phase(tests, lo, top, tol)
     if (lo, top) != (lo0, hi):
         lo, top = _fine_grid_phase(tests, lo, top, tol)
+    at = tests.inconclusive
+    if at is not None and GRID_REFINE > 1 and at - lo <= GRID_PHASE_STEPS * tests.grid_size(at):
+        tests.finer = GRID_REFINE  # the grid phase's grid has told all it can
     step = max(1, (hi - lo) // 2000)
     # after a plan well below lam, or once the grid phase has narrowed the bracket (to a few
     # grid steps: little slack), try just below the best period first
@@ -986,6 +1077,8 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
         if ok is None:
             ceiling = lam
             step = max(1, (lam - lo) // 4)
+            if tests.refine(lo, ceiling):  # a finer grid may tell what this one cannot
+                ceiling = top
         elif ok:
             value = int(inst.evaluate(tests.segs).period)
             # a plan well below the lam asked for is a hint that it is the optimum
