@@ -4,6 +4,8 @@ more units than brute force reaches, and the bound stays the brute-force optimum
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -58,6 +60,17 @@ def _random_trace(seed: int) -> tuple[Trace, Cluster]:
         "allreduce": {"alpha_s": float(rng.uniform(2e-5, 5e-4)), "beta_s_per_byte": 1e-9}})
     return trace, cluster
 
+def _random_case(seed: int) -> tuple[Any, int, int, Any]:
+    """:func:`_random_trace`'s instance (per-layer + reorder), the bracket from the constant
+    bound to one bucket, and the exact programme's result (no grid) with the rules as set."""
+    trace, cluster = _random_trace(seed)
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
+    lo = constant_bound(inst) - 1
+    hi = int(inst.evaluate([(0, inst.n - 1)]).period)
+    ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
+    assert ref is not None
+    return inst, lo, hi, ref
+
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), grid=st.sampled_from([0, 0, 3, 50]),
@@ -100,12 +113,7 @@ def test_each_new_rule_keeps_every_answer(seed: int, grid: int, levels: int, rul
     optimum and across the bracket. Keeping the peak's states apart never adds work (they are
     examined once, at the last step); a state killed early no longer dominates others, so
     with the peak's reach the work may grow on a few instances."""
-    trace, cluster = _random_trace(seed)
-    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
-    lo = constant_bound(inst) - 1
-    hi = int(inst.evaluate([(0, inst.n - 1)]).period)
-    ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
-    assert ref is not None
+    inst, _, hi, ref = _random_case(seed)
     lams = {ref.bound - 1, ref.bound, ref.bound + 1}
     lams |= {int(ref.bound + f * (hi - ref.bound) / 20) for f in fractions}
     for lam in sorted(lams):
@@ -209,12 +217,7 @@ def test_refined_grids_reach_the_exact_threshold(seed: int, grid_rel: float) -> 
     exact programme's; made finer each time they can tell no more (``GRID_REFINE``), they end
     at it (down to a grid of one tick), where the grid phase's grid alone stops below it on
     most of these instances."""
-    trace, cluster = _random_trace(seed)
-    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer", reorder=True))
-    lo = constant_bound(inst) - 1
-    hi = int(inst.evaluate([(0, inst.n - 1)]).period)
-    ref = unimodal_exact(inst, lo, hi, grid_rel=0.0)
-    assert ref is not None
+    inst, lo, hi, ref = _random_case(seed)
 
     def overflowing(case, lam, **kw):  # the exact tests (no grid) overflow
         if not kw.get("grid"):
