@@ -939,12 +939,17 @@ class _Tests:
         """Once the fallback's bracket ``(lo, ceiling]`` is a few grid steps wide (the grid is
         too coarse to tell), make the grid :data:`GRID_REFINE` times finer; False when it is
         already one tick or the exact test has not overflowed."""
-        if (not self.overflowed[0] or self.grid_rel <= 0 or GRID_REFINE <= 1
-                or self.grid_size(ceiling) <= 1
-                or ceiling - lo > GRID_PHASE_STEPS * self.grid_size(ceiling)):
+        if not self.overflowed[0] or not self.told_all(lo, ceiling):
             return False
         self.finer *= GRID_REFINE
         return True
+
+    def told_all(self, lo: int, at: int) -> bool:
+        """Whether the grid now in use can tell no more between ``lo`` and ``at``: the
+        bracket is :data:`GRID_PHASE_STEPS` grid steps wide or less, and a finer grid exists."""
+        size = self.grid_size(at)
+        return (self.grid_rel > 0 and GRID_REFINE > 1 and size > 1
+                and at - lo <= GRID_PHASE_STEPS * size)
 
     def _grid_test(self, lam: int, upper: int, finer: int = 1) -> bool | None:
         """The test on a grid of ``grid_rel * lam / finer`` ticks: False proves, a plan found
@@ -1053,7 +1058,7 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
     if (lo, top) != (lo0, hi):
         lo, top = _fine_grid_phase(tests, lo, top, tol)
     at = tests.inconclusive
-    if at is not None and GRID_REFINE > 1 and at - lo <= GRID_PHASE_STEPS * tests.grid_size(at):
+    if at is not None and tests.told_all(lo, at):
         tests.finer = GRID_REFINE  # the grid phase's grid has told all it can
     step = max(1, (hi - lo) // 2000)
     # after a plan well below lam, or once the grid phase has narrowed the bracket (to a few
