@@ -8,6 +8,7 @@ Usage::
     python benchmarks/ablation_optimize.py pruning   # dominance across cuts, slack pruning
     python benchmarks/ablation_optimize.py peak_rules   # the peak's own death tests
     python benchmarks/ablation_optimize.py look_ahead grid_refine   # tests of what follows a cut
+    python benchmarks/ablation_optimize.py backward   # the backward programme's needs
 
 Every experiment prints one line: the ingredient, the instance, with and without it.
 """
@@ -461,25 +462,49 @@ def look_ahead() -> None:
                       probe)
 
 
+def _gpt2_r05_with(attr: str, values: tuple[Any, Any], label: str) -> None:
+    """The 60 s GPT-2 1.5B r0.5 solve (per-layer+reorder, deterministic work limit 42 s, no
+    baselines) with a ``unimodal`` constant at each value."""
+    tr, cl = gpt2(0.5)
+    saved = getattr(unimodal_mod, attr)
+    try:
+        for value in values:
+            setattr(unimodal_mod, attr, value)
+            res, t = timed(lambda: solve(tr, cl, SolveOptions(
+                next_forward="per-layer", reorder=True, time_limit_s=60.0, work_limit_s=42.0,
+                workers=1, seed=0, baselines=False)))
+            print(f"{label} ({tr.name}, per-layer+reorder, work 42 s): "
+                  f"{attr}={value}: {res.status} {res.objective_s * 1e3:.3f} ms, "
+                  f"bound {res.bound_s * 1e3:.3f} ms, gap {res.gap:.3%}, {t:.1f} s, "
+                  f"work {res.work_s:.2f} s")
+    finally:
+        setattr(unimodal_mod, attr, saved)
+
+
 def grid_refine() -> None:
     """Finer fallback grids once the grid cannot tell (``unimodal.GRID_REFINE`` 4, and 1:
     the grid phase's grid throughout): the ResNet-50 rows and the 60 s GPT-2 1.5B r0.5 solve
     with a deterministic work limit of 42 s."""
     _resnet_with("GRID_REFINE", (unimodal_mod.GRID_REFINE, 1), "grid refinement")
-    tr, cl = gpt2(0.5)
-    saved = unimodal_mod.GRID_REFINE
-    try:
-        for value in (saved, 1):
-            unimodal_mod.GRID_REFINE = value
-            res, t = timed(lambda: solve(tr, cl, SolveOptions(
-                next_forward="per-layer", reorder=True, time_limit_s=60.0, work_limit_s=42.0,
-                workers=1, seed=0, baselines=False)))
-            print(f"grid refinement ({tr.name}, per-layer+reorder, work 42 s): "
-                  f"GRID_REFINE={value}: {res.status} {res.objective_s * 1e3:.3f} ms, "
-                  f"bound {res.bound_s * 1e3:.3f} ms, gap {res.gap:.3%}, {t:.1f} s, "
-                  f"work {res.work_s:.2f} s")
-    finally:
-        unimodal_mod.GRID_REFINE = saved
+    _gpt2_r05_with("GRID_REFINE", (unimodal_mod.GRID_REFINE, 1), "grid refinement")
+
+
+def backward() -> None:
+    """The backward programme's needs (``unimodal.BACKWARD``): the ResNet-50 rows, the 60 s
+    GPT-2 1.5B r0.5 solve, and its exact tests at 1,566,500 ticks and at the optimum less one
+    tick with needs computed there (without them the first examines 131 million states,
+    ``look_ahead``)."""
+    _resnet_with("BACKWARD", (True, False), "backward needs")
+    _gpt2_r05_with("BACKWARD", (True, False), "backward needs")
+    inst, _, _ = _programme_alone(SolveOptions(next_forward="per-layer", reorder=True))
+    for lam in (1_566_500, 1_566_978):
+        work = [0]
+        (outcome, _), t = timed(lambda lam=lam, work=work: unimodal_mod.feasibility(
+            inst, lam, work=work, max_states=10**9, backward=True))
+        print(f"backward needs (gpt2-1.5b-r0.5, exact test at {lam:,} ticks, grid "
+              f"{int(unimodal_mod.BACKWARD_STEP * lam)} ticks): {outcome.value}, work "
+              f"{work[0]:,} (states, 1,500 per step, a state per "
+              f"{unimodal_mod.CELLS_PER_STATE} grid values), {t:.2f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -487,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     for fn in (merging, prefix_bounds, dp_bound, hints, dominance, programme_fallback,
                late_pairs, partitioned_pairs, exact_judge, several_stages, lns, flow_shop,
                fine_grid, grid_skew, coarse_programme, pruning, peak_rules, look_ahead,
-               grid_refine):
+               grid_refine, backward):
         if not names or fn.__name__ in names:
             fn()
     return 0

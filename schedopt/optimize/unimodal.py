@@ -54,7 +54,9 @@ and the update part of a bucket starting after the cut, so the work from each la
 started at ``e``, must meet that (:data:`EDF_PRUNE`: a preemptive single-machine relaxation),
 a late bucket from the state counts that update part too (:data:`LATE_UPDATES`), and ``nu``
 is capped at the latest end it allows (:data:`NU_CAP`: larger values allow nothing more, and
-capped states coincide).
+capped states coincide). Read backward, the programme gives every cut the least ``nu`` a state
+needs to finish (:mod:`.backward`, on a grid of ``e``: lower bounds); a state below it is
+dead (:data:`BACKWARD`), and needs computed at one ``lam`` serve every test below it.
 Fronts that outgrow :data:`MAX_STATES` fall back to coarser relaxations (update levels, then a
 grid on ``e`` and ``nu``, made :data:`GRID_REFINE` times finer once it can tell no more), whose
 infeasibility is still a proof.
@@ -69,6 +71,7 @@ from enum import Enum, IntEnum
 
 import numpy as np
 
+from .backward import Needs, cells_bound, pair_makespan
 from .instance import Instance, Segments
 
 __all__ = ["Outcome", "Promise", "UnimodalResult", "UnknownError", "feasibility",
@@ -126,6 +129,23 @@ LATE_UPDATES = True
 
 #: Cap ``nu`` at the latest end that the tail of any bucket after the cut allows.
 NU_CAP = True
+
+#: Prune with the least late slack that the backward programme (:mod:`.backward`) gives each
+#: state, computed on a grid of ``BACKWARD_STEP * lam`` ticks.
+BACKWARD = True
+
+#: The backward programme's grid, relative to ``lam`` (GPT-2 1.5B r0.5: 256 ticks).
+BACKWARD_STEP = 1.6e-4
+
+#: Grid values of the backward programme that cost as much as one state of the forward one.
+CELLS_PER_STATE = 10
+
+#: The needs computed at ``lam'`` serve every later test at ``lam <= lam'`` (they are lower
+#: bounds at every smaller ``lam``, less sharp the further below) until the best plan's period
+#: falls below ``lam'`` by more than this fraction of ``lam`` (on GPT-2 1.5B r0.5, an exact
+#: test near the optimum costs 3.6, 4.6 and 7.0 million states with needs computed 0, 309
+#: and 1,022 ticks above it, and new needs 6.4 million).
+NEEDS_REUSE = 1e-3
 
 #: The work of one step of a feasibility test, in states (its fixed cost: measured, one step
 #: of a few states costs about as much as 1,500 states).
@@ -709,6 +729,7 @@ class _Pools:
     def __init__(self, t: _Tables, store: _Store, lam: int, roles: bool) -> None:
         self.t, self.store, self.lam, self.roles = t, store, lam, roles
         self.fl = _first_lives(t, lam)
+        self.needs: Needs | None = None  # the backward programme's needs (:data:`BACKWARD`)
         self.free = self.stay = self.role = store.live(np.zeros(0, dtype=np.int64))
         self.seen, self.size = 0, 0
         self.pending: list[_Live] = []  # taken in since the free pool was last examined
@@ -723,6 +744,11 @@ class _Pools:
         new = store.live(np.arange(self.seen, store.size))
         self.seen = store.size
         death, at_peak = _death(t, self.lam, k, self.fl, new)
+        if self.needs is not None and len(new.idx) and int(new.pos[0]) >= 0:
+            # a state (its next bucket free to leave the layer) below its need is dead
+            short = (new.promise < _STAY) & (new.nu < self.needs.need(int(new.pos[0]), new.e))
+            death = np.where(short, k, death)
+            at_peak &= ~short
         new = dataclasses.replace(new, death=death)
         if at_peak.any():  # examined at the last step only (no dominance marks)
             self.peak.append(new.keep(at_peak))
@@ -790,10 +816,29 @@ class _Pools:
         return role.keep(~both) if both.any() else role
 
 
+def backward_needs(inst: Instance, lam: int, *, levels: int = 0, pairs: bool = True,
+                   deadline: float | None = None, work: list[int] | None = None,
+                   max_work: int | None = None) -> Needs | None:
+    """The backward programme's needs at ``lam`` (:mod:`.backward`, a grid of
+    :data:`BACKWARD_STEP` ``* lam`` ticks), its grid values charged to ``work[0]`` (one state
+    per :data:`CELLS_PER_STATE`); None when the deadline or ``max_work`` stopped it. They
+    serve every test at ``lam`` or below with the same ``levels`` and ``pairs``."""
+    t = _tables(inst, levels)
+    needs = Needs(t, lam, max(1, int(BACKWARD_STEP * lam)), _first_lives(t, lam), deadline,
+                  pairs)
+    if work is not None:
+        work[0] += needs.cells // CELLS_PER_STATE
+    if not needs.complete or (max_work is not None and work is not None
+                              and work[0] > max_work):
+        return None
+    return needs
+
+
 def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
                 deadline: float | None = None, levels: int = 0, grid: int = 0,
                 pairs: bool = True, max_states: int | None = None,
-                work: list[int] | None = None, max_work: int | None = None
+                work: list[int] | None = None, max_work: int | None = None,
+                needs: Needs | None = None, backward: bool | None = None
                 ) -> tuple[Outcome, Segments]:
     """Whether some unimodal plan keeps every tail term at most ``lam`` (and one such plan,
     with ``want_plan``), or why it is unknown (the deadline, or more than ``max_states``
@@ -802,7 +847,10 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
     multiples of ``grid`` ticks (fewer states, still relaxations: an infeasible ``lam`` stays
     a proof, a plan found must be judged exactly). ``pairs=False`` leaves out the flow-shop
     term of late pairs (a weaker bound, for the ablation). ``work[0]``, when given, counts the
-    states examined; past ``max_work`` the outcome is TIMEOUT (a deterministic limit)."""
+    states examined; past ``max_work`` the outcome is TIMEOUT (a deterministic limit).
+    States below the backward programme's need are dropped: ``needs`` computed at ``lam`` or
+    above with the same ``levels`` and ``pairs`` (:func:`backward_needs`), or, without them,
+    needs computed here when ``backward`` (default :data:`BACKWARD`)."""
     limit = MAX_STATES if max_states is None else max_states
     t = _tables(inst, levels)
     store = _Store()
@@ -811,6 +859,17 @@ def feasibility(inst: Instance, lam: int, *, want_plan: bool = False,
                  next=np.array([0]))
     pools = _Pools(t, store, lam, roles=CROSS_DOMINANCE and bool(np.array_equal(t.upd_in,
                                                                                 t.upd_own)))
+    if needs is None and (BACKWARD if backward is None else backward):
+        needs = backward_needs(inst, lam, levels=levels, pairs=pairs, deadline=deadline,
+                               work=work, max_work=max_work)
+        if needs is None:
+            return Outcome.TIMEOUT, []
+    if needs is not None:
+        if needs.lam < lam:
+            raise ValueError(f"needs computed at lam={needs.lam} cannot serve lam={lam}")
+        if not needs.start_feasible:
+            return Outcome.INFEASIBLE, []
+        pools.needs = needs
     for k in range(t.n):
         if deadline is not None and k % 16 == 0 and time.perf_counter() > deadline:
             return Outcome.TIMEOUT, []
@@ -853,13 +912,6 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
 
 class UnknownError(Exception):
     """A feasibility test could not tell (its :class:`Outcome` is the message)."""
-
-
-def pair_makespan(d_a: np.ndarray, s_a: np.ndarray, d_b: np.ndarray | np.int64,
-                  s_b: np.ndarray | np.int64) -> np.ndarray:
-    """Shortest makespan of two jobs on a two-machine flow shop (communication, then update)
-    in either order: ``min(d_b + s_a + max(d_a, s_b), d_a + s_b + max(d_b, s_a))``."""
-    return np.minimum(d_b + s_a + np.maximum(d_a, s_b), d_a + s_b + np.maximum(d_b, s_a))
 
 
 def unhidden_share(s_a: np.ndarray, work_after: np.int64 | int,
@@ -909,17 +961,23 @@ class _Tests:
         # with a grid to fall back on, a finer test gives up early
         self.fine_states = max(1, MAX_STATES // 3) if grid_rel > 0 else MAX_STATES
         self.timed_out = False
+        self.needs: Needs | None = None  # the backward programme's, kept for later tests
+        self.needs_pay = False  # an exact test without them outgrew what they cost
         self.finer = 1  # the fallback grid is grid_rel * lam / finer
         self.inconclusive: int | None = None  # where the grid phase's grid could not tell
 
     def test(self, lam: int, upper: int) -> bool | None:
         """True (a plan meets lam), False (none does) or None (unknown)."""
-        tries = [(i, kw) for i, kw in enumerate(({}, {"levels": self.levels}))
-                 if not self.overflowed[i] and (i == 0 or self.can_level)]
-        for i, kw in tries:
-            outcome, plan = feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
-                                        work=self.work, max_work=self.max_work,
-                                        pairs=self.pairs, max_states=self.fine_states, **kw)
+        tries = [i for i in (0, 1) if not self.overflowed[i] and (i == 0 or self.can_level)]
+        for i in tries:
+            if i == 0:
+                outcome, plan = self._exact_test(lam, upper)
+            else:  # update parts rounded to levels
+                outcome, plan = feasibility(self.inst, lam, want_plan=True,
+                                            deadline=self.deadline, work=self.work,
+                                            max_work=self.max_work, pairs=self.pairs,
+                                            max_states=self.fine_states, backward=False,
+                                            levels=self.levels)
             if outcome is Outcome.TIMEOUT:
                 self.timed_out = True
                 return None
@@ -930,6 +988,48 @@ class _Tests:
                 self.segs, self.found = plan, lam
             return outcome is Outcome.FEASIBLE
         return self._grid_test(lam, upper, self.finer) if self.grid_rel > 0 else None
+
+    def _exact_test(self, lam: int, upper: int) -> tuple[Outcome, Segments]:
+        """The exact test at ``lam`` (below ``upper``, the best plan's period), with the
+        backward programme's needs (:data:`BACKWARD`) once they pay: the kept ones when
+        they serve (:meth:`_kept_needs`); otherwise, until a test without
+        them has outgrown the work they would cost (or its state limit), none; then new
+        ones, computed at ``upper - 1`` (every later test lies below it)."""
+        def run(needs: Needs | None, max_work: int | None) -> tuple[Outcome, Segments]:
+            return feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
+                               work=self.work, max_work=max_work, pairs=self.pairs,
+                               max_states=self.fine_states, needs=needs, backward=False)
+
+        needs = self._kept_needs(lam, upper)
+        if needs is None and BACKWARD and not self.needs_pay:
+            t = _tables(self.inst, 0)
+            cap = self.work[0] + cells_bound(t, lam, max(1, int(BACKWARD_STEP * lam)),
+                                             _first_lives(t, lam)) // CELLS_PER_STATE
+            limit = cap if self.max_work is None else min(cap, self.max_work)
+            outcome, plan = run(None, limit)
+            if ((outcome is Outcome.TIMEOUT and limit == cap and not self._past_deadline())
+                    or outcome is Outcome.TOO_MANY_STATES):
+                self.needs_pay = True  # this test and the later ones use the needs
+            else:
+                return outcome, plan
+        if needs is None and BACKWARD:
+            needs = self.needs = backward_needs(self.inst, max(lam, upper - 1), pairs=self.pairs,
+                                                deadline=self.deadline, work=self.work,
+                                                max_work=self.max_work)
+            if needs is None:
+                return Outcome.TIMEOUT, []
+        return run(needs, self.max_work)
+
+    def _past_deadline(self) -> bool:
+        return self.deadline is not None and time.perf_counter() > self.deadline
+
+    def _kept_needs(self, lam: int, upper: int) -> Needs | None:
+        """The kept needs when they serve a test at ``lam`` below ``upper`` (the best plan's
+        period): computed at ``lam`` or above, and at most :data:`NEEDS_REUSE` above
+        ``upper``."""
+        n = self.needs
+        return (n if n is not None and lam <= n.lam < upper + int(NEEDS_REUSE * lam)
+                else None)
 
     def grid_size(self, lam: int) -> int:
         """The grid (ticks) of the fallback tests at ``lam`` now."""
@@ -957,7 +1057,8 @@ class _Tests:
         grid = max(1, int(self.grid_rel * lam) // finer)
         outcome, plan = feasibility(self.inst, lam, want_plan=True, deadline=self.deadline,
                                     grid=grid, pairs=self.pairs, work=self.work,
-                                    max_work=self.max_work)
+                                    max_work=self.max_work, needs=self._kept_needs(lam, upper),
+                                    backward=False)
         if outcome is Outcome.TIMEOUT:
             self.timed_out = True
             return None
@@ -1088,6 +1189,8 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
             value = int(inst.evaluate(tests.segs).period)
             # a plan well below the lam asked for is a hint that it is the optimum
             sharp = value <= lam - (lam - lo) // 4 or (narrowed and value < lam)
+            if sharp and BACKWARD:  # exact tests are cheap just below a plan: try it again
+                descend = max(descend, 1)
             top = min(top, lam, value)
         else:
             lo = lam
