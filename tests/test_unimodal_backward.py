@@ -124,15 +124,17 @@ def test_exact_search_with_needs_proves_the_same_bound(seed: int) -> None:
 
 
 def test_cells_bound_and_the_deadline() -> None:
-    """The work estimate is an upper bound of the grid values computed, a passed deadline
-    leaves the needs incomplete (and the test TIMEOUT), and a work limit below their cost
-    stops them."""
+    """The work estimate is an upper bound of the grid values computed, a passed deadline or
+    a limit on the grid values below their count leaves the needs incomplete (and the test
+    TIMEOUT), and a work limit below their cost stops them."""
     inst, t, _, ref = _case(11, 4)
     lam = ref.bound
     fl = unimodal_mod._first_lives(t, lam)
     needs = Needs(t, lam, 3, fl)
     assert 0 < needs.cells <= cells_bound(t, lam, 3, fl)
     assert not Needs(t, lam, 3, fl, deadline=time.perf_counter() - 1).complete
+    assert not Needs(t, lam, 3, fl, max_cells=0).complete
+    assert Needs(t, lam, 3, fl, max_cells=needs.cells).complete
     assert feasibility(inst, lam, deadline=time.perf_counter() - 1)[0] is Outcome.TIMEOUT
     work = [0]
     assert backward_needs(inst, lam, work=work, max_work=0) is None

@@ -46,6 +46,9 @@ INFEASIBLE_NEED = np.int64(1) << 61
 #: Rows between two looks at the wall clock.
 _CLOCK_ROWS = 32
 
+#: Grid values computed at once (buckets times cells: a few arrays of this size in memory).
+_CHUNK_CELLS = 1 << 20
+
 
 def pair_makespan(d_a: np.ndarray, s_a: np.ndarray, d_b: np.ndarray | np.int64,
                   s_b: np.ndarray | np.int64) -> np.ndarray:
@@ -74,17 +77,22 @@ class Needs:
     pairs
         Count a late pair as a flow shop (False: the weaker tail that the forward
         programme's ``pairs=False`` uses).
+    max_cells
+        Stop (:attr:`complete` False) once more grid values than this are computed (a
+        deterministic limit).
 
     Attributes
     ----------
     cells
         Grid values computed over all buckets (the deterministic measure of the work).
     complete
-        False when the deadline stopped the computation (the needs are then unknown).
+        False when the deadline or ``max_cells`` stopped the computation (the needs are
+        then unknown).
     """
 
     def __init__(self, t: _Tables, lam: int, step: int, first_live: np.ndarray,
-                 deadline: float | None = None, pairs: bool = True) -> None:
+                 deadline: float | None = None, pairs: bool = True,
+                 max_cells: int | None = None) -> None:
         n = t.n
         self.t, self.lam, self.pairs = t, lam, pairs
         self.step = s = max(1, int(step))
@@ -97,8 +105,9 @@ class Needs:
         self.cells = 0
         self.complete = True
         for row in range(n - 1, -1, -1):
-            if (deadline is not None and row % _CLOCK_ROWS == 0
-                    and time.perf_counter() > deadline):
+            if ((max_cells is not None and self.cells > max_cells)
+                    or (deadline is not None and row % _CLOCK_ROWS == 0
+                        and time.perf_counter() > deadline)):
                 self.complete = False
                 return
             self._row(row)
@@ -138,29 +147,38 @@ class Needs:
         useful = inside | (e0 + tail0 <= lam) | (late0 + d + tail0 <= lam)
         ks, d, q_base, q_own, inside = (ks[useful], d[useful], q_base[useful],
                                         q_own[useful], inside[useful])
-        if len(ks) == 0:
-            return
         cells = self.first[row] + np.arange(width, dtype=np.int64)
-        end = np.maximum(cells[None, :] * s, t.r[ks][:, None]) + d[:, None]
-        self.cells += end.size
         best = np.full(width, INFEASIBLE_NEED, dtype=np.int64)
+        chunk = max(1, _CHUNK_CELLS // width)  # buckets at a time (bounded memory)
+        for lo in range(0, len(ks), chunk):
+            part = slice(lo, lo + chunk)
+            best = np.minimum(best, self._buckets(start, cells, ks[part], d[part],
+                                                  q_base[part], q_own[part], inside[part]))
+        self.values[self.offset[row]:self.offset[row] + width] = best
+        self.least[row] = best[0]
+
+    def _buckets(self, start: int, cells: np.ndarray, ks: np.ndarray, d: np.ndarray,
+                 q_base: np.ndarray, q_own: np.ndarray, inside: np.ndarray) -> np.ndarray:
+        """The least need over the buckets from ``start`` to each of ``ks`` at the row's
+        ``cells``."""
+        t, lam, n = self.t, self.lam, self.t.n
+        end = np.maximum(cells[None, :] * self.step, t.r[ks][:, None]) + d[:, None]
+        self.cells += end.size
+        best = np.full(len(cells), INFEASIBLE_NEED, dtype=np.int64)
         peak = ks == n - 1
         if peak.any():
             i = np.flatnonzero(peak)
             best = np.minimum(best, _masked(end[i], end[i] + q_own[i][:, None] <= lam).min(0))
         rest = np.flatnonzero(~peak)
         if len(rest):
-            k = ks[rest]
-            end_r = end[rest]
-            grid = np.broadcast_to(cells[None, :], end_r.shape)
-            best = np.minimum(best, self._sides(k + 1, end_r, grid, d[rest], q_own[rest],
-                                                q_own[rest]).min(0))
+            grid = np.broadcast_to(cells[None, :], (len(rest), len(cells)))
+            best = np.minimum(best, self._sides(ks[rest] + 1, end[rest], grid, d[rest],
+                                                q_own[rest], q_own[rest]).min(0))
             ins = rest[inside[rest]]
             if len(ins):
                 best = np.minimum(best, self._stay(start, ks[ins], end[ins], grid[:len(ins)],
                                                    d[ins], q_base[ins], q_own[ins]).min(0))
-        self.values[self.offset[row]:self.offset[row] + width] = best
-        self.least[row] = best[0]
+        return best
 
     def _sides(self, rows: np.ndarray, end: np.ndarray, grid: np.ndarray, d: np.ndarray,
                tail_early: np.ndarray, tail_late: np.ndarray) -> np.ndarray:

@@ -824,8 +824,10 @@ def backward_needs(inst: Instance, lam: int, *, levels: int = 0, pairs: bool = T
     per :data:`CELLS_PER_STATE`); None when the deadline or ``max_work`` stopped it. They
     serve every test at ``lam`` or below with the same ``levels`` and ``pairs``."""
     t = _tables(inst, levels)
+    max_cells = (None if max_work is None or work is None
+                 else max(0, max_work - work[0]) * CELLS_PER_STATE)
     needs = Needs(t, lam, max(1, int(BACKWARD_STEP * lam)), _first_lives(t, lam), deadline,
-                  pairs)
+                  pairs, max_cells)
     if work is not None:
         work[0] += needs.cells // CELLS_PER_STATE
     if not needs.complete or (max_work is not None and work is not None
