@@ -24,8 +24,11 @@ of a layer counts its own update share; a bucket ending inside a layer either le
 next bucket ends in a later layer, own share counted) or stays; when the layer then has one
 unit left, the pair of the bucket and that unit is evaluated whole (the unit inherits the
 update part; early or late on each side, a late pair as a two-machine flow shop,
-:func:`pair_makespan`). With more units of the layer left, staying needs at least nothing
-beyond the bucket's own tail test (a weaker, still sound value).
+:func:`pair_makespan`). With more units of the layer left, the need of the buckets that stay
+in the layer is kept at the cut for a few levels of the inherited update part
+(:data:`STAY_LEVELS`), and a bucket looks it up at the level at or below its own; a late
+bucket then counts the part of its own share that the later buckets' communication cannot
+hide (:func:`unhidden_share`), as the forward programme does.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import numpy as np
 if TYPE_CHECKING:
     from .unimodal import _Tables
 
-__all__ = ["INFEASIBLE_NEED", "Needs", "cells_bound", "pair_makespan"]
+__all__ = ["INFEASIBLE_NEED", "Needs", "cells_bound", "pair_makespan", "unhidden_share"]
 
 #: The need of a state from which no plan can be reached.
 INFEASIBLE_NEED = np.int64(1) << 61
@@ -48,6 +51,10 @@ _CLOCK_ROWS = 32
 
 #: Grid values computed at once (buckets times cells: a few arrays of this size in memory).
 _CHUNK_CELLS = 1 << 20
+
+#: Levels of the inherited update part kept at a cut inside a layer with more than one unit
+#: left (:meth:`Needs._stay_layout`).
+STAY_LEVELS = 4
 
 
 def pair_makespan(d_a: np.ndarray, s_a: np.ndarray, d_b: np.ndarray | np.int64,
@@ -102,6 +109,7 @@ class Needs:
         self.values = np.full(int(self.offset[-1]), INFEASIBLE_NEED, dtype=np.int64)
         self.least = np.full(n, INFEASIBLE_NEED, dtype=np.int64)  # N_j at its smallest e
         self.kmax = _last_ends(first_live)
+        self._stay_layout(first_live)
         self.cells = 0
         self.complete = True
         for row in range(n - 1, -1, -1):
@@ -129,38 +137,57 @@ class Needs:
         return self.values[self.offset[rows][:, None] + c]
 
     def _row(self, row: int) -> None:
-        """``N`` of cut ``row - 1`` from the rows after it."""
-        t, lam, s = self.t, self.lam, self.step
-        n, start = t.n, row
+        """``N`` of cut ``row - 1`` from the rows after it (its buckets that leave the
+        layer), and, at a cut inside a layer with more than one unit left, the need of the
+        buckets that stay in it at every level of the inherited update part."""
+        t = self.t
         width = int(self.width[row])
-        ks = np.arange(_first_end(t, row), int(self.kmax[start]) + 1)
-        if width == 0 or len(ks) == 0:
+        if width == 0:
             return
+        cells = self.first[row] + np.arange(width, dtype=np.int64)
+        ks = np.arange(_first_end(t, row), int(self.kmax[row]) + 1)
+        best = self._least(row, cells, ks, t.upd_in[row])
+        self.values[self.offset[row]:self.offset[row] + width] = best
+        self.least[row] = best[0]
+        if self.stay_count[row]:
+            ks = np.arange(row, min(int(t.layer_last[row - 1]), int(self.kmax[row])) + 1)
+            for i, ug in enumerate(self.stay_levels[row, :self.stay_count[row]].tolist()):
+                at = int(self.stay_base[row]) + i * (width + 1)
+                self.stay_values[at:at + width] = self._least(row, cells, ks, np.int64(ug))
+
+    def _least(self, start: int, cells: np.ndarray, ks: np.ndarray, ug: np.int64
+               ) -> np.ndarray:
+        """The least need at ``cells`` over the buckets from ``start`` to each of ``ks``,
+        whose update part is ``ug`` when they stay in the layer of ``start`` (otherwise
+        ``upd_in[start]``: the same for a bucket opening its layer)."""
+        t, lam = self.t, self.lam
+        n = t.n
+        best = np.full(len(cells), INFEASIBLE_NEED, dtype=np.int64)
+        if len(ks) == 0:
+            return best
         d = t.a + t.pp[ks + 1] - t.pp[start]
-        q_base = t.q[ks] + t.upd_in[start]
+        q_base = t.q[ks] + ug
         q_own = q_base + t.upd_own[ks + 1] - t.upd_own[start]
         inside = t.inside[ks] & (ks < n - 1)
         # buckets that are neither early nor late at the row's least e are left out
-        e0 = np.maximum(self.first[row] * s, t.r[ks]) + d
+        e0 = np.maximum(cells[0] * self.step, t.r[ks]) + d
         tail0 = np.where(inside, q_base, q_own)
         late0 = np.where(ks < n - 1, self.least[np.minimum(ks + 1, n - 1)], INFEASIBLE_NEED)
         useful = inside | (e0 + tail0 <= lam) | (late0 + d + tail0 <= lam)
         ks, d, q_base, q_own, inside = (ks[useful], d[useful], q_base[useful],
                                         q_own[useful], inside[useful])
-        cells = self.first[row] + np.arange(width, dtype=np.int64)
-        best = np.full(width, INFEASIBLE_NEED, dtype=np.int64)
-        chunk = max(1, _CHUNK_CELLS // width)  # buckets at a time (bounded memory)
+        chunk = max(1, _CHUNK_CELLS // len(cells))  # buckets at a time (bounded memory)
         for lo in range(0, len(ks), chunk):
             part = slice(lo, lo + chunk)
-            best = np.minimum(best, self._buckets(start, cells, ks[part], d[part],
+            best = np.minimum(best, self._buckets(start, ug, cells, ks[part], d[part],
                                                   q_base[part], q_own[part], inside[part]))
-        self.values[self.offset[row]:self.offset[row] + width] = best
-        self.least[row] = best[0]
+        return best
 
-    def _buckets(self, start: int, cells: np.ndarray, ks: np.ndarray, d: np.ndarray,
-                 q_base: np.ndarray, q_own: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    def _buckets(self, start: int, ug: np.int64, cells: np.ndarray, ks: np.ndarray,
+                 d: np.ndarray, q_base: np.ndarray, q_own: np.ndarray, inside: np.ndarray
+                 ) -> np.ndarray:
         """The least need over the buckets from ``start`` to each of ``ks`` at the row's
-        ``cells``."""
+        ``cells`` (``ug``: the update part of a bucket that stays in its layer)."""
         t, lam, n = self.t, self.lam, self.t.n
         end = np.maximum(cells[None, :] * self.step, t.r[ks][:, None]) + d[:, None]
         self.cells += end.size
@@ -176,8 +203,9 @@ class Needs:
                                                 q_own[rest], q_own[rest]).min(0))
             ins = rest[inside[rest]]
             if len(ins):
-                best = np.minimum(best, self._stay(start, ks[ins], end[ins], grid[:len(ins)],
-                                                   d[ins], q_base[ins], q_own[ins]).min(0))
+                best = np.minimum(best, self._stay(start, ug, ks[ins], end[ins],
+                                                   grid[:len(ins)], d[ins], q_base[ins],
+                                                   q_own[ins]).min(0))
         return best
 
     def _sides(self, rows: np.ndarray, end: np.ndarray, grid: np.ndarray, d: np.ndarray,
@@ -189,14 +217,16 @@ class Needs:
         late = self._at(rows, grid) + d[:, None]
         return np.minimum(early, _masked(late, late + tail_late[:, None] <= lam))
 
-    def _stay(self, start: int, k: np.ndarray, end_a: np.ndarray, grid: np.ndarray,
-              d_a: np.ndarray, q_base: np.ndarray, q_own: np.ndarray) -> np.ndarray:
+    def _stay(self, start: int, ug: np.int64, k: np.ndarray, end_a: np.ndarray,
+              grid: np.ndarray, d_a: np.ndarray, q_base: np.ndarray, q_own: np.ndarray
+              ) -> np.ndarray:
         """The need through a bucket ``A`` (from ``start`` to ``k``, ending inside a layer)
-        whose next bucket ends in the same layer: with one unit ``B`` left, the pair whole
-        (``B`` inherits ``A``'s update part; ``A`` early counts its own share unless in the
+        whose next bucket ends in the same layer and inherits ``A``'s update part ``ug``. With
+        one unit ``B`` left, the pair whole (``A`` early counts its own share unless in the
         peak's layer; ``A`` late with ``B`` early counts it; both late: the flow shop of the
-        pair); with more units left, ``A``'s own tests only (the rest needs at least
-        nothing)."""
+        pair). With more units left, the stored need of the cut after ``A`` at the level of
+        ``ug`` (:meth:`_stay_layout`); ``A`` late then counts the part of its share that the
+        later buckets' communication cannot hide (:func:`unhidden_share`)."""
         t, lam, n = self.t, self.lam, self.t.n
         tail_early = np.where(t.layer[k] != t.layer[n - 1], q_own, q_base)
         early_ok = end_a + tail_early[:, None] <= lam
@@ -204,8 +234,17 @@ class Needs:
         out = np.full(end_a.shape, INFEASIBLE_NEED, dtype=np.int64)
         more = np.flatnonzero(~one)
         if len(more):
-            late = np.where(d_a[more] + q_base[more] <= lam, d_a[more], INFEASIBLE_NEED)
-            out[more] = np.where(early_ok[more], 0, late[:, None])
+            km = k[more]
+            # (every bucket that can open the layer brings at least the lowest level)
+            level = np.maximum((self.stay_levels[km + 1] <= ug).sum(axis=1) - 1, 0)
+            early = _masked(self._stay_at(km + 1, level, end_a[more] // self.step),
+                            early_ok[more])
+            s_a = t.upd_own[km + 1] - t.upd_own[start]
+            hidden = (unhidden_share(s_a, t.rest_max[km], t.rest_min_upd[km]) if self.pairs
+                      else 0)
+            late = self._stay_at(km + 1, level, grid[more]) + d_a[more][:, None]
+            out[more] = np.minimum(early, _masked(
+                late, late + (q_base[more] + hidden)[:, None] <= lam))
         i = np.flatnonzero(one)
         if len(i) == 0:
             return out
@@ -214,7 +253,7 @@ class Needs:
         d_b = t.a + t.p[b]
         s_a = t.upd_own[k + 1] - t.upd_own[start]
         s_b = t.upd_own[b + 1] - t.upd_own[b]
-        tail_b = t.q[b] + t.upd_in[start] + s_b
+        tail_b = t.q[b] + ug + s_b
         early_b, late_b = self._last_unit(b, end_a, end_a // self.step, d_b, tail_b)
         early = _masked(np.minimum(early_b, late_b), early_ok[i])
         early_b, late_b = self._last_unit(b, grid * self.step, grid, d_b, tail_b)
@@ -226,6 +265,37 @@ class Needs:
             _masked(late_b_late, late_b_late + (q_base[i] + flow)[:, None] <= lam))
         out[i] = np.minimum(early, late)
         return out
+
+    def _stay_layout(self, first_live: np.ndarray) -> None:
+        """Room for the needs of the buckets that stay in a layer, at the cuts inside it
+        with more than one unit left: one row of cells per level of the update part that the
+        layer's opening bucket can bring, the values of ``upd_in`` from the first start a
+        live bucket ending at the layer's first unit can have to that first unit, at most
+        :data:`STAY_LEVELS` of them (an update part is looked up at the level at or below
+        it, so the needs stay lower bounds)."""
+        t, n = self.t, self.t.n
+        rows = np.arange(n)
+        cut = np.maximum(rows - 1, 0)
+        many = (rows > 0) & t.inside[cut] & ~t.one_left[cut]
+        self.stay_levels = np.full((n, STAY_LEVELS), INFEASIBLE_NEED, dtype=np.int64)
+        self.stay_count = np.zeros(n, dtype=np.int64)
+        for row in np.flatnonzero(many).tolist():
+            first = int(t.first[row - 1])
+            lo = int(first_live[first])
+            picks = np.unique(np.linspace(lo, first, STAY_LEVELS).round().astype(np.int64))
+            levels = np.unique(t.upd_in[picks])
+            self.stay_levels[row, :len(levels)] = levels
+            self.stay_count[row] = len(levels)
+        self.stay_base = np.r_[0, np.cumsum(self.stay_count * (self.width + 1))]
+        self.stay_values = np.full(int(self.stay_base[-1]) + 1, INFEASIBLE_NEED,
+                                   dtype=np.int64)
+
+    def _stay_at(self, rows: np.ndarray, level: np.ndarray, cell: np.ndarray) -> np.ndarray:
+        """The stored need of staying at the cuts ``rows - 1`` (one per row of ``cell``), at
+        the levels ``level``, at the cells ``cell``."""
+        w = self.width[rows][:, None]
+        c = np.clip(cell - self.first[rows][:, None], 0, w)
+        return self.stay_values[self.stay_base[rows][:, None] + level[:, None] * (w + 1) + c]
 
     def _last_unit(self, b: np.ndarray, e: np.ndarray, cell: np.ndarray, d_b: np.ndarray,
                    tail_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -241,15 +311,33 @@ class Needs:
         return early, _masked(late, late + tail_b[:, None] <= lam)
 
 
+def unhidden_share(s_a: np.ndarray, work_after: np.ndarray | np.int64 | int,
+                   least_update: np.ndarray | np.int64 | int) -> np.ndarray:
+    """What a late bucket's update ``s_a`` adds to its layer's flow shop beyond the
+    communication of the bucket and of the later late buckets of its layer (at least one, at
+    most ``work_after`` of communication in all, each with an update of at least
+    ``least_update``): ``max(0, s_a - max(0, work_after - least_update))``.
+
+    Whatever the order, either the bucket is the last of the flow shop (its update follows all
+    the communication) or another one follows it (after its update comes at least that one's).
+    """
+    return np.maximum(0, s_a - np.maximum(0, np.asarray(work_after) - np.asarray(least_update)))
+
+
 def cells_bound(t: _Tables, lam: int, step: int, first_live: np.ndarray) -> int:
     """The grid values :class:`Needs` computes at most (every live bucket at every cell of
-    its row): the cost of the needs, known before they are computed."""
+    its row, and the buckets that stay in a layer at every level): the cost of the needs,
+    known before they are computed."""
     _, width = _layout(t, lam, max(1, int(step)))
     kmax = _last_ends(first_live)
     rows = np.arange(t.n)
-    first_end = np.where((rows > 0) & t.inside[np.maximum(rows - 1, 0)],
-                         t.layer_last[np.maximum(rows - 1, 0)] + 1, rows)
-    return int((width * np.maximum(0, kmax[:t.n] - first_end + 1)).sum())
+    cut = np.maximum(rows - 1, 0)
+    inside = (rows > 0) & t.inside[cut]
+    first_end = np.where(inside, t.layer_last[cut] + 1, rows)
+    leave = width * np.maximum(0, kmax[:t.n] - first_end + 1)
+    stay = np.where(inside & ~t.one_left[cut],
+                    STAY_LEVELS * width * (t.layer_last[cut] - rows + 1), 0)
+    return int((leave + stay).sum())
 
 
 def _layout(t: _Tables, lam: int, step: int) -> tuple[np.ndarray, np.ndarray]:

@@ -71,7 +71,7 @@ from enum import Enum, IntEnum
 
 import numpy as np
 
-from .backward import Needs, cells_bound, pair_makespan
+from .backward import Needs, cells_bound, pair_makespan, unhidden_share
 from .instance import Instance, Segments
 
 __all__ = ["Outcome", "Promise", "UnimodalResult", "UnknownError", "feasibility",
@@ -914,19 +914,6 @@ def unimodal_feasible(inst: Instance, lam: int, *, want_plan: bool = False,
 
 class UnknownError(Exception):
     """A feasibility test could not tell (its :class:`Outcome` is the message)."""
-
-
-def unhidden_share(s_a: np.ndarray, work_after: np.int64 | int,
-                   least_update: np.int64 | int) -> np.ndarray:
-    """What a late bucket's update ``s_a`` adds to its layer's flow shop beyond the
-    communication of the bucket and of the later late buckets of its layer (at least one, at
-    most ``work_after`` of communication in all, each with an update of at least
-    ``least_update``): ``max(0, s_a - max(0, work_after - least_update))``.
-
-    Whatever the order, either the bucket is the last of the flow shop (its update follows all
-    the communication) or another one follows it (after its update comes at least that one's).
-    """
-    return np.maximum(0, s_a - max(0, int(work_after) - int(least_update)))
 
 
 def _backtrack(src: int, k: int, pos: np.ndarray, parent: np.ndarray,
