@@ -15,8 +15,9 @@ and a state whose ``nu`` is below ``N_j(e)`` can reach no plan. :class:`Needs` c
 grid of ``e`` (multiples of ``step`` ticks; above the latest ``e`` that the deadlines of
 the later units allow, nothing is feasible). Evaluating ``N_k`` at the grid point at or below
 an early chain's end gives a value no larger than the exact one, so every grid value is a
-lower bound: the test drops no state that leads to a plan. With ``step = 1`` it is the
-programme itself (the start's need is finite exactly when the forward test is feasible).
+lower bound: the test drops no state that leads to a plan. With ``step = 1`` and layers of at
+most two units it is the programme itself (the start's need is finite exactly when the forward
+test is feasible).
 
 The tails follow the forward programme's rules (:func:`.unimodal._transitions`): a bucket
 starting a layer's bucket run holds the update part of the units before it; the last bucket
