@@ -1176,10 +1176,9 @@ def unimodal_exact(inst: Instance, lo: int, hi: int, *, deadline: float | None =
                 ceiling = top
         elif ok:
             value = int(inst.evaluate(tests.segs).period)
-            # a plan well below the lam asked for is a hint that it is the optimum
+            # a plan well below the lam asked for hints at the optimum (tried each time: BACKWARD)
             sharp = value <= lam - (lam - lo) // 4 or (narrowed and value < lam)
-            if sharp and BACKWARD:  # exact tests are cheap just below a plan: try it again
-                descend = max(descend, 1)
+            descend = max(descend, int(sharp and BACKWARD))
             top = min(top, lam, value)
         else:
             lo = lam
