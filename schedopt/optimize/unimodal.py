@@ -134,7 +134,7 @@ NU_CAP = True
 #: state, computed on a grid of ``BACKWARD_STEP * lam`` ticks.
 BACKWARD = True
 
-#: The backward programme's grid, relative to ``lam`` (GPT-2 1.5B r0.5: 256 ticks).
+#: The backward programme's grid, relative to ``lam`` (GPT-2 1.5B r0.5: 250 ticks).
 BACKWARD_STEP = 1.6e-4
 
 #: Grid values of the backward programme that cost as much as one state of the forward one.
@@ -816,6 +816,11 @@ class _Pools:
         return role.keep(~both) if both.any() else role
 
 
+def _backward_step(lam: int) -> int:
+    """The backward programme's grid at ``lam`` (ticks, :data:`BACKWARD_STEP`)."""
+    return max(1, int(BACKWARD_STEP * lam))
+
+
 def backward_needs(inst: Instance, lam: int, *, levels: int = 0, pairs: bool = True,
                    deadline: float | None = None, work: list[int] | None = None,
                    max_work: int | None = None) -> Needs | None:
@@ -826,7 +831,7 @@ def backward_needs(inst: Instance, lam: int, *, levels: int = 0, pairs: bool = T
     t = _tables(inst, levels)
     max_cells = (None if max_work is None or work is None
                  else max(0, max_work - work[0]) * CELLS_PER_STATE)
-    needs = Needs(t, lam, max(1, int(BACKWARD_STEP * lam)), _first_lives(t, lam), deadline,
+    needs = Needs(t, lam, _backward_step(lam), _first_lives(t, lam), deadline,
                   pairs, max_cells)
     if work is not None:
         work[0] += needs.cells // CELLS_PER_STATE
@@ -992,7 +997,7 @@ class _Tests:
         needs = self._kept_needs(lam, upper)
         if needs is None and BACKWARD and not self.needs_pay:
             t = _tables(self.inst, 0)
-            cap = self.work[0] + cells_bound(t, lam, max(1, int(BACKWARD_STEP * lam)),
+            cap = self.work[0] + cells_bound(t, lam, _backward_step(lam),
                                              _first_lives(t, lam)) // CELLS_PER_STATE
             limit = cap if self.max_work is None else min(cap, self.max_work)
             outcome, plan = run(None, limit)
