@@ -13,8 +13,10 @@ ranks (OMP_NUM_THREADS pinned), per model of ``benchmarks/ddp_models.py``:
 ``manual``
     the no-overlap run of ``bench-ddp`` (``sync-easgd``), its own steps: ``zero_grad``, the
     ``no_sync`` backward, the gradients copied into one buffer (divided by the world size on
-    the way, as DDP's reducer), the all-reduce, the gradients made views of the buffer (which
-    frees the tensors autograd made), each part timed;
+    the way, as DDP's reducer), a 4-byte all-reduce (the wait until the other rank has got
+    there too), the all-reduce, the gradients made views of the buffer (which frees the
+    tensors autograd made), each part timed; and how much longer the slower rank's backward
+    was than this rank's in the same iteration;
 ``alone``
     a blocking all-reduce of the same buffer sizes with nothing else running.
 
@@ -105,8 +107,11 @@ def _run_manual(model: Any, x: Any, iters: int, warmup: int) -> dict[str, list[f
     flat = params[0].new_empty(sum(p.numel() for p in params))
     out: dict[str, list[float]] = {k: [] for k in (
         "manual iteration", "manual zero_grad", "manual backward", "manual copy in (divided)",
-        "manual all-reduce", "manual gradients made views")}
+        "manual wait for the other rank", "manual all-reduce", "manual gradients made views",
+        "manual slower rank's backward - own")}
     world = dist.get_world_size()
+    token = torch.zeros(1)
+    both = torch.zeros(world)
     dist.barrier()
     for it in range(warmup + iters):
         t0 = time.perf_counter()
@@ -117,13 +122,18 @@ def _run_manual(model: Any, x: Any, iters: int, warmup: int) -> dict[str, list[f
         t2 = time.perf_counter()
         _scale_into(params, flat, 1.0 / world)  # bench-ddp's own steps, in its order
         t3 = time.perf_counter()
+        dist.all_reduce(token)  # a 4-byte collective: the wait until the other rank is here
+        t3w = time.perf_counter()
         dist.all_reduce(flat)
         t4 = time.perf_counter()
         _view_grads(params, flat)  # frees the gradients autograd made
         t5 = time.perf_counter()
+        both.zero_()
+        both[dist.get_rank()] = t2 - t1
+        dist.all_reduce(both)  # outside the timed span: every rank's backward this iteration
         if it >= warmup:
-            for key, v in zip(out, (t5 - t0, t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4),
-                              strict=True):
+            for key, v in zip(out, (t5 - t0, t1 - t0, t2 - t1, t3 - t2, t3w - t3, t4 - t3w,
+                                    t5 - t4, float(both.max()) - (t2 - t1)), strict=True):
                 out[key].append(v)
     return out
 

@@ -4,19 +4,23 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 ``benchmarks/ddp_models.py`` (2 processes, gloo over loopback, OMP_NUM_THREADS pinned):
 
 1. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
-   all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster);
-2. per model, before each round of its runs: ``profile --procs 2 --grad-copy`` (two ranks
-   computing at once, the same thread count as the runs, DDP's copy of the gradients into its
-   buckets timed in the backward: the trace of record), and for comparison the same without
-   the copy and one process alone without it (PROFILES); each trace is the per-layer median
-   of its profiles over the rounds;
+   all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster the plans are
+   optimized for);
+2. per model, before each round of its runs: ``bench-comm`` again, and ``profile --procs 2
+   --grad-copy`` (two ranks computing at once, the same thread count as the runs, DDP's copy
+   of the gradients into its buckets timed in the backward: the trace of record), and for
+   comparison the same without the copy and one process alone without it (PROFILES); each
+   trace is the per-layer median of its profiles over the rounds, and the cluster of record
+   is ``fit-comm`` on every ``bench-comm`` run pooled (per size the median; ``s`` and ``s_c``
+   the medians), so both span the minutes of the runs;
 3. ``optimize --target ddp`` (the optimal DDP-expressible plan);
 4. ``bench-ddp`` at bucket caps 1, 5, 25, 100 MiB, no overlap (``sync-easgd``) and the plan,
    ``--config-rounds`` rounds, each after its own profile (the median round per
    configuration is its measurement);
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
    ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
-   not), with ``s = s_c = 1`` (free overlap), and with the other profiles (VARIANTS);
+   not), with ``s = s_c = 1`` (free overlap), with the first ``bench-comm`` run alone, and
+   with the other profiles (VARIANTS);
 6. ``calibrate`` leaving one configuration out, and predicting it, for every fit set of
    ``FITS`` (both slowdowns and the per-collective overhead; a compute scale per model with
    some of them);
@@ -64,11 +68,13 @@ VARIANTS: dict[str, tuple[dict[str, float], str]] = {
     "loopback": ({}, ""),
     "loopback-sc1": ({"comm_slowdown": 1.0}, ""),
     "loopback-s1": ({"overlap_slowdown": 1.0, "comm_slowdown": 1.0}, ""),
+    "loopback-single": ({}, ""),  # the first bench-comm run alone (the cluster of the plans)
     "plain": ({}, "-plain"),
     "alone": ({}, "-alone"),
 }
 VARIANT_NAMES = {"loopback": "measured s and s_c", "loopback-sc1": "measured s, s_c = 1",
                  "loopback-s1": "s = s_c = 1",
+                 "loopback-single": "measured s and s_c, one bench-comm run",
                  "plain": "measured s and s_c, profile without the copy",
                  "alone": "measured s and s_c, profile of one process alone"}
 MODELS = {  # name: (factory, input shape, input dtype)
@@ -120,20 +126,42 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
     by tens of percent within minutes). The plan is optimized on the first profile and bound to
     the merged trace once the rounds are done.
     """
+    bench_comm(d, "comm-start-", args, env)
+    fit_cluster(d, ["comm-start-"], env)  # the cluster the plans are optimized for
+    (d / "loopback-single.json").write_text((d / "loopback.json").read_text())
+    for m in MODELS:
+        measure_model(d, m, args, env)
+    # the cluster of record: every bench-comm run of this run, pooled (per size the median)
+    fit_cluster(d, ["comm-start-", *(f"comm-{m}-round{r}-" for m in MODELS
+                                    for r in range(args.config_rounds))], env)
+    for m in MODELS:  # the plans, bound to the traces and clusters of record
+        for suffix in PROFILES:
+            rebind(d / f"{m}-opt{suffix}.json", d / f"{m}{suffix}.json", d / "loopback.json")
+        rebind(d / f"{m}-opt-sc1.json", d / f"{m}.json", d / "loopback-sc1.json")
+
+
+def bench_comm(d: Path, stem: str, args: argparse.Namespace, env: dict[str, str]) -> None:
+    """One ``bench-comm`` run (latencies, ``s`` and ``s_c``) into ``d/STEM2.txt``."""
     schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
-             args.threads, "--out", d / "loopback2.txt", env=env)
-    print(schedopt("fit-comm", d / "loopback2.txt", "--out", d / "loopback.json", env=env))
+             args.threads, "--out", d / f"{stem}2.txt", env=env)
+
+
+def fit_cluster(d: Path, stems: list[str], env: dict[str, str]) -> None:
+    """``fit-comm --out loopback.json`` on the bench-comm runs ``stems`` (pooled), and the
+    clusters of VARIANTS derived from it."""
+    print(schedopt("fit-comm", *(d / f"{s}2.txt" for s in stems), "--out", d / "loopback.json",
+                   env=env))
     cl = json.loads((d / "loopback.json").read_text())
     for name, (over, _) in VARIANTS.items():
         if over:
             (d / f"{name}.json").write_text(json.dumps({**cl, "name": name, **over}))
-    for m in MODELS:
-        measure_model(d, m, args, env)
 
 
 def profile(d: Path, m: str, r: int, args: argparse.Namespace, env: dict[str, str]) -> None:
-    """Round ``r``'s profiles of model ``m`` (every entry of PROFILES), one after the other."""
+    """Round ``r``'s measurements before the runs of model ``m``: a ``bench-comm`` run, then
+    its profiles (every entry of PROFILES), one after the other."""
     factory, shape, dtype = MODELS[m]
+    bench_comm(d, f"comm-{m}-round{r}-", args, env)
     for suffix, (_, options) in PROFILES.items():
         schedopt("profile", factory, "--input-shape", shape, "--input-dtype", dtype, "--name",
                  m, "--out", d / f"{m}{suffix}-prof{r}.json", "--repeats", 10, "--warmup", 3,
@@ -166,20 +194,20 @@ def measure_model(d: Path, m: str, args: argparse.Namespace, env: dict[str, str]
         (d / f"{m}{suffix}.json").write_text(merged.model_dump_json(exclude_none=True))
         if suffix:
             (d / f"{m}-opt{suffix}.json").write_text((d / f"{m}-opt.json").read_text())
-        for out in (f"{m}-opt{suffix}.json", *([] if suffix else [f"{m}-opt-sc1.json"])):
-            rebind(d / out, merged, d / "loopback.json")
     write_rows(d / f"{m}-rounds.csv", rows, trace=f"{m}.json")
     write_rows(d / f"{m}-runs.csv", medians(read_rows(d / f"{m}-rounds.csv")))
 
 
-def rebind(path: Path, trace: Any, cluster: Path) -> None:
-    """Bind the plan of the ``optimize --json`` file ``path`` to ``trace`` (the same model,
-    re-measured): its buckets must be valid for it and ``cluster``; only the trace
-    fingerprint changes."""
+def rebind(path: Path, trace_path: Path, cluster_path: Path) -> None:
+    """Bind the plan of the ``optimize --json`` file ``path`` to a trace and a cluster (the
+    same model and machine, re-measured): its buckets must be valid for both; only the
+    fingerprints change."""
     res = json.loads(path.read_text())
+    trace, cluster = load_trace(trace_path), load_cluster(cluster_path)
     plan = Plan.model_validate({**res["plan"], "trace_hash": None, "cluster_hash": None})
-    plan.check_against(trace, load_cluster(cluster))
+    plan.check_against(trace, cluster)
     res["plan"]["trace_hash"] = trace.fingerprint()
+    res["plan"]["cluster_hash"] = cluster.fingerprint()
     path.write_text(json.dumps(res))
 
 
@@ -204,10 +232,10 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
     rows = [r for m in MODELS for r in read_rows(d / f"{m}-runs.csv")]
     table: list[tuple[str, str, str]] = []
     per_row: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
-    for variant, (over, suffix) in VARIANTS.items():
+    for variant, (_, suffix) in VARIANTS.items():
         f = "runs.csv" if variant == "loopback" else f"runs-{variant}.csv"
         write_rows(d / f, [on_profile(r, suffix) for r in rows],
-                   **({"cluster": f"{variant}.json"} if over else {}))
+                   **({} if variant == "loopback" or suffix else {"cluster": f"{variant}.json"}))
         rep = validate(d / f, env)
         table.append(("all rows", f"predicted, {VARIANT_NAMES[variant]}", f"mean |error| "
                       f"{rep['mean_abs_error'] * 100:.1f}%, max {rep['max_abs_error'] * 100:.1f}%"))
@@ -295,7 +323,7 @@ def retimed(d: Path, row: dict[str, str], cal: dict[str, Any]) -> dict[str, str]
         src = d / row["policy"][5:]
         dst = trace_path.parent / f"plan-{src.name}"
         dst.write_text(src.read_text())
-        rebind(dst, load_trace(trace_path), Path(cal["out"]))
+        rebind(dst, trace_path, Path(cal["out"]))
         out["policy"] = "plan:" + os.path.relpath(dst, d)
     return out
 

@@ -6,6 +6,7 @@ import errno
 import logging
 import math
 import os
+import statistics
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -496,7 +497,9 @@ def schema(
 @app.command("fit-comm")
 def fit_comm(
     file: Annotated[
-        Path, typer.Argument(help="osu_allreduce or nccl-tests all_reduce_perf output.")
+        list[Path], typer.Argument(help="osu_allreduce or nccl-tests all_reduce_perf output;"
+                                   " several runs of the same ranks are pooled (per size, the"
+                                   " median over the files).")
     ],
     min_bytes: Annotated[
         int | None,
@@ -524,32 +527,33 @@ def fit_comm(
     """Fit the all-reduce cost (piecewise linear at protocol switches, or one line
     t = alpha + beta * n) to measured times; optionally write a cluster."""
     from .commfit import cluster_from_fit, fit_comm_cli, piecewise_summary
-    from .loaders.comm import parse_comm_file
+    from .loaders.comm import parse_comm_file, pool_samples
 
     with user_errors(), output_files({"--out": out}) as files:
         check_int_option(ranks, "--ranks", 2, MAX_NODES * MAX_GPUS_PER_NODE)
         check_int_option(min_bytes, "--min-bytes", 0, MAX_BYTES)
-        samples = parse_comm_file(_shipped_sample(file))
+        paths = [_shipped_sample(f) for f in file]
+        samples = pool_samples([parse_comm_file(p) for p in paths])
         fit = fit_comm_cli(samples, min_bytes, segments, tolerance)
         n_ranks = ranks if ranks is not None else samples.ranks
+        names = ", ".join(f.name for f in file)
         if out is not None:
             if n_ranks is None:
                 raise SchedoptError("the rank count is not in the file or its name: pass --ranks",
                                     "ranks", None)
-            from .integrations.bench import read_slowdowns
-
-            slow = read_slowdowns(_shipped_sample(file))
+            slow = _pooled_slowdowns(paths)
+            pooled = f"the median of {len(file)} runs: " if len(file) > 1 else ""
             cluster = cluster_from_fit(
                 fit, name=out.stem, ranks=n_ranks,
-                source=f"fitted by `schedopt fit-comm` to {file.name} ({samples.format})",
+                source=f"fitted by `schedopt fit-comm` to {pooled}{names} ({samples.format})",
                 overlap_slowdown=slow.get("overlap_slowdown", 1.0),
                 comm_slowdown=slow.get("comm_slowdown", 1.0),
             )
             files.write_json(out, cluster.model_dump(mode="json", exclude_none=True))
     used = (samples.sizes >= (fit.min_bytes or 0)) & (samples.sizes <= (fit.max_bytes or 0))
     data = {
-        "file": str(file), "format": samples.format, "ranks": n_ranks,
-        "points": int(used.sum()), "alpha_s": fit.alpha_s,
+        "file": str(file[0]), "files": [str(f) for f in file], "format": samples.format,
+        "ranks": n_ranks, "points": int(used.sum()), "alpha_s": fit.alpha_s,
         "beta_s_per_byte": fit.beta_s_per_byte, "r2": fit.r2, "min_bytes": fit.min_bytes,
         "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
         "overlap_slowdown": cluster.overlap_slowdown if out is not None else None,
@@ -559,7 +563,19 @@ def fit_comm(
     if as_json:
         print_json(data)
         return
-    console.print(_fit_table(f"all-reduce fit: {file.name} ({samples.format})", data))
+    console.print(_fit_table(f"all-reduce fit: {names} ({samples.format})", data))
+
+
+def _pooled_slowdowns(paths: list[Path]) -> dict[str, float]:
+    """The slowdowns bench-comm recorded in ``paths``: each the median over the files that
+    state it (none when no file does)."""
+    from .integrations.bench import read_slowdowns
+
+    found: dict[str, list[float]] = {}
+    for p in paths:
+        for key, value in read_slowdowns(p).items():
+            found.setdefault(key, []).append(value)
+    return {key: statistics.median(values) for key, values in found.items()}
 
 
 def _fit_table(title: str, data: dict[str, Any]) -> Table:

@@ -381,3 +381,87 @@ def test_cli_fit_comm_without_ranks_cannot_write_cluster(tmp_path: Path) -> None
     assert res.exit_code == 2, res.output
     assert "--ranks" in res.output
     assert not out.exists()
+
+
+# ------------------------------------------------------------------------- pooled runs
+def _nccl_run(times_us: dict[int, float], slowdowns: tuple[float, float] | None = None) -> str:
+    """A bench-comm file (nccl-tests layout, 2 ranks) with these times per size."""
+    head = ["# schedopt bench-comm", "#  Rank  0 Group  0 Pid 0 on localhost device  0 [gloo]",
+            "#  Rank  1 Group  0 Pid 0 on localhost device  1 [gloo]"]
+    if slowdowns is not None:
+        head += [f"# schedopt overlap_slowdown {slowdowns[0]}",
+                 f"# schedopt comm_slowdown {slowdowns[1]}"]
+    head += ["#       size    count   type  redop     time  algbw  busbw #wrong     time  algbw"
+             "  busbw #wrong"]
+    rows = [f"{n:12d} {n // 4:10d}  float    sum {t:10.1f} 0 0 0 {t:10.1f} 0 0 0"
+            for n, t in times_us.items()]
+    return "\n".join(head + rows) + "\n"
+
+
+def test_pool_samples_takes_the_median_per_size(tmp_path: Path) -> None:
+    from schedopt.loaders.comm import pool_samples
+
+    sizes = [4096 * 4**k for k in range(5)]
+    runs = [parse_comm_file(_write(tmp_path, f"r{i}.txt", _nccl_run(
+        {n: (n * 1e-3 + 50) * f for n in sizes}))) for i, f in enumerate((1.0, 3.0, 1.2))]
+    pooled = pool_samples(runs)
+    assert pooled.ranks == 2 and pooled.format == "nccl-tests"
+    assert pooled.sizes.tolist() == sizes
+    np.testing.assert_allclose(pooled.times, runs[2].times)  # the middle run of three
+    assert "median of 3 runs" in pooled.source
+    assert pool_samples(runs[:1]) is runs[0]
+    # a size only some runs measured keeps the median of those
+    extra = parse_comm_file(_write(tmp_path, "r3.txt", _nccl_run({2**26: 9000.0, 2**27: 1e4})))
+    both = pool_samples([runs[0], extra])
+    assert both.sizes.tolist() == [*sizes, 2**26, 2**27]
+    assert both.times[-1] == pytest.approx(1e4 * 1e-6)
+
+
+def test_pool_samples_refuses_different_rank_counts(tmp_path: Path) -> None:
+    from schedopt.loaders.comm import pool_samples
+
+    two = parse_comm_file(_write(tmp_path, "a.txt", _nccl_run({4096: 10.0, 8192: 20.0})))
+    eight = parse_comm_file(_write(tmp_path, "osu8.txt", OSU))
+    with pytest.raises(SchedoptError, match="different rank counts") as err:
+        pool_samples([two, eight])
+    assert "a.txt: 2" in str(err.value) and "osu8.txt: 8" in str(err.value)
+    with pytest.raises(SchedoptError, match="no measurements"):
+        pool_samples([])
+
+
+def test_cli_fit_comm_pools_runs_and_slowdowns(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    app = _cli_app()
+    sizes = [4096 * 4**k for k in range(6)]
+    files = [str(_write(tmp_path, f"comm{i}.txt", _nccl_run(
+        {n: n * 1e-3 * f + 100 for n in sizes}, (s, sc))))
+        for i, (f, s, sc) in enumerate(((1.0, 1.5, 2.5), (2.0, 2.0, 1.5), (5.0, 1.75, 2.0)))]
+    out = tmp_path / "pooled.json"
+    res = CliRunner().invoke(app, ["fit-comm", *files, "--json", "--out", str(out),
+                                   "--segments", "1"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["files"] == files and doc["ranks"] == 2
+    # the pooled times are those of the middle run: beta 2e-3 us/B
+    assert doc["beta_s_per_byte"] == pytest.approx(2e-9, rel=1e-3)
+    c = load_cluster(out)
+    assert (c.overlap_slowdown, c.comm_slowdown) == (1.75, 2.0)  # each the median of three
+    assert "median of 3 runs" in (c.source or "")
+    one = CliRunner().invoke(app, ["fit-comm", files[0], "--json", "--segments", "1"])
+    assert json.loads(one.stdout)["beta_s_per_byte"] == pytest.approx(1e-9, rel=1e-3)
+
+
+def test_cli_fit_comm_pooling_mismatched_files_is_one_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    app = _cli_app()
+    two = _write(tmp_path, "comm.txt", _nccl_run({4096: 10.0, 8192: 20.0, 16384: 40.0}))
+    eight = _write(tmp_path, "osu8.txt", OSU)
+    out = tmp_path / "never.json"
+    res = CliRunner().invoke(app, ["fit-comm", str(two), str(eight), "--out", str(out)])
+    assert res.exit_code == 2, res.output
+    assert "different rank counts" in res.output and "Traceback" not in res.output
+    assert not out.exists()
+    missing = CliRunner().invoke(app, ["fit-comm", str(two), str(tmp_path / "nope.txt")])
+    assert missing.exit_code == 2 and "nope.txt" in missing.output

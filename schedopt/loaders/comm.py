@@ -31,6 +31,7 @@ __all__ = [
     "CommSamples",
     "parse_comm_file",
     "parse_comm_text",
+    "pool_samples",
     "ranks_from_filename",
 ]
 
@@ -254,3 +255,49 @@ def parse_comm_file(path: str | Path, *, fmt: str | None = None) -> CommSamples:
         if ranks is not None and ranks > 0:
             samples = CommSamples(samples.sizes, samples.times, samples.format, ranks, str(p))
     return samples
+
+
+def pool_samples(runs: list[CommSamples]) -> CommSamples:
+    """Several measurements of the same all-reduce as one: per size, the median over the runs.
+
+    One benchmark run on a shared or busy machine can be off by tens of percent; repeating it
+    (before every round of training runs, say) and pooling the runs gives a cost that is not
+    one moment's. A size measured in only some of the runs keeps the median of those.
+
+    Parameters
+    ----------
+    runs
+        At least one; every run must state the same rank count, or none.
+
+    Returns
+    -------
+    CommSamples
+        Sorted sizes, their median times, the rank count of the runs, and the format (the
+        runs' common one, else ``mixed``). One run is returned unchanged.
+
+    Raises
+    ------
+    SchedoptError
+        No runs, or runs of different rank counts (the message names every file's count).
+    """
+    if not runs:
+        raise SchedoptError("no measurements to pool", "file", [])
+    if len(runs) == 1:
+        return runs[0]
+    counts = {r.ranks for r in runs if r.ranks is not None}
+    if len(counts) > 1:
+        raise SchedoptError("the files measure different rank counts", "file",
+                            ", ".join(f"{r.source}: {r.ranks}" for r in runs))
+    by_size: dict[int, list[float]] = {}
+    for r in runs:
+        for n, t in zip(r.sizes.tolist(), r.times.tolist(), strict=True):
+            by_size.setdefault(int(n), []).append(float(t))
+    sizes = sorted(by_size)
+    formats = {r.format for r in runs}
+    return CommSamples(
+        sizes=np.asarray(sizes, dtype=np.int64),
+        times=np.asarray([float(np.median(by_size[n])) for n in sizes], dtype=float),
+        format=formats.pop() if len(formats) == 1 else "mixed",
+        ranks=counts.pop() if counts else None,
+        source=f"median of {len(runs)} runs: " + ", ".join(r.source for r in runs),
+    )
