@@ -9,19 +9,24 @@ fast and every mlp row too slow. This study, one run of 2 gloo ranks computing s
     the profiler's own timed iterations (``--grad-copy`` as the trace of record): the sum of the
     per-layer medians, which is what a trace holds, against the median of whole iterations;
 ``contexts``
-    forward and backward in four settings, blocks of iterations interleaved: ``alone``;
+    forward and backward, and the minor page faults they take (fresh memory the kernel maps
+    and zeroes), in four settings, blocks of iterations interleaved: ``alone``;
     ``views`` (then the gradients copied into a flat buffer, divided by the world size, and
     made views of it, as ``bench-ddp``'s no-overlap runs); ``all-reduce`` (the same with the
     buffer all-reduced before the views); ``no_sync`` (the same through DDP's ``no_sync``);
 ``small``
-    the communication slowdown ``s_c`` per message size: all-reduces alone and while every
-    rank runs ``bench-comm``'s compute loop (``bench-comm`` measures it at 25 MiB only).
+    both slowdowns per message size (``bench-comm`` measures them at 25 MiB only): ``s_c``,
+    all-reduces alone and while every rank runs ``bench-comm``'s compute loop, and ``s``, the
+    loop alone and under back-to-back all-reduces of that size.
 
 It prints tables (model or size, what, figure). Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/compute_gap.py [--models bert_small,mlp,mlp12]
 
-Run from the repository root, on an otherwise idle machine (about 3 minutes).
+Run from the repository root, on an otherwise idle machine (one to two minutes). Under glibc,
+``MALLOC_TRIM_THRESHOLD_=4000000000 MALLOC_MMAP_THRESHOLD_=4000000000`` in the environment keeps
+freed memory in the process (no page faults per iteration, as a caching allocator): the
+comparison of docs/validation.md.
 """
 
 from __future__ import annotations
@@ -70,8 +75,11 @@ def _medians(name: str, iters: int) -> dict[str, float]:
             "median of iterations": statistics.median(r["bwd_end"] for r in runs)}
 
 
-def _contexts(name: str, cycles: int, per_block: int) -> dict[str, list[float]]:
-    """Forward + backward times (s) per setting of CONTEXTS, blocks interleaved."""
+def _contexts(name: str, cycles: int, per_block: int) -> dict[str, dict[str, list[float]]]:
+    """Forward + backward times (s) and minor page faults per setting of CONTEXTS, blocks
+    interleaved."""
+    import resource
+
     import torch
     import torch.distributed as dist
 
@@ -87,12 +95,13 @@ def _contexts(name: str, cycles: int, per_block: int) -> dict[str, list[float]]:
     ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
     params = [p for p in model.parameters() if p.requires_grad]
     flat = torch.empty(sum(p.numel() for p in params))
-    out: dict[str, list[float]] = {c: [] for c in CONTEXTS}
+    out: dict[str, dict[str, list[float]]] = {c: {"s": [], "faults": []} for c in CONTEXTS}
     for _ in range(cycles):
         for c in CONTEXTS:
             for it in range(per_block):
                 model.zero_grad(set_to_none=True)
                 dist.barrier()
+                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 t0 = time.perf_counter()
                 if c == "no_sync":
                     with ddp.no_sync():
@@ -100,32 +109,40 @@ def _contexts(name: str, cycles: int, per_block: int) -> dict[str, list[float]]:
                 else:
                     _default_loss(_call(model, x)).backward()
                 t1 = time.perf_counter()
+                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
                 if c != "alone":
                     _scale_into(params, flat, 1.0 / dist.get_world_size())
                     if c != "views":
                         dist.all_reduce(flat)
                     _view_grads(params, flat)
                 if it >= 2:  # the first two of a block settle the new setting
-                    out[c].append(t1 - t0)
+                    out[c]["s"].append(t1 - t0)
+                    out[c]["faults"].append(faults)
     return out
 
 
-def _small(repeats: int) -> dict[int, list[tuple[float, float]]]:
-    """``(alone_s, under_s)`` per call, per size of SMALL_SIZES and repeat."""
+def _small(repeats: int) -> dict[int, dict[str, list[tuple[float, float]]]]:
+    """Per size of SMALL_SIZES: ``(alone_s, under_s)`` of the all-reduces (``comm``) and of
+    the compute loop (``compute``), per repeat."""
     import torch
     import torch.distributed as dist
 
     from schedopt.integrations import bench
 
-    dim = inspect.signature(bench.bench_comm).parameters["compute_dim"].default
-    job = {"compute_dim": dim, "backend": "gloo"}  # bench-comm's default compute loop
-    out: dict[int, list[tuple[float, float]]] = {n: [] for n in SMALL_SIZES}
+    defaults = inspect.signature(bench.bench_comm).parameters
+    out: dict[int, dict[str, list[tuple[float, float]]]] = {
+        n: {"comm": [], "compute": []} for n in SMALL_SIZES}
     for _ in range(repeats):
         for n in SMALL_SIZES:
+            job = {"backend": "gloo", "overlap_bytes": n, "overlap_repeats": 1, "warmup": 3,
+                   "iters": 10, **{k: defaults[k].default for k in ("compute_dim",
+                                                                    "compute_reps")}}
             buf = torch.ones(n // 4)
             for _ in range(3):
                 dist.all_reduce(buf)
-            out[n].append(bench._comm_under_compute(job, buf))
+            out[n]["comm"].append(bench._comm_under_compute(job, buf))
+            alone, under, _ = bench._overlap(job, bench._time_allreduce(job, n))["pairs"][0]
+            out[n]["compute"].append((alone, under))
     return out
 
 
@@ -183,17 +200,24 @@ def main() -> None:
         print(f"| {name} | profile: {w}, ms | {1e3 * m[0][w]:.1f} | {1e3 * m[1][w]:.1f} |")
         print(f"| {name} | profile: ratio | {m[0][w] / m[0][s]:.3f} | {m[1][w] / m[1][s]:.3f} |")
         for c in CONTEXTS:
-            v = [statistics.median(results[r][name]["contexts"][c]) for r in (0, 1)]
+            v = [statistics.median(results[r][name]["contexts"][c]["s"]) for r in (0, 1)]
             print(f"| {name} | forward + backward, {c}, ms | {1e3 * v[0]:.1f} | {1e3 * v[1]:.1f} |")
+        for c in CONTEXTS:
+            f = [statistics.median(results[r][name]["contexts"][c]["faults"]) for r in (0, 1)]
+            print(f"| {name} | minor page faults per forward + backward, {c} | {f[0]:,.0f} | "
+                  f"{f[1]:,.0f} |")
     print()
-    print("| size | all-reduce alone, ms | under compute, ms | s_c (medians) | single repeats |")
-    print("| --- | --- | --- | --- | --- |")
+    print("| size | all-reduce alone, ms | under compute, ms | s_c (medians) | single repeats "
+          "| s (median of ratios) | single repeats |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for n in SMALL_SIZES:
-        pairs = results[0]["small"][n]  # times are the slowest rank's already
-        a = statistics.median(x for x, _ in pairs)
-        u = statistics.median(y for _, y in pairs)
-        lo, hi = min(y / x for x, y in pairs), max(y / x for x, y in pairs)
-        print(f"| {n:,} B | {1e3 * a:.3f} | {1e3 * u:.3f} | {u / a:.2f} | {lo:.2f}-{hi:.2f} |")
+        comm = results[0]["small"][n]["comm"]  # times are the slowest rank's already
+        a = statistics.median(x for x, _ in comm)
+        u = statistics.median(y for _, y in comm)
+        rc = [y / x for x, y in comm]
+        rs = [y / x for x, y in results[0]["small"][n]["compute"]]
+        print(f"| {n:,} B | {1e3 * a:.3f} | {1e3 * u:.3f} | {u / a:.2f} | {min(rc):.2f}-"
+              f"{max(rc):.2f} | {statistics.median(rs):.2f} | {min(rs):.2f}-{max(rs):.2f} |")
 
 
 if __name__ == "__main__":
