@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -57,8 +58,11 @@ def test_profile_sequential() -> None:
     for la in trace.layers:
         assert la.forward_s > 0 and la.backward_s > 0
     assert trace.batch_size == 5 and trace.update_s == 0.0 and trace.h2d_s == 0.0
-    assert trace.source == ("measured with schedopt.integrations.torch.profile_model on cpu, "
-                            f"torch {torch.__version__}, 3 repeats (median)")
+    assert re.fullmatch(
+        re.escape("measured with schedopt.integrations.torch.profile_model on cpu, "
+                  f"torch {torch.__version__}, 3 repeats (median)")
+        + r"(; [\d,]+ minor page faults per iteration \(\d+\.\d MiB of fresh pages\))?",
+        trace.source)
     # autograd's order is the default one (reverse layers, reverse tensor list)
     assert trace.grad_ready_order is None
     assert [t.name for t in trace.ready_order] == ["2.bias", "2.weight", "0.bias", "0.weight"]
@@ -302,3 +306,41 @@ def test_cli_profile_writes_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPa
                                  "--name", "tiny", "--out", str(tmp_path / "u.json")])
     assert result.exit_code == 2 and result.output.startswith("error: factory")
     assert not (tmp_path / "u.json").exists()
+
+
+def test_faults_note_is_the_median_of_the_iterations_on_a_cpu_only() -> None:
+    import mmap
+
+    from schedopt.integrations.torch import _faults_note
+
+    runs = [{"faults": 10}, {"faults": 2560}, {"faults": 9000}]
+    mib = 2560 * mmap.PAGESIZE / 2**20
+    assert _faults_note(runs, torch.device("cpu")) == (
+        f"; 2,560 minor page faults per iteration ({mib:.1f} MiB of fresh pages)")
+    assert _faults_note(runs, torch.device("cuda")) == ""  # host faults say nothing there
+    assert _faults_note([*runs, {"faults": None}], torch.device("cpu")) == ""
+
+
+FAULTS_SCRIPT = textwrap.dedent("""
+    import re, torch
+    from schedopt.integrations.torch import profile_model
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3000, 3000, bias=False)  # a 36 MB gradient: above glibc's mmap limit
+    tr = profile_model(model, torch.randn(2, 3000), name="big", batch_size=2, repeats=3)
+    print(re.search(r"; ([\\d,]+) minor page faults per iteration", tr.source).group(1))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_profile_counts_the_page_faults_that_freed_gradients_cost() -> None:
+    def faults(**env: str) -> int:
+        out = subprocess.run([sys.executable, "-c", FAULTS_SCRIPT], capture_output=True,
+                             text=True, timeout=120, check=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1", **env})
+        return int(out.stdout.strip().replace(",", ""))
+
+    pages = 3000 * 3000 * 4 // os.sysconf("SC_PAGE_SIZE")
+    fresh = faults()  # glibc's defaults: the gradient is mapped and zeroed every iteration
+    kept = faults(MALLOC_TRIM_THRESHOLD_="4000000000", MALLOC_MMAP_THRESHOLD_="4000000000")
+    assert fresh >= 0.9 * pages
+    assert kept < 0.1 * pages

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
+import mmap
 import statistics
 import time
 from collections.abc import Callable
@@ -108,6 +109,15 @@ class _Clock:
         if self.cuda:
             return max(0.0, a.elapsed_time(b) / 1e3)
         return max(0.0, b - a)
+
+
+def _minor_faults() -> int | None:
+    """This process's minor page faults so far (None where the OS does not count them)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
 
 
 def _to_device(inputs: Any, device: Any) -> Any:
@@ -212,9 +222,10 @@ def profile_model(
         Layers (leaf modules owning parameters) in forward order, tensors named as in
         ``named_parameters`` with their bytes and dtype, tied parameters once (in the earliest
         layer); an explicit ``grad_ready_order`` when autograd's order differs from the
-        default. Parameters owned by non-leaf modules join the layer during whose backward
-        their gradient became ready; parameters that receive no gradient are left out (and
-        logged).
+        default. On a CPU its ``source`` states the minor page faults of an iteration (median),
+        where the OS counts them. Parameters owned by non-leaf modules join the layer during
+        whose backward their gradient became ready; parameters that receive no gradient are
+        left out (and logged).
 
     Raises
     ------
@@ -312,6 +323,7 @@ def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates
             model.zero_grad(set_to_none=True)
             fwd_marks.clear()
             grad_marks.clear()
+            f0 = _minor_faults()
             t0 = clock.mark()
             inputs = _to_device(example_inputs, dev)
             t1 = clock.mark()
@@ -324,8 +336,10 @@ def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates
                 opt.step()
                 t4 = clock.mark()
             clock.sync()
+            f1 = _minor_faults()
             if it >= warmup:
                 runs.append(_segments(clock, (t0, t1, t2, t3, t4), fwd_marks, grad_marks))
+                runs[-1]["faults"] = f1 - f0 if f0 is not None and f1 is not None else None
     except SchedoptError:
         raise
     except Exception as exc:  # the user's model fails on this input or device
@@ -433,7 +447,7 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
     data: dict[str, Any] = {
         "name": name, "batch_size": batch_size,
         "source": f"measured with schedopt.integrations.torch.profile_model on {dev}, torch "
-                  f"{version}, {repeats} repeats (median)",
+                  f"{version}, {repeats} repeats (median){_faults_note(runs, dev)}",
         "h2d_s": statistics.median(r["h2d"] for r in runs) if dev.type == "cuda" else 0.0,
         "update_s": statistics.median(r["update"] for r in runs),
         "layers": layers,
@@ -449,6 +463,21 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         if consistent != [t.name for t in trace.ready_order]:
             trace = Trace.model_validate({**data, "grad_ready_order": consistent})
     return trace
+
+
+def _faults_note(runs: list[dict[str, Any]], dev: Any) -> str:
+    """On a CPU, the median minor page faults of an iteration, for the trace's ``source``.
+
+    Fresh memory the kernel maps and zeroes is part of what the iterations time: under glibc's
+    defaults, freed tensors above its thresholds go back to the kernel and come back every
+    iteration (up to a third of a small model's forward and backward on this project's
+    machine; docs/cli.md, ``profile``). Runs that allocate otherwise fault otherwise."""
+    counts: list[int] = [r["faults"] for r in runs if r.get("faults") is not None]
+    if dev.type != "cpu" or len(counts) < len(runs):
+        return ""
+    n = statistics.median(counts)
+    return (f"; {n:,.0f} minor page faults per iteration ({n * mmap.PAGESIZE / 2**20:.1f} MiB "
+            "of fresh pages)")
 
 
 def _forward_times(run: dict[str, Any], pos: dict[int, int], n: int
