@@ -176,12 +176,13 @@ def _copy_grads(group: list[Any], flat: Any) -> None:
 
 
 def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[str, Any]
-             ) -> list[float]:
-    """Run warm-up and timed iterations; return the timed iteration times."""
+             ) -> tuple[list[float], float | None]:
+    """Run warm-up and timed iterations; return the timed iteration times and, on a CPU, the
+    minor page faults per timed iteration (None where the OS does not count them)."""
     import torch
     import torch.distributed as dist
 
-    from .torch import _call, _default_loss
+    from .torch import _call, _default_loss, _minor_faults
 
     params = dict(model.named_parameters())
     groups = [[params[n] for n in b] for b in cfg["buckets"]]
@@ -190,7 +191,10 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
     world = dist.get_world_size()
     ends: list[float] = []
     dist.barrier()
+    faults_start = None
     for _ in range(job["warmup"] + job["iters"]):
+        if len(ends) == job["warmup"]:
+            faults_start = _minor_faults()
         model.zero_grad(set_to_none=True)
         if cfg["mode"] == "manual":
             with ddp.no_sync():
@@ -207,7 +211,12 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
         if job["backend"] == "nccl":
             torch.cuda.synchronize()
         ends.append(time.perf_counter())
-    return [b - a for a, b in zip(ends[job["warmup"] - 1:], ends[job["warmup"]:], strict=False)]
+    faults_end = _minor_faults()
+    faults = None
+    if job["backend"] == "gloo" and faults_start is not None and faults_end is not None:
+        faults = (faults_end - faults_start) / job["iters"]
+    return ([b - a for a, b in zip(ends[job["warmup"] - 1:], ends[job["warmup"]:], strict=False)],
+            faults)
 
 
 def ddp_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
@@ -238,9 +247,9 @@ def ddp_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
                 model, gradient_as_bucket_view=job["bucket_view"], **cfg["kwargs"])
         finally:
             dist._DEFAULT_FIRST_BUCKET_BYTES = default_first
-        times = _iterate(job, model, ddp, batch, cfg)
+        times, faults = _iterate(job, model, ddp, batch, cfg)
         built = rebuilt_buckets(ddp) if cfg["mode"] == "ddp" else None
-        out.append({"times": times, "buckets": built})
+        out.append({"times": times, "buckets": built, "faults": faults})
         del ddp, model
     return {"rank": rank, "runs": out}
 
@@ -265,6 +274,10 @@ class DdpRow:
         all-reduce the plan's buckets themselves).
     note
         What the bucket check found.
+    faults
+        Minor page faults per timed iteration, the median over the ranks (CPU ranks only;
+        None elsewhere): fresh memory the kernel maps and zeroes, which the iteration times
+        include (docs/cli.md, ``profile``).
     """
 
     config: DdpConfig
@@ -274,6 +287,7 @@ class DdpRow:
     std_s: float
     buckets_ok: bool
     note: str
+    faults: float | None = None
 
 
 def _check_buckets(cfg: DdpConfig, built: list[Any]) -> tuple[bool, str]:
@@ -302,7 +316,9 @@ def summarize(configs: list[DdpConfig], results: list[dict[str, Any]], rnd: int)
                                 "iteration_time_s", cfg.label)
         ok, note = _check_buckets(cfg, [r["runs"][k]["buckets"] for r in results])
         std = statistics.pstdev(times) if len(times) > 1 else 0.0
-        rows.append(DdpRow(cfg, rnd, times, statistics.median(times), std, ok, note))
+        counts = [r["runs"][k].get("faults") for r in results]
+        faults = statistics.median(counts) if all(c is not None for c in counts) else None
+        rows.append(DdpRow(cfg, rnd, times, statistics.median(times), std, ok, note, faults))
     return rows
 
 
@@ -348,6 +364,8 @@ def write_rows(path: Path, rows: list[DdpRow], *, trace_ref: str, cluster_ref: s
     for r in rows:
         src = (f"bench-ddp {spec.backend} {spec.procs} procs OMP_NUM_THREADS={spec.threads} "
                f"{iters} iters after {warmup} warm-up, round {r.round + 1}; {r.note}")
+        if r.faults is not None:
+            src += f"; {r.faults:,.0f} minor page faults per iteration"
         w.writerow([trace_ref, cluster_ref, "", r.config.policy, f"{r.median_s:.6g}",
                     f"{r.std_s:.3g}", len(r.times), src])
     write_text_atomic(path, buf.getvalue())
