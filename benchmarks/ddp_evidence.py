@@ -20,7 +20,9 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
    ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
    not), with ``s = s_c = 1`` (free overlap), with the first ``bench-comm`` run alone, and
-   with the other profiles (VARIANTS);
+   with the other profiles (VARIANTS); and the minor page faults of an iteration in the
+   profiles of record and in each configuration's runs (CPU ranks: page work the times
+   include, which differs between them);
 6. ``calibrate`` leaving one configuration out, and predicting it, for every fit set of
    ``FITS`` (both slowdowns and the per-collective overhead; a compute scale per model with
    some of them);
@@ -379,6 +381,28 @@ def gain(d: Path, args: argparse.Namespace, env: dict[str, str]) -> list[tuple[s
     return table
 
 
+FAULTS = re.compile(r"; ([\d,]+) minor page faults per iteration")
+
+
+def page_faults(d: Path) -> list[tuple[str, str, str]]:
+    """Per model, the minor page faults of an iteration: in its profiles of record (median over
+    the rounds, rank 0's) and in each configuration's row (the median round's, median over the
+    ranks), where the sources state them (CPU ranks)."""
+    def count(source: str) -> str:
+        m = FAULTS.search(source)
+        return m.group(1) if m else "?"
+
+    table = []
+    for m in MODELS:
+        profiles = [count(load_trace(f).source) for f in sorted(d.glob(f"{m}-prof[0-9]*.json"))]
+        known = [int(c.replace(",", "")) for c in profiles if c != "?"]
+        prof = f"{statistics.median(known):,.0f}" if known else "?"
+        runs = ", ".join(f"{config_of(r['policy'])} {count(r['source'])}"
+                         for r in read_rows(d / f"{m}-runs.csv"))
+        table.append((m, "minor page faults per iteration", f"profile {prof}; {runs}"))
+    return table
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("ddp-evidence"))
@@ -401,7 +425,7 @@ def main() -> None:
     t0 = time.time()
     if not args.skip_measure:
         measure(args.out, args, env)
-    table = accuracy(args.out, env) + gain(args.out, args, env)
+    table = accuracy(args.out, env) + page_faults(args.out) + gain(args.out, args, env)
     loads = f"{load:.2f} before, {os.getloadavg()[0]:.2f} after"
     print(f"\nload average (1 min): {loads}; OMP_NUM_THREADS={args.threads}; "
           f"{time.time() - t0:.0f} s")
