@@ -78,13 +78,17 @@ def _medians(name: str, iters: int) -> dict[str, float]:
 def _contexts(name: str, cycles: int, per_block: int) -> dict[str, dict[str, list[float]]]:
     """Forward + backward times (s) and minor page faults per setting of CONTEXTS, blocks
     interleaved."""
-    import resource
-
     import torch
     import torch.distributed as dist
 
     from schedopt.integrations.bench_ddp import _scale_into, _view_grads
-    from schedopt.integrations.torch import _call, _default_loss, build_model, random_batch
+    from schedopt.integrations.torch import (
+        _call,
+        _default_loss,
+        _minor_faults,
+        build_model,
+        random_batch,
+    )
 
     factory, shape, dtype = MODELS[name]
     torch.manual_seed(0)
@@ -101,7 +105,7 @@ def _contexts(name: str, cycles: int, per_block: int) -> dict[str, dict[str, lis
             for it in range(per_block):
                 model.zero_grad(set_to_none=True)
                 dist.barrier()
-                f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+                f0 = _minor_faults() or 0
                 t0 = time.perf_counter()
                 if c == "no_sync":
                     with ddp.no_sync():
@@ -109,7 +113,7 @@ def _contexts(name: str, cycles: int, per_block: int) -> dict[str, dict[str, lis
                 else:
                     _default_loss(_call(model, x)).backward()
                 t1 = time.perf_counter()
-                faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+                faults = (_minor_faults() or 0) - f0
                 if c != "alone":
                     _scale_into(params, flat, 1.0 / dist.get_world_size())
                     if c != "views":
