@@ -357,6 +357,8 @@ def write_rows(path: Path, rows: list[DdpRow], *, trace_ref: str, cluster_ref: s
     import csv
     import io
 
+    from .torch import faults_text
+
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["trace", "cluster", "nodes", "policy", "iteration_time_s",
@@ -365,7 +367,7 @@ def write_rows(path: Path, rows: list[DdpRow], *, trace_ref: str, cluster_ref: s
         src = (f"bench-ddp {spec.backend} {spec.procs} procs OMP_NUM_THREADS={spec.threads} "
                f"{iters} iters after {warmup} warm-up, round {r.round + 1}; {r.note}")
         if r.faults is not None:
-            src += f"; {r.faults:,.0f} minor page faults per iteration"
+            src += f"; {faults_text(r.faults)}"
         w.writerow([trace_ref, cluster_ref, "", r.config.policy, f"{r.median_s:.6g}",
                     f"{r.std_s:.3g}", len(r.times), src])
     write_text_atomic(path, buf.getvalue())

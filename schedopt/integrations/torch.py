@@ -476,8 +476,13 @@ def _faults_note(runs: list[dict[str, Any]], dev: Any) -> str:
     if dev.type != "cpu" or len(counts) < len(runs):
         return ""
     n = statistics.median(counts)
-    return (f"; {n:,.0f} minor page faults per iteration ({n * mmap.PAGESIZE / 2**20:.1f} MiB "
-            "of fresh pages)")
+    return f"; {faults_text(n)} ({n * mmap.PAGESIZE / 2**20:.1f} MiB of fresh pages)"
+
+
+def faults_text(per_iteration: float) -> str:
+    """How a trace's or a measured row's ``source`` states its page faults (one wording, for
+    the readers that compare them)."""
+    return f"{per_iteration:,.0f} minor page faults per iteration"
 
 
 def _forward_times(run: dict[str, Any], pos: dict[int, int], n: int
