@@ -212,7 +212,9 @@ def cluster_from_fit(
                     overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
-        raise SchedoptError("must be positive to derive a link (give a base cluster)",
+        raise SchedoptError("must be positive to derive a link: the measured times do not grow"
+                            " with the message size; measure larger sizes or more iterations,"
+                            " or give a base cluster",
                             "beta_s_per_byte", fit.beta_s_per_byte)
     p = ranks
     inter = _link(2 * (p - 1) / p / fit.beta_s_per_byte, fit.alpha_s / (2 * (p - 1)))

@@ -137,7 +137,7 @@ def _profile(name: str, *extra: str) -> None:
 def test_end_to_end(workdir: Path) -> None:
     pytest.importorskip("torch")
     _profile("tiny")
-    _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "4K:4M", "--iters", "2",
+    _ok(runner.invoke(app, ["bench-comm", "--procs", "2", "--sizes", "256K:16M", "--iters", "3",
                             "--warmup", "1", "--overlap-repeats", "1", "--overlap-bytes",
                             "4194304", "--out", "comm2.txt", "--timeout", "120"]))
     slowdowns = read_slowdowns("comm2.txt")
