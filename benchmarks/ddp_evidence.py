@@ -7,9 +7,11 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
    all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster the plans are
    optimized for);
 2. per model, before each round of its runs: ``bench-comm`` again, and ``profile --procs 2
-   --grad-copy`` (two ranks computing at once, the same thread count as the runs, DDP's copy
-   of the gradients into its buckets timed in the backward: the trace of record), and for
-   comparison the same without the copy and one process alone without it (PROFILES); each
+   --grad-view`` (two ranks computing at once, the same thread count as the runs, DDP's copy
+   of the gradients into its buckets timed in the backward and the copies made the gradients,
+   as ``gradient_as_bucket_view`` in the runs: the trace of record), and for comparison
+   ``--grad-copy`` (autograd's gradients kept until ``zero_grad``) and one process alone
+   without the copy (PROFILES); each
    trace is the per-layer median of its profiles over the rounds, and the cluster of record
    is ``fit-comm`` on every ``bench-comm`` run pooled (per size the median; ``s`` and ``s_c``
    the medians), so both span the minutes of the runs;
@@ -61,8 +63,10 @@ from schedopt.trace import median_trace
 #: Profiles taken before every round of runs: suffix of the trace file -> (what it is,
 #: ``profile`` options). The first is the trace of record (optimized, emitted, calibrated).
 PROFILES: dict[str, tuple[str, list[str]]] = {
-    "": ("2 co-running ranks, DDP's gradient copy", ["--procs", "2", "--grad-copy"]),
-    "-plain": ("2 co-running ranks, no copy", ["--procs", "2"]),
+    "": ("2 co-running ranks, DDP's gradient copy made the gradient (gradient_as_bucket_view,"
+         " as the runs)", ["--procs", "2", "--grad-view"]),
+    "-copy": ("2 co-running ranks, DDP's gradient copy, autograd's gradient kept",
+              ["--procs", "2", "--grad-copy"]),
     "-alone": ("one process alone, no copy", []),
 }
 #: Predictions validated: name -> (fields replaced in the fitted cluster, profile suffix).
@@ -71,13 +75,13 @@ VARIANTS: dict[str, tuple[dict[str, float], str]] = {
     "loopback-sc1": ({"comm_slowdown": 1.0}, ""),
     "loopback-s1": ({"overlap_slowdown": 1.0, "comm_slowdown": 1.0}, ""),
     "loopback-single": ({}, ""),  # the first bench-comm run alone (the cluster of the plans)
-    "plain": ({}, "-plain"),
+    "copy": ({}, "-copy"),
     "alone": ({}, "-alone"),
 }
 VARIANT_NAMES = {"loopback": "measured s and s_c", "loopback-sc1": "measured s, s_c = 1",
                  "loopback-s1": "s = s_c = 1",
                  "loopback-single": "measured s and s_c, one bench-comm run",
-                 "plain": "measured s and s_c, profile without the copy",
+                 "copy": "measured s and s_c, profile keeping autograd's gradients",
                  "alone": "measured s and s_c, profile of one process alone"}
 MODELS = {  # name: (factory, input shape, input dtype)
     "mlp": ("benchmarks.ddp_models:mlp", "32,1536", "float32"),

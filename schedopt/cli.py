@@ -683,6 +683,10 @@ def profile_cmd(
         bool, typer.Option("--grad-copy", help="Time DDP's copy of every gradient into its "
                            "bucket as part of the backward (traces for DDP runs).")
     ] = False,
+    grad_view: Annotated[
+        bool, typer.Option("--grad-view", help="As --grad-copy, then make the copy the "
+                           "gradient, as DDP's gradient_as_bucket_view (bench-ddp's default).")
+    ] = False,
 ) -> None:
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
     from .integrations.torch import check_profile_options
@@ -691,10 +695,11 @@ def profile_cmd(
         check_profile_options(name, batch_size, repeats, warmup)
         if procs == 1:
             tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
-                               warmup, device, grad_copy)
+                               warmup, device, (grad_copy, grad_view))
         else:
             tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size, repeats,
-                                warmup, device, (procs, backend, threads, timeout), grad_copy)
+                                warmup, device, (procs, backend, threads, timeout),
+                                (grad_copy, grad_view))
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
@@ -702,20 +707,21 @@ def profile_cmd(
 
 def _profile_here(factory: str, input_shape: str, input_dtype: str, name: str,
                   batch_size: int | None, repeats: int, warmup: int, device: str | None,
-                  grad_copy: bool) -> Trace:
-    """``profile`` in this process."""
+                  grads: tuple[bool, bool]) -> Trace:
+    """``profile`` in this process; ``grads``: ``--grad-copy``, ``--grad-view``."""
     from .integrations.torch import build_model, profile_model, random_batch
 
     model = build_model(factory)
     batch = random_batch(input_shape, input_dtype)
     return profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
-                         repeats=repeats, warmup=warmup, device=device, grad_copy=grad_copy)
+                         repeats=repeats, warmup=warmup, device=device, grad_copy=grads[0],
+                         grad_view=grads[1])
 
 
 def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
                    batch_size: int | None, repeats: int, warmup: int, device: str | None,
-                   launch: tuple[int, str, int, float], grad_copy: bool) -> Trace:
-    """``profile --procs N``: N co-running local ranks."""
+                   launch: tuple[int, str, int, float], grads: tuple[bool, bool]) -> Trace:
+    """``profile --procs N``: N co-running local ranks; ``grads`` as :func:`_profile_here`."""
     from .integrations.bench import Launch
     from .integrations.profile_ranks import profile_ranks
     from .integrations.torch import random_batch
@@ -726,7 +732,8 @@ def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
     spec = Launch(*launch).check()
     batch = batch_size or random_batch(input_shape, input_dtype).shape[0]
     return profile_ranks(factory, input_shape, input_dtype, name=name, batch_size=batch,
-                         repeats=repeats, warmup=warmup, spec=spec, grad_copy=grad_copy)
+                         repeats=repeats, warmup=warmup, spec=spec, grad_copy=grads[0],
+                         grad_view=grads[1])
 
 
 @app.command("tune")

@@ -224,8 +224,11 @@ def test_hanging_rank_is_one_line(workdir: Path) -> None:
 def test_profile_on_ranks(workdir: Path) -> None:
     pytest.importorskip("torch")
     _profile("alone")
-    _profile("ranks", "--procs", "2", "--timeout", "120")
+    _profile("ranks", "--procs", "2", "--timeout", "120", "--grad-view")
     alone, ranks = load_trace("alone.json"), load_trace("ranks.json")
+    # every rank made its copies the gradients (the option reaches the ranks)
+    assert "the copies then made the gradients (gradient_as_bucket_view)" in ranks.source
+    assert "copied" not in alone.source
     assert [(lay.name, [(t.name, t.bytes) for t in lay.tensors]) for lay in ranks.layers] == [
         (lay.name, [(t.name, t.bytes) for t in lay.tensors]) for lay in alone.layers]
     assert ranks.batch_size == 8

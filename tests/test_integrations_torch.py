@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -60,7 +61,9 @@ def test_profile_sequential() -> None:
     assert trace.batch_size == 5 and trace.update_s == 0.0 and trace.h2d_s == 0.0
     assert re.fullmatch(
         re.escape("measured with schedopt.integrations.torch.profile_model on cpu, "
-                  f"torch {torch.__version__}, 3 repeats (median)")
+                  f"torch {torch.__version__}, 3 repeats (median); per-layer medians "
+                  "scaled to the median whole pass: forward x")
+        + r"\d+\.\d{3}, backward x\d+\.\d{3}"
         + r"(; [\d,]+ minor page faults per iteration \(\d+\.\d MiB of fresh pages\))?",
         trace.source)
     # autograd's order is the default one (reverse layers, reverse tensor list)
@@ -125,6 +128,39 @@ def test_grad_copies_copy_every_gradient_into_a_buffer_allocated_once() -> None:
     before = [b.clone() for b in copies.buffers]
     model(torch.randn(3, 16)).sum().backward()
     assert all(torch.equal(a, b) for a, b in zip(before, copies.buffers, strict=True))
+
+
+def test_grad_view_makes_each_copy_the_gradient_as_gradient_as_bucket_view() -> None:
+    from schedopt.integrations.torch import _GradCopies
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    params = list(model.named_parameters())
+    copies = _GradCopies(params, view=True)
+    homes = [b.data_ptr() for b in copies.buffers]
+    for step in range(2):
+        model.zero_grad(set_to_none=True)
+        x = torch.randn(3, 16)
+        model(x).square().sum().backward()
+        reference = torch.autograd.grad(model(x).square().sum(), [p for _, p in params])
+        for (_, p), buf, ref in zip(params, copies.buffers, reference, strict=True):
+            assert p.grad.data_ptr() == buf.data_ptr(), step  # the bucket's copy is the gradient
+            assert torch.allclose(p.grad, ref)  # holding this step's values
+    assert [b.data_ptr() for b in copies.buffers] == homes
+    copies.remove()
+
+
+def test_profile_grad_view_says_so_and_leaves_no_gradient_behind() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 4))
+    viewed = profile_model(model, torch.randn(5, 64), name="m", batch_size=5, repeats=2,
+                           warmup=1, grad_view=True)
+    total = sum(t.bytes for la in viewed.layers for t in la.tensors)
+    assert viewed.source.endswith(
+        f"(DDP's copy into its buckets): {total / 2**20:.1f} MiB per iteration; the copies then "
+        "made the gradients (gradient_as_bucket_view)")
+    assert all(p.grad is None for p in model.parameters())
+    assert all(not p._post_accumulate_grad_hooks for p in model.parameters())
 
 
 def test_profile_tied_root_and_frozen_parameters() -> None:
@@ -308,6 +344,18 @@ def test_cli_profile_writes_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert not (tmp_path / "u.json").exists()
 
 
+def test_pass_scale_makes_the_layers_sum_to_the_median_whole_pass() -> None:
+    from schedopt.integrations.torch import _pass_scale
+
+    # two layers, three iterations: each layer is slow once, never both in one iteration
+    times = [[1.0, 1.0, 5.0], [1.0, 5.0, 1.0]]
+    scale = _pass_scale(times)
+    assert scale == pytest.approx(3.0)  # medians 1 + 1, whole passes 2, 6, 6: median 6
+    assert sum(statistics.median(t) * scale for t in times) == pytest.approx(6.0)
+    assert _pass_scale([[2.0, 2.0], [3.0, 3.0]]) == pytest.approx(1.0)  # no spread: unchanged
+    assert _pass_scale([[0.0, 0.0]]) == 1.0 and _pass_scale([]) == 1.0
+
+
 def test_faults_note_is_the_median_of_the_iterations_on_a_cpu_only() -> None:
     import mmap
 
@@ -329,6 +377,36 @@ FAULTS_SCRIPT = textwrap.dedent("""
     tr = profile_model(model, torch.randn(2, 3000), name="big", batch_size=2, repeats=3)
     print(re.search(r"; ([\\d,]+) minor page faults per iteration", tr.source).group(1))
 """)
+
+
+GRADS_SCRIPT = textwrap.dedent("""
+    import re, sys, torch
+    from schedopt.integrations.torch import profile_model
+    torch.manual_seed(0)
+    # four 16.8 MB gradients: each below glibc's largest mmap threshold, 67 MB together
+    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048, bias=False) for _ in range(4)])
+    view = sys.argv[1] == "view"
+    tr = profile_model(model, torch.randn(2, 2048), name="m", batch_size=2, repeats=3,
+                       warmup=2, grad_copy=True, grad_view=view)
+    print(re.search(r"; ([\\d,]+) minor page faults per iteration", tr.source).group(1))
+""")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_grad_view_frees_gradients_inside_the_backward_as_ddp_does() -> None:
+    # Kept until zero_grad, the gradients are freed together and glibc gives their pages back,
+    # so every iteration maps them again; freed one by one inside the backward (DDP's
+    # gradient_as_bucket_view), each next gradient reuses the pages of the last.
+    def faults(mode: str) -> int:
+        out = subprocess.run([sys.executable, "-c", GRADS_SCRIPT, mode], capture_output=True,
+                             text=True, timeout=120, check=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+        return int(out.stdout.strip().replace(",", ""))
+
+    pages = 4 * 2048 * 2048 * 4 // os.sysconf("SC_PAGE_SIZE")
+    kept, viewed = faults("copy"), faults("view")
+    assert kept >= 0.5 * pages
+    assert viewed <= 0.5 * kept
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")

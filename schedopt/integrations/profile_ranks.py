@@ -26,7 +26,7 @@ __all__ = ["profile_ranks", "profile_worker"]
 
 def profile_ranks(factory: str, input_shape: str, input_dtype: str, *, name: str,
                   batch_size: int, repeats: int, warmup: int, spec: Launch,
-                  grad_copy: bool = False) -> Trace:
+                  grad_copy: bool = False, grad_view: bool = False) -> Trace:
     """Profile ``factory``'s model on ``spec.procs`` co-running local ranks.
 
     Parameters
@@ -35,7 +35,7 @@ def profile_ranks(factory: str, input_shape: str, input_dtype: str, *, name: str
         ``MODULE:FACTORY`` (imported in every rank; the working directory is on the path).
     input_shape, input_dtype
         One batch per rank (:func:`~schedopt.integrations.torch.random_batch`).
-    name, batch_size, repeats, warmup, grad_copy
+    name, batch_size, repeats, warmup, grad_copy, grad_view
         As :func:`~schedopt.integrations.torch.profile_model`.
     spec
         Ranks, backend (``gloo``: CPU; ``nccl``: one GPU per rank), threads and time limit.
@@ -55,7 +55,8 @@ def profile_ranks(factory: str, input_shape: str, input_dtype: str, *, name: str
     spec.check()
     job = {"kind": "profile", "factory": factory, "input_shape": input_shape,
            "input_dtype": input_dtype, "name": name, "batch_size": batch_size,
-           "repeats": repeats, "warmup": warmup, "grad_copy": grad_copy}
+           "repeats": repeats, "warmup": warmup, "grad_copy": grad_copy,
+           "grad_view": grad_view}
     results = launch(job, spec)
     traces = [Trace.model_validate(r["trace"]) for r in results]
     device = "GPU" if spec.backend == "nccl" else "CPU"
@@ -79,5 +80,5 @@ def profile_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
     dist.barrier()  # every rank's measured iterations start together
     trace = profile_model(model, batch, name=job["name"], batch_size=job["batch_size"],
                           repeats=job["repeats"], warmup=job["warmup"], device=device,
-                          grad_copy=job["grad_copy"])
+                          grad_copy=job["grad_copy"], grad_view=job["grad_view"])
     return {"rank": rank, "trace": trace.model_dump(mode="json", exclude_none=True)}

@@ -182,6 +182,7 @@ def profile_model(
     device: Any = None,
     optimizer: Any = None,
     grad_copy: bool = False,
+    grad_view: bool = False,
 ) -> Trace:
     """Measure a model's per-layer forward and backward times and gradient tensors.
 
@@ -215,6 +216,12 @@ def profile_model(
         its autograd hook, on the compute stream (with ``gradient_as_bucket_view`` too: the
         gradients autograd produces are fresh tensors), so a trace for DDP runs includes
         them. The trace's ``source`` states the bytes copied per iteration.
+    grad_view
+        Copy as ``grad_copy``, then make the copy the gradient, as DDP does with
+        ``gradient_as_bucket_view`` (``bench-ddp``'s default and the ddp emitter's setting):
+        autograd's tensor is freed inside the backward, when the next one is allocated, and
+        ``zero_grad`` frees nothing. On a CPU this decides which of the gradients' pages the
+        allocator gives back to the OS and maps again every iteration.
 
     Returns
     -------
@@ -243,7 +250,7 @@ def profile_model(
     loss_fn = loss_fn or _default_loss
     opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
     candidates = _layers(model)
-    copies = _GradCopies(params) if grad_copy else None
+    copies = _GradCopies(params, view=grad_view) if grad_copy or grad_view else None
     runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
                     warmup + repeats, warmup, copies)
     trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
@@ -265,13 +272,12 @@ class _GradCopies:
     DDP's reducer copies each gradient into its bucket during the backward (torch 2.13,
     ``torch/csrc/distributed/c10d/reducer.cpp``, ``mark_variable_ready_dense``).
 
-    The gradient stays autograd's own tensor. DDP with ``gradient_as_bucket_view`` then makes
-    the bucket's view the gradient, which frees autograd's tensor inside the backward; a
-    variant that did the same here predicted the DDP runs of docs/validation.md worse (mean
-    errors of 14.2% and 15.4% against 7.2% and 11.2%; docs/cli.md, ``profile``), so the copy
-    alone is timed."""
+    With ``view`` the buffer then becomes the gradient, as DDP with ``gradient_as_bucket_view``
+    makes the bucket's view the gradient, which frees autograd's tensor inside the backward;
+    without it the gradient stays autograd's own tensor until ``zero_grad``."""
 
-    def __init__(self, params: list) -> None:
+    def __init__(self, params: list, view: bool = False) -> None:
+        self.view = view
         self.bytes = 0
         self.handles = []
         self.buffers = []
@@ -284,6 +290,8 @@ class _GradCopies:
     def _copy(self, q: Any, buf: Any) -> None:
         buf.copy_(q.grad)
         self.bytes += buf.numel() * buf.element_size()
+        if self.view:  # the bucket's view becomes the gradient; autograd's tensor is freed
+            q.grad = buf
 
     def remove(self) -> None:
         """Remove the hooks."""
@@ -295,7 +303,9 @@ class _GradCopies:
         per_iteration = self.bytes / iterations
         return Trace.model_validate({**trace.model_dump(exclude_none=True), "source": (
             f"{trace.source}; every gradient copied into a buffer of its own in the backward "
-            f"(DDP's copy into its buckets): {per_iteration / 2**20:.1f} MiB per iteration")})
+            f"(DDP's copy into its buckets): {per_iteration / 2**20:.1f} MiB per iteration"
+            + ("; the copies then made the gradients (gradient_as_bucket_view)" if self.view
+               else ""))})
 
 
 def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates: list,
@@ -441,13 +451,17 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                                      "dtype": _dtype_name(p.dtype)})
             if p.dim() > 1:  # the leading dimension, for partitioning policies
                 tensors[home[j]][-1]["rows"] = int(p.shape[0])
-    layers = [{"name": candidates[order[k]][0], "forward_s": statistics.median(fwd_times[k]),
-               "backward_s": statistics.median(bwd_times[k]), "tensors": tensors[k]}
+    fwd_scale, bwd_scale = _pass_scale(fwd_times), _pass_scale(bwd_times)
+    layers = [{"name": candidates[order[k]][0],
+               "forward_s": statistics.median(fwd_times[k]) * fwd_scale,
+               "backward_s": statistics.median(bwd_times[k]) * bwd_scale, "tensors": tensors[k]}
               for k in range(n)]
     data: dict[str, Any] = {
         "name": name, "batch_size": batch_size,
         "source": f"measured with schedopt.integrations.torch.profile_model on {dev}, torch "
-                  f"{version}, {repeats} repeats (median){_faults_note(runs, dev)}",
+                  f"{version}, {repeats} repeats (median); per-layer medians scaled to the "
+                  f"median whole pass: forward x{fwd_scale:.3f}, backward x{bwd_scale:.3f}"
+                  f"{_faults_note(runs, dev)}",
         "h2d_s": statistics.median(r["h2d"] for r in runs) if dev.type == "cuda" else 0.0,
         "update_s": statistics.median(r["update"] for r in runs),
         "layers": layers,
@@ -463,6 +477,22 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         if consistent != [t.name for t in trace.ready_order]:
             trace = Trace.model_validate({**data, "grad_ready_order": consistent})
     return trace
+
+
+def _pass_scale(times: list[list[float]]) -> float:
+    """The factor that makes the per-layer medians of one pass sum to the median of the whole
+    pass.
+
+    ``times[k][r]`` is layer ``k``'s time in iteration ``r``. A sum of medians is not the
+    median of the sums: with right-skewed layer times (a page fault, a preempted thread in one
+    layer of one iteration) it falls a few percent below the typical pass, and the iteration
+    time a run measures is the median of whole iterations. The layers keep their shares.
+    """
+    summed = sum(statistics.median(t) for t in times)
+    if not times or summed <= 0:
+        return 1.0
+    whole = statistics.median(sum(per_layer) for per_layer in zip(*times, strict=True))
+    return whole / summed
 
 
 def _faults_note(runs: list[dict[str, Any]], dev: Any) -> str:
