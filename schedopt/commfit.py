@@ -65,6 +65,11 @@ def default_min_bytes(samples: CommSamples) -> int:
     return 0
 
 
+#: Why a fit whose slope is not positive cannot give a link of its own.
+FLAT_FIT = ("must be positive to derive a link: the measured times do not grow with the message"
+            " size; measure larger sizes or more iterations, or give a base cluster")
+
+
 def fit_alpha_beta(samples: CommSamples, min_bytes: int | None = None) -> AllReduceFit:
     """Least-squares fit of ``t = alpha + beta * n`` over the sizes ``n >= min_bytes``.
 
@@ -212,9 +217,7 @@ def cluster_from_fit(
                     overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
-        raise SchedoptError("must be positive to derive a link: the measured times do not grow"
-                            " with the message size; measure larger sizes or more iterations,"
-                            " or give a base cluster",
+        raise SchedoptError(FLAT_FIT,
                             "beta_s_per_byte", fit.beta_s_per_byte)
     p = ranks
     inter = _link(2 * (p - 1) / p / fit.beta_s_per_byte, fit.alpha_s / (2 * (p - 1)))

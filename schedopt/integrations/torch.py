@@ -189,8 +189,7 @@ def profile_model(
     Parameters
     ----------
     model
-        A ``torch.nn.Module``; it is put in training mode for the measurement (and back after)
-        and moved to ``device`` when one is given.
+        A ``torch.nn.Module``, in training mode while measured, moved to ``device`` if given.
     example_inputs
         One batch: a tensor (``model(x)``), a tuple or list (``model(*x)``) or a dict
         (``model(**x)``). Tensors on the CPU are copied to a CUDA device every iteration and
@@ -200,28 +199,23 @@ def profile_model(
     batch_size
         Per-GPU batch size of ``example_inputs`` (recorded in the trace).
     loss_fn
-        ``output -> scalar tensor``; default: ``output.loss`` when present, else the mean of
-        the output (or of its first tensor).
+        ``output -> scalar tensor``; default: ``output.loss``, else the mean of the output.
     repeats, warmup
-        Measured and discarded iterations; the trace keeps the per-layer medians.
+        Measured and discarded iterations; the trace keeps the per-layer medians, scaled so
+        that each pass sums to the median of its whole passes.
     device
         ``cpu``, ``cuda``, ``cuda:1``, ...; default: the device of the model's parameters.
     optimizer
-        ``None`` (``update_s`` = 0), ``"sgd"`` (a plain SGD step with learning rate 0, which
-        leaves the weights unchanged) or an optimizer whose ``step()`` is timed (it changes
-        the weights).
+        ``None`` (``update_s`` = 0), ``"sgd"`` (SGD at learning rate 0: weights unchanged) or
+        an optimizer whose ``step()`` is timed (it changes the weights).
     grad_copy
-        Copy every gradient, once ready, into a buffer of its own during the backward, and
-        time the copies as part of it: PyTorch DDP copies each gradient into its bucket in
-        its autograd hook, on the compute stream (with ``gradient_as_bucket_view`` too: the
-        gradients autograd produces are fresh tensors), so a trace for DDP runs includes
-        them. The trace's ``source`` states the bytes copied per iteration.
+        Copy every gradient, once ready, into a buffer of its own and time the copies in the
+        backward, as DDP's reducer copies each into its bucket in its autograd hook; the
+        ``source`` states the bytes copied per iteration.
     grad_view
-        Copy as ``grad_copy``, then make the copy the gradient, as DDP does with
-        ``gradient_as_bucket_view`` (``bench-ddp``'s default and the ddp emitter's setting):
-        autograd's tensor is freed inside the backward, when the next one is allocated, and
-        ``zero_grad`` frees nothing. On a CPU this decides which of the gradients' pages the
-        allocator gives back to the OS and maps again every iteration.
+        As ``grad_copy``, then make the copy the gradient, as DDP's ``gradient_as_bucket_view``
+        (the emitted setting): autograd's tensor is freed inside the backward and ``zero_grad``
+        frees nothing, which on a CPU decides what memory each iteration maps afresh.
 
     Returns
     -------
@@ -229,10 +223,9 @@ def profile_model(
         Layers (leaf modules owning parameters) in forward order, tensors named as in
         ``named_parameters`` with their bytes and dtype, tied parameters once (in the earliest
         layer); an explicit ``grad_ready_order`` when autograd's order differs from the
-        default. On a CPU its ``source`` states the minor page faults of an iteration (median),
-        where the OS counts them. Parameters owned by non-leaf modules join the layer during
-        whose backward their gradient became ready; parameters that receive no gradient are
-        left out (and logged).
+        default; on a CPU, the ``source`` states an iteration's minor page faults (median).
+        Parameters of non-leaf modules join the layer whose backward made their gradient;
+        parameters that receive no gradient are left out (and logged).
 
     Raises
     ------
