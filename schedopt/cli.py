@@ -681,7 +681,8 @@ def profile_cmd(
     ] = 600.0,
     grad_copy: Annotated[
         bool, typer.Option("--grad-copy", help="Time DDP's copy of every gradient into its "
-                           "bucket as part of the backward (traces for DDP runs).")
+                           "bucket as part of the backward; autograd's gradient is kept "
+                           "(see --grad-view).")
     ] = False,
     grad_view: Annotated[
         bool, typer.Option("--grad-view", help="As --grad-copy, then make the copy the "
