@@ -379,36 +379,6 @@ FAULTS_SCRIPT = textwrap.dedent("""
 """)
 
 
-GRADS_SCRIPT = textwrap.dedent("""
-    import re, sys, torch
-    from schedopt.integrations.torch import profile_model
-    torch.manual_seed(0)
-    # four 16.8 MB gradients: each below glibc's largest mmap threshold, 67 MB together
-    model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048, bias=False) for _ in range(4)])
-    view = sys.argv[1] == "view"
-    tr = profile_model(model, torch.randn(2, 2048), name="m", batch_size=2, repeats=3,
-                       warmup=2, grad_copy=True, grad_view=view)
-    print(re.search(r"; ([\\d,]+) minor page faults per iteration", tr.source).group(1))
-""")
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
-def test_grad_view_frees_gradients_inside_the_backward_as_ddp_does() -> None:
-    # Kept until zero_grad, the gradients are freed together and glibc gives their pages back,
-    # so every iteration maps them again; freed one by one inside the backward (DDP's
-    # gradient_as_bucket_view), each next gradient reuses the pages of the last.
-    def faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", GRADS_SCRIPT, mode], capture_output=True,
-                             text=True, timeout=120, check=True,
-                             env={**os.environ, "OMP_NUM_THREADS": "1"})
-        return int(out.stdout.strip().replace(",", ""))
-
-    pages = 4 * 2048 * 2048 * 4 // os.sysconf("SC_PAGE_SIZE")
-    kept, viewed = faults("copy"), faults("view")
-    assert kept >= 0.5 * pages
-    assert viewed <= 0.5 * kept
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
 def test_profile_counts_the_page_faults_that_freed_gradients_cost() -> None:
     def faults(**env: str) -> int:
