@@ -6,8 +6,9 @@ fast and every mlp row too slow. This study, one run of 2 gloo ranks computing s
 ``benchmarks/ddp_models.py``:
 
 ``medians``
-    the profiler's own timed iterations (``--grad-copy`` as the trace of record): the sum of the
-    per-layer medians, which is what a trace holds, against the median of whole iterations;
+    the profiler's own timed iterations (``--grad-copy``): the plain sum of the per-layer
+    medians against the median of whole iterations (``profile`` now scales the layers by that
+    ratio, per pass, and states it);
 ``contexts``
     forward and backward, and the minor page faults they take (fresh memory the kernel maps
     and zeroes), in four settings, blocks of iterations interleaved: ``alone``;
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -70,8 +72,13 @@ def _medians(name: str, iters: int) -> dict[str, float]:
     runs = _measure(model, x, dev, params, candidates, _default_loss, None, 3 + iters, 3,
                     _GradCopies(params))
     trace = _build_trace(model, name, 1, dev, iters, candidates, params, runs, "")
+    # the trace's layers are scaled to the median whole pass; its source states the factors,
+    # which undo the scaling: the plain sum of per-layer medians
+    scale = re.search(r"forward x([\d.]+), backward x([\d.]+)", trace.source)
+    fwd, bwd = (float(scale.group(1)), float(scale.group(2))) if scale else (1.0, 1.0)
     return {"layers": len(trace.layers),
-            "sum of per-layer medians": sum(la.forward_s + la.backward_s for la in trace.layers),
+            "sum of per-layer medians": sum(la.forward_s / fwd + la.backward_s / bwd
+                                            for la in trace.layers),
             "median of iterations": statistics.median(r["bwd_end"] for r in runs)}
 
 

@@ -217,8 +217,7 @@ def cluster_from_fit(
                     overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
-        raise SchedoptError(FLAT_FIT,
-                            "beta_s_per_byte", fit.beta_s_per_byte)
+        raise SchedoptError(FLAT_FIT, "beta_s_per_byte", fit.beta_s_per_byte)
     p = ranks
     inter = _link(2 * (p - 1) / p / fit.beta_s_per_byte, fit.alpha_s / (2 * (p - 1)))
     text += (
