@@ -3,8 +3,9 @@
 Runs, with the same commands a user runs (docs/guide.md), for the models of
 ``benchmarks/ddp_models.py`` (2 processes, gloo over loopback, OMP_NUM_THREADS pinned):
 
-1. ``bench-comm`` (all-reduce latency, and the contention: compute under all-reduces ``s``,
-   all-reduces under compute ``s_c``) and ``fit-comm --out`` (the cluster the plans are
+1. ``bench-comm`` (all-reduce latency of isolated calls, and the contention: compute under
+   all-reduces ``s``, all-reduces under compute ``s_c``), ``bench-comm --pattern queued``
+   (calls back to back, for comparison) and ``fit-comm --out`` (the cluster the plans are
    optimized for);
 2. per model, before each round of its runs: ``bench-comm`` again, and ``profile --procs 2
    --grad-view`` (two ranks computing at once, the same thread count as the runs, DDP's copy
@@ -21,10 +22,10 @@ Runs, with the same commands a user runs (docs/guide.md), for the models of
    configuration is its measurement);
 5. ``validate``: predictions from profile + bench-comm + fit-comm only, with the measured
    ``s`` and ``s_c``, with the measured ``s`` and ``s_c = 1`` (compute slowed, communication
-   not), with ``s = s_c = 1`` (free overlap), with the first ``bench-comm`` run alone, and
-   with the other profiles (VARIANTS); and the minor page faults of an iteration in the
-   profiles of record and in each configuration's runs (CPU ranks: page work the times
-   include, which differs between them);
+   not), with ``s = s_c = 1`` (free overlap), with the first ``bench-comm`` run alone, with
+   the latencies of queued calls, and with the other profiles (VARIANTS); and the minor page
+   faults of an iteration in the profiles of record and in each configuration's runs (CPU
+   ranks: page work the times include, which differs between them);
 6. ``calibrate`` leaving one configuration out, and predicting it, for every fit set of
    ``FITS`` (both slowdowns and the per-collective overhead; a compute scale per model with
    some of them);
@@ -75,12 +76,14 @@ VARIANTS: dict[str, tuple[dict[str, float], str]] = {
     "loopback-sc1": ({"comm_slowdown": 1.0}, ""),
     "loopback-s1": ({"overlap_slowdown": 1.0, "comm_slowdown": 1.0}, ""),
     "loopback-single": ({}, ""),  # the first bench-comm run alone (the cluster of the plans)
+    "loopback-queued": ({}, ""),  # bench-comm --pattern queued, pooled alike; same s and s_c
     "copy": ({}, "-copy"),
     "alone": ({}, "-alone"),
 }
 VARIANT_NAMES = {"loopback": "measured s and s_c", "loopback-sc1": "measured s, s_c = 1",
                  "loopback-s1": "s = s_c = 1",
                  "loopback-single": "measured s and s_c, one bench-comm run",
+                 "loopback-queued": "measured s and s_c, bench-comm calls queued",
                  "copy": "measured s and s_c, profile keeping autograd's gradients",
                  "alone": "measured s and s_c, profile of one process alone"}
 MODELS = {  # name: (factory, input shape, input dtype)
@@ -147,9 +150,14 @@ def measure(d: Path, args: argparse.Namespace, env: dict[str, str]) -> None:
 
 
 def bench_comm(d: Path, stem: str, args: argparse.Namespace, env: dict[str, str]) -> None:
-    """One ``bench-comm`` run (latencies, ``s`` and ``s_c``) into ``d/STEM2.txt``."""
+    """One ``bench-comm`` run (latencies of isolated calls, ``s`` and ``s_c``) into
+    ``d/STEM2.txt``, and the latencies of queued calls (``--pattern queued``, as nccl-tests)
+    into ``d/STEMqueued-2.txt``."""
     schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
              args.threads, "--out", d / f"{stem}2.txt", env=env)
+    schedopt("bench-comm", "--procs", 2, "--sizes", "4K:64M", "--iters", 20, "--threads",
+             args.threads, "--pattern", "queued", "--overlap-repeats", 0,
+             "--out", d / f"{stem}queued-2.txt", env=env)
 
 
 def fit_cluster(d: Path, stems: list[str], env: dict[str, str]) -> None:
@@ -158,6 +166,12 @@ def fit_cluster(d: Path, stems: list[str], env: dict[str, str]) -> None:
     print(schedopt("fit-comm", *(d / f"{s}2.txt" for s in stems), "--out", d / "loopback.json",
                    env=env))
     cl = json.loads((d / "loopback.json").read_text())
+    schedopt("fit-comm", *(d / f"{s}queued-2.txt" for s in stems), "--out",
+             d / "loopback-queued.json", env=env)
+    queued = json.loads((d / "loopback-queued.json").read_text())
+    (d / "loopback-queued.json").write_text(json.dumps(
+        {**queued, "overlap_slowdown": cl["overlap_slowdown"],
+         "comm_slowdown": cl["comm_slowdown"]}))
     for name, (over, _) in VARIANTS.items():
         if over:
             (d / f"{name}.json").write_text(json.dumps({**cl, "name": name, **over}))

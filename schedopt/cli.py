@@ -543,9 +543,11 @@ def fit_comm(
                                     "ranks", None)
             slow = _pooled_slowdowns(paths)
             pooled = f"the median of {len(file)} runs: " if len(file) > 1 else ""
+            calls = _call_pattern(paths)
             cluster = cluster_from_fit(
                 fit, name=out.stem, ranks=n_ranks,
-                source=f"fitted by `schedopt fit-comm` to {pooled}{names} ({samples.format})",
+                source=f"fitted by `schedopt fit-comm` to {pooled}{names} ({samples.format}"
+                       f"{f'; bench-comm calls {calls}' if calls else ''})",
                 overlap_slowdown=slow.get("overlap_slowdown", 1.0),
                 comm_slowdown=slow.get("comm_slowdown", 1.0),
             )
@@ -564,6 +566,25 @@ def fit_comm(
         print_json(data)
         return
     console.print(_fit_table(f"all-reduce fit: {names} ({samples.format})", data))
+
+
+def _call_pattern(paths: list[Path]) -> str | None:
+    """How bench-comm timed the calls of ``paths`` (None when no file says).
+
+    Raises
+    ------
+    SchedoptError
+        The files were measured with different patterns (their times do not pool).
+    """
+    from .integrations.bench import read_pattern
+
+    found = {p.name: read_pattern(p) for p in paths}
+    stated = {v for v in found.values() if v is not None}
+    if len(stated) > 1:
+        raise SchedoptError("the files time their calls differently (bench-comm --pattern);"
+                            " pool files of one pattern", "file",
+                            ", ".join(f"{k}: {v or 'not stated'}" for k, v in found.items()))
+    return stated.pop() if stated else None
 
 
 def _pooled_slowdowns(paths: list[Path]) -> dict[str, float]:
@@ -1075,6 +1096,11 @@ def bench_comm_cmd(
         int | None, typer.Option("--overlap-bytes", help="All-reduce size under the compute"
                                  " loop (default 25 MiB).")
     ] = None,
+    pattern: Annotated[
+        str, typer.Option("--pattern", help="isolated: every timed call alone after a barrier"
+                          " (the median call); queued: launched back to back (the mean, as"
+                          " nccl-tests).")
+    ] = "isolated",
     threads: ThreadsOpt = 1,
     timeout: TimeoutOpt = 600.0,
 ) -> None:
@@ -1087,7 +1113,8 @@ def bench_comm_cmd(
         lo, hi = parse_sizes(sizes)
         spec = Launch(procs, backend, threads, timeout).check()
         res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
-                         overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats)
+                         overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
+                         pattern=pattern)
         write_text(out, format_nccl_tests(res))
     for n, t in zip(res.sizes, res.times, strict=True):
         typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
@@ -1097,7 +1124,8 @@ def bench_comm_cmd(
     if res.comm_slowdown is not None:
         typer.echo(f"communication slowdown {res.comm_slowdown:.3f} (all-reduces of"
                    f" {res.overlap_bytes:,} B under the compute loop)")
-    typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads})")
+    typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads}, calls"
+               f" {pattern})")
 
 
 @app.command("bench-ddp")

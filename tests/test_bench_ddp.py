@@ -23,7 +23,15 @@ from schedopt.cli import app
 from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.files import load_trace
-from schedopt.integrations.bench import parse_sizes, read_slowdowns
+from schedopt.integrations.bench import (
+    CommBench,
+    Launch,
+    bench_comm,
+    format_nccl_tests,
+    parse_sizes,
+    read_pattern,
+    read_slowdowns,
+)
 from schedopt.integrations.bench_ddp import ddp_configs
 from schedopt.measurements import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, read_measurements
 from schedopt.policies import make_plan
@@ -107,6 +115,52 @@ def test_fit_comm_writes_overlap_slowdown(tmp_path: Path) -> None:
     assert (cluster.overlap_slowdown, cluster.comm_slowdown) == (1.375, 1.75)
 
 
+def _bench_file(path: Path, pattern: str) -> Path:
+    """A bench-comm file of made-up times (alpha 50 us, beta 1 ns/B) timed with ``pattern``."""
+    sizes = [4096 * 2**k for k in range(8)]
+    res = CommBench(sizes, [50e-6 + n * 1e-9 for n in sizes], 1.5, [(1.0, 1.5)], Launch(),
+                    4096, (8, 1), 2.0, ((1.0, 2.0),), pattern)
+    path.write_text(format_nccl_tests(res))
+    return path
+
+
+@pytest.mark.parametrize("pattern", ["isolated", "queued"])
+def test_pattern_written_and_read(tmp_path: Path, pattern: str) -> None:
+    f = _bench_file(tmp_path / "comm2.txt", pattern)
+    assert read_pattern(f) == pattern
+    assert read_slowdowns(f) == {"overlap_slowdown": 1.5, "comm_slowdown": 2.0}
+    out = tmp_path / "c.json"
+    _ok(runner.invoke(app, ["fit-comm", str(f), "--out", str(out)]))
+    source = Cluster.model_validate_json(out.read_text()).source
+    assert f"bench-comm calls {pattern}" in source
+
+
+def test_pattern_line_bad_or_absent(tmp_path: Path) -> None:
+    f = tmp_path / "comm2.txt"
+    for text, expected in (("# schedopt pattern sideways\n", None), ("# nccl-tests\n", None)):
+        f.write_text(text)
+        if "sideways" in text:
+            with pytest.raises(SchedoptError, match="pattern"):
+                read_pattern(f)
+        else:
+            assert read_pattern(f) is expected
+    assert read_pattern(tmp_path / "missing.txt") is None
+    with pytest.raises(SchedoptError, match=r"pattern.*sideways"):
+        bench_comm(Launch(), pattern="sideways")  # refused before any process starts
+
+
+def test_fit_comm_refuses_mixed_patterns(tmp_path: Path) -> None:
+    a = _bench_file(tmp_path / "a2.txt", "isolated")
+    b = _bench_file(tmp_path / "b2.txt", "queued")
+    out = tmp_path / "c.json"
+    result = runner.invoke(app, ["fit-comm", str(a), str(b), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "a2.txt: isolated, b2.txt: queued" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+    _ok(runner.invoke(app, ["fit-comm", str(a), str(_bench_file(tmp_path / "c2.txt",
+                                                                  "isolated")), "--out", str(out)]))
+
+
 def test_configs_reject_other_policies(tiny_trace) -> None:
     cl = Cluster.model_validate(CLUSTER)
     with pytest.raises(SchedoptError, match="bench-ddp runs"):
@@ -142,6 +196,7 @@ def test_end_to_end(workdir: Path) -> None:
                             "4194304", "--out", "comm2.txt", "--timeout", "120"]))
     slowdowns = read_slowdowns("comm2.txt")
     assert set(slowdowns) == {"overlap_slowdown", "comm_slowdown"}
+    assert read_pattern("comm2.txt") == "isolated"  # the default: each call alone
     assert all(v >= 1.0 for v in slowdowns.values())
     _ok(runner.invoke(app, ["fit-comm", "comm2.txt", "--out", "two.json"]))
     cluster = Cluster.model_validate_json(Path("two.json").read_text())

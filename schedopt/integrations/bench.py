@@ -10,9 +10,16 @@ written. torch is imported only inside the worker processes and the functions th
 
 bench-comm (:func:`bench_comm`)
     All-reduce latency of float32 messages from ``min_bytes`` to ``max_bytes`` (powers of two):
-    per size, ``warmup`` untimed calls, then ``iters`` calls launched back to back
-    (``async_op``) after a barrier and waited for, as nccl-tests does and as DDP queues its
-    buckets; the time per call is the slowest rank's total over ``iters``. Then the **overlap
+    per size, ``warmup`` untimed calls, then ``iters`` timed calls in one of two **patterns**
+    (:data:`PATTERNS`). ``isolated`` (the default): every call starts alone after a barrier
+    and is waited for before the next; its time is the slowest rank's, and the size's time the
+    median over the calls. That is the cost of one all-reduce with nothing queued beside it,
+    the task the simulator schedules. ``queued``: the ``iters`` calls are launched back to back
+    (``async_op``) after a barrier and waited for, as nccl-tests does; the time per call is the
+    slowest rank's total over ``iters``. A backend that runs queued calls concurrently (gloo
+    has two threads per process group) reports less per call that way than one call alone
+    costs: on this project's 2-core machine a lone 16-64 MiB all-reduce took 14-24% longer
+    than its queued time (docs/validation.md, "One all-reduce alone"). Then the **overlap
     slowdown** ``s`` of docs/model.md: every rank times a fixed compute loop (matrix products)
     alone, and again while all-reduces of ``overlap_bytes`` run without a break on the
     backend's own threads (``async_op``); ``s`` = time with / time alone (the median over
@@ -50,19 +57,24 @@ from ..errors import SchedoptError
 
 __all__ = [
     "BACKENDS",
+    "PATTERNS",
     "CommBench",
     "Launch",
     "bench_comm",
     "format_nccl_tests",
     "launch",
     "parse_sizes",
+    "read_pattern",
     "read_slowdowns",
     "write_text_atomic",
 ]
 
 #: Backends the benchmarks accept.
 BACKENDS = ("gloo", "nccl")
-_SLOWDOWN_LINE = re.compile(r"^#\s*schedopt\s+(overlap_slowdown|comm_slowdown)\s+(\S+)")
+#: How bench-comm times its calls: each alone after a barrier, or launched back to back.
+PATTERNS = ("isolated", "queued")
+#: A ``# schedopt KEY VALUE`` comment line of a bench-comm file (the pattern, the slowdowns).
+_STATED_LINE = re.compile(r"^#\s*schedopt\s+(\w+)\s+(\S+)")
 #: All-reduces of ``overlap_bytes`` per timing of the communication slowdown.
 _COMM_CALLS = 3
 
@@ -303,14 +315,26 @@ def _time_allreduce(job: dict[str, Any], n_bytes: int) -> float:
     for _ in range(job["warmup"]):
         dist.all_reduce(buf)
     _sync(job)
-    dist.barrier()
-    t0 = time.perf_counter()
-    # launched back to back, then waited for (as nccl-tests, and as DDP queues its buckets)
-    works = [dist.all_reduce(buf, async_op=True) for _ in range(job["iters"])]
-    for w in works:
-        w.wait()
-    _sync(job)
-    return _slowest((time.perf_counter() - t0) / job["iters"])
+    if job["pattern"] == "queued":
+        dist.barrier()
+        t0 = time.perf_counter()
+        # launched back to back, then waited for (as nccl-tests)
+        works = [dist.all_reduce(buf, async_op=True) for _ in range(job["iters"])]
+        for w in works:
+            w.wait()
+        _sync(job)
+        return _slowest((time.perf_counter() - t0) / job["iters"])
+    calls = torch.zeros(job["iters"], dtype=torch.float64)
+    for i in range(job["iters"]):  # each call alone: nothing queued before or beside it
+        dist.barrier()
+        t0 = time.perf_counter()
+        dist.all_reduce(buf)
+        _sync(job)
+        calls[i] = time.perf_counter() - t0
+    if job["backend"] == "nccl":
+        calls = calls.cuda()
+    dist.all_reduce(calls, op=dist.ReduceOp.MAX)  # per call, the slowest rank
+    return statistics.median(calls.tolist())
 
 
 def _compute_loop(job: dict[str, Any]) -> Callable[[], float]:
@@ -398,7 +422,7 @@ class CommBench:
     Attributes
     ----------
     sizes, times
-        Message sizes (bytes) and the slowest rank's mean all-reduce time (s).
+        Message sizes (bytes) and the all-reduce time (s) as ``pattern`` measures it.
     overlap_slowdown
         ``s >= 1`` (1 where the loop ran no faster alone), or None when not measured.
     overlap_pairs
@@ -411,6 +435,8 @@ class CommBench:
         How the ranks ran.
     overlap_bytes, compute
         The message size under the compute loop, and the loop (``dim x dim`` products, count).
+    pattern
+        How the calls were timed (:data:`PATTERNS`).
     """
 
     sizes: list[int]
@@ -422,12 +448,13 @@ class CommBench:
     compute: tuple[int, int]
     comm_slowdown: float | None = None
     comm_pairs: tuple[tuple[float, float], ...] = ()
+    pattern: str = "isolated"
 
 
 def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**20,
                iters: int = 10, warmup: int = 3, overlap_bytes: int | None = None,
                overlap_repeats: int = 5, compute_dim: int = 512,
-               compute_reps: int = 25) -> CommBench:
+               compute_reps: int = 25, pattern: str = "isolated") -> CommBench:
     """Measure all-reduce latency over message sizes and the overlap slowdown.
 
     Parameters
@@ -438,6 +465,9 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
         Message sizes: powers of two times ``min_bytes`` up to ``max_bytes``.
     iters, warmup
         Timed and untimed calls per size.
+    pattern
+        ``isolated``: every timed call alone after a barrier, the median call;
+        ``queued``: the calls launched back to back, the mean (module docstring).
     overlap_bytes
         Message size of the all-reduces under the compute loop (default: 25 MiB, DDP's bucket
         cap, or ``max_bytes`` if smaller).
@@ -451,6 +481,8 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
     SchedoptError
         Bad arguments, a failed or hung rank, or communication that did not outlast the loop.
     """
+    if pattern not in PATTERNS:
+        raise SchedoptError(f"must be one of {', '.join(PATTERNS)}", "pattern", pattern)
     for name, value in (("iters", iters), ("compute_dim", compute_dim),
                         ("compute_reps", compute_reps)):
         if value < 1:
@@ -468,7 +500,7 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
            "kind": "comm", "min_bytes": min_bytes, "max_bytes": max_bytes, "iters": iters,
            "warmup": warmup, "overlap_bytes": ob,
            "overlap_repeats": overlap_repeats, "compute_dim": compute_dim,
-           "compute_reps": compute_reps}
+           "compute_reps": compute_reps, "pattern": pattern}
     results = launch(job, spec)
     first = results[0]
     pairs = [(a, u) for a, u, _ in first["pairs"]]
@@ -480,17 +512,22 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
     comm_slow = (max(1.0, statistics.median(u / a for a, u in comm_pairs)) if comm_pairs
                  else None)
     return CommBench(first["sizes"], first["times"], slow, pairs, spec, ob,
-                     (compute_dim, compute_reps), comm_slow, comm_pairs)
+                     (compute_dim, compute_reps), comm_slow, comm_pairs, pattern)
 
 
 def format_nccl_tests(res: CommBench) -> str:
     """The result in nccl-tests ``all_reduce_perf`` layout (out-of-place columns; the in-place
-    columns repeat them), with the overlap slowdown in a ``# schedopt`` comment line."""
+    columns repeat them), with the call pattern and the slowdowns in ``# schedopt`` comment
+    lines."""
     sp = res.launch
     p = sp.procs
+    how = ("the median over the timed calls of the slowest rank's time, each call alone after"
+           " a barrier" if res.pattern == "isolated" else
+           "the slowest rank's mean over the timed calls, launched back to back")
     lines = [f"# schedopt bench-comm: all_reduce_perf layout (nccl-tests), backend {sp.backend},"
              f" {p} local processes, OMP_NUM_THREADS={sp.threads}",
-             "# times are the slowest rank's mean over the timed calls (us)"]
+             f"# schedopt pattern {res.pattern}",
+             f"# times (us) are {how}"]
     lines += [f"#  Rank {r:2d} Group  0 Pid {0:6d} on localhost device {r:2d} [{sp.backend}]"
               for r in range(p)]
     loop = f"compute loop ({res.compute[1]} products of {res.compute[0]}^2 float32)"
@@ -534,6 +571,36 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         files.write_text(path, text)
 
 
+def _stated(path: str | Path) -> dict[str, str]:
+    """The ``# schedopt KEY VALUE`` lines of a bench-comm file, the first of each key (none
+    when the file cannot be read)."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = _STATED_LINE.match(line.strip())
+        if m:
+            out.setdefault(m.group(1), m.group(2))
+    return out
+
+
+def read_pattern(path: str | Path) -> str | None:
+    """The ``# schedopt pattern P`` line of a bench-comm file (None when absent or unreadable;
+    files from before the line were ``queued``).
+
+    Raises
+    ------
+    SchedoptError
+        A pattern that is not one of :data:`PATTERNS`.
+    """
+    value = _stated(path).get("pattern")
+    if value is not None and value not in PATTERNS:
+        raise SchedoptError(f"must be one of {', '.join(PATTERNS)}", f"{path}: pattern", value)
+    return value
+
+
 def read_slowdowns(path: str | Path) -> dict[str, float]:
     """The ``# schedopt overlap_slowdown S`` and ``# schedopt comm_slowdown S`` lines of a
     bench-comm file: the cluster fields they give (none when absent or unreadable).
@@ -543,22 +610,17 @@ def read_slowdowns(path: str | Path) -> dict[str, float]:
     SchedoptError
         A value that is not a finite number >= 1.
     """
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return {}
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        m = _SLOWDOWN_LINE.match(line.strip())
-        if m and m.group(1) not in out:
-            try:
-                value = float(m.group(2))
-            except ValueError:
-                value = float("nan")
-            if not (math.isfinite(value) and value >= 1.0):
-                raise SchedoptError("must be a finite number >= 1", f"{path}: {m.group(1)}",
-                                    m.group(2))
-            out[m.group(1)] = value
+    for key, text in _stated(path).items():
+        if key not in ("overlap_slowdown", "comm_slowdown"):
+            continue
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not (math.isfinite(value) and value >= 1.0):
+            raise SchedoptError("must be a finite number >= 1", f"{path}: {key}", text)
+        out[key] = value
     return out
 
 
