@@ -288,16 +288,21 @@ def _device(job: dict[str, Any]) -> Any:
         torch.device("cpu"))
 
 
-def _slowest(value: float) -> float:
-    """The largest ``value`` over the ranks."""
+def _slowest_each(values: list[float]) -> list[float]:
+    """The largest of each of ``values`` over the ranks (one collective for all of them)."""
     import torch
     import torch.distributed as dist
 
-    t = torch.tensor([value], dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64)
     if dist.get_backend() == "nccl":
         t = t.cuda()
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t.item())
+    return [float(v) for v in t.tolist()]
+
+
+def _slowest(value: float) -> float:
+    """The largest ``value`` over the ranks."""
+    return _slowest_each([value])[0]
 
 
 def _sync(job: dict[str, Any]) -> None:
@@ -324,17 +329,14 @@ def _time_allreduce(job: dict[str, Any], n_bytes: int) -> float:
             w.wait()
         _sync(job)
         return _slowest((time.perf_counter() - t0) / job["iters"])
-    calls = torch.zeros(job["iters"], dtype=torch.float64)
-    for i in range(job["iters"]):  # each call alone: nothing queued before or beside it
+    calls = []
+    for _ in range(job["iters"]):  # each call alone: nothing queued before or beside it
         dist.barrier()
         t0 = time.perf_counter()
         dist.all_reduce(buf)
         _sync(job)
-        calls[i] = time.perf_counter() - t0
-    if job["backend"] == "nccl":
-        calls = calls.cuda()
-    dist.all_reduce(calls, op=dist.ReduceOp.MAX)  # per call, the slowest rank
-    return statistics.median(calls.tolist())
+        calls.append(time.perf_counter() - t0)
+    return statistics.median(_slowest_each(calls))  # per call, the slowest rank
 
 
 def _compute_loop(job: dict[str, Any]) -> Callable[[], float]:
