@@ -25,8 +25,8 @@ import numpy as np
 
 import schedopt.optimize.coarse as coarse_mod
 import schedopt.optimize.unimodal as unimodal_mod
-from schedopt.cluster import Cluster, PSConfig
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster, PSConfig
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import constant_bound, jackson_bound, lower_bound, stage_bound
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all

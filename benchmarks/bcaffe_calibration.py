@@ -34,13 +34,13 @@ import numpy as np
 from bcaffe_study import error_stats, group_samples, wfbp_replay
 from scipy.optimize import least_squares
 
-from schedopt.cluster import Cluster
-from schedopt.commfit import fit_piecewise
 from schedopt.files import load_cluster
-from schedopt.loaders.bcaffe import load_bcaffe_log, read_bcaffe_log
-from schedopt.loaders.comm import parse_comm_file
+from schedopt.measure.bcaffe import load_bcaffe_log, read_bcaffe_log
+from schedopt.measure.comm_tables import parse_comm_file
+from schedopt.measure.commfit import fit_piecewise
+from schedopt.model.cluster import Cluster
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
+from schedopt.simulate.simulator import simulate
 
 DEFAULT_LOGDIR = (Path(__file__).resolve().parents[1].parent / "shared" / "reference"
                   / "mgwfbp-traces" / "B-Caffe" / "logdata")
@@ -115,8 +115,8 @@ def figures(cluster: Cluster, logdir: Path, nodes: int) -> dict[str, float]:
 
 def osu_curves(logdir: Path) -> list[tuple[str, str, str]]:
     """Piecewise fits of the three OSU logs: switches, in-sample and held-out median error."""
-    from schedopt.commfit import fit_alpha_beta, relative_errors
-    from schedopt.loaders.comm import CommSamples
+    from schedopt.measure.comm_tables import CommSamples
+    from schedopt.measure.commfit import fit_alpha_beta, relative_errors
 
     out = []
     for n in NODES:

@@ -28,14 +28,14 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike
 
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster
-from schedopt.loaders.bcaffe import BCaffeLog, load_bcaffe_log, read_bcaffe_log
-from schedopt.loaders.comm import CommSamples, parse_comm_file
+from schedopt.measure.bcaffe import BCaffeLog, load_bcaffe_log, read_bcaffe_log
+from schedopt.measure.comm_tables import CommSamples, parse_comm_file
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies.common import new_plan
-from schedopt.simulate import chain_ends, simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import chain_ends, simulate
 
 __all__ = [
     "BCAFFE_LOGS",
@@ -211,7 +211,7 @@ def group_samples(
     Parameters
     ----------
     log
-        A parsed log (:func:`schedopt.loaders.bcaffe.read_bcaffe_log`).
+        A parsed log (:func:`schedopt.measure.bcaffe.read_bcaffe_log`).
     merged
         Use column 5 (after merging) instead of column 4 (layer-wise).
     carrier
@@ -245,7 +245,8 @@ def group_samples(
 def relative_fit(sizes: ArrayLike, times: ArrayLike) -> tuple[float, float]:
     """Fit ``t = alpha + beta * n`` minimising the squared *relative* errors.
 
-    Weighted least squares with weights ``1 / t``: unlike :func:`schedopt.commfit.fit_alpha_beta`
+    Weighted least squares with weights ``1 / t``: unlike
+    :func:`schedopt.measure.commfit.fit_alpha_beta`
     (absolute errors, dominated by the largest messages), it treats every message alike, which
     is what the percentage errors of this module measure. A negative coefficient is fixed at
     zero and the other refitted.
@@ -570,8 +571,8 @@ def validate_bcaffe(logdir: str | Path) -> ValidationReport:
         ``exposed``: communication left after the backward under wait-free backpropagation, and
         the backward plus it, replayed with the measured times (:func:`wfbp_replay`) against
         the simulator's prediction (a ``caffe-mpi`` schedule of the same groups,
-        :func:`schedopt.simulate.simulate`). The logs hold no iteration time: the replay is the
-        model's schedule fed with measured durations, not a measurement of the schedule.
+        :func:`schedopt.simulate.simulator.simulate`). The logs hold no iteration time: the
+        :func:`schedopt.simulate.simulator.simulate`). The logs hold no iteration time: the
     """
     root = Path(logdir)
     report = ValidationReport(models=dict(MODEL_NAMES))

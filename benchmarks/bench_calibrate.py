@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from schedopt.calibrate import calibrate
-from schedopt.cluster import ClusterFamily
 from schedopt.files import instances_dir, load_trace
-from schedopt.measurements import read_measurements
+from schedopt.measure.calibrate import calibrate
+from schedopt.measure.measurements import read_measurements
+from schedopt.model.cluster import ClusterFamily
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
+from schedopt.simulate.simulator import simulate
 
 TRACES = ("resnet50-a100-b256", "bert-base-a100-bf16", "bert-large-a100-bf16", "vgg16-a100-b128",
           "gpt2-124m-a100-bf16")

@@ -6,7 +6,7 @@ Each row runs one ``schedopt simulate`` command in a fresh process (the trace wr
 temporary folder first: 4 tensors per layer, seeded sizes) and prints the instance, the command,
 the wall and CPU time (the command, not the interpreter's start) and the peak resident memory
 of that process. The Gantt chart and the Chrome trace
-aggregate what a picture cannot show (``schedopt.plotting.aggregate``), so both should grow about
+aggregate what a picture cannot show (``schedopt.report.aggregate``), so both should grow about
 linearly with the tensors, like the simulation itself.
 """
 
@@ -26,7 +26,7 @@ POLICY = "caffe-mpi"
 
 _CHILD = """
 import resource, sys, time
-from schedopt.cli import main
+from schedopt.cli.app import main
 sys.argv = ["schedopt", *sys.argv[1:]]
 t = time.perf_counter()
 try:

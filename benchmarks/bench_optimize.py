@@ -45,10 +45,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from schedopt.cluster import Cluster, PSConfig
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster, PSConfig
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
-from schedopt.trace import Trace
 
 DEFAULT = {"next_forward": "wait-for-all"}
 PER_LAYER_REORDER = {"next_forward": "per-layer", "reorder": True}

@@ -34,13 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.evaluate import build_sharded, config_of_plan, step_time
 from schedopt.optimize.sharding.exact import best_units, separable_classes
-from schedopt.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 HIDDEN, BLOCKS, KV, MLP, VOCAB, TOKENS = 8192, 80, 1024, 28672, 128256, 4096

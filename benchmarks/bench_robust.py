@@ -19,12 +19,12 @@ import argparse
 import sys
 from typing import Any
 
-from schedopt.cluster import AllReduceFit, Cluster
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import AllReduceFit, Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.robust import RobustResult, robust_solve
-from schedopt.scenarios import Scenario, cluster_scenarios, corner_scenarios
-from schedopt.trace import Trace
+from schedopt.simulate.scenarios import Scenario, cluster_scenarios, corner_scenarios
 
 PER_LAYER = {"next_forward": "per-layer", "reorder": True}
 

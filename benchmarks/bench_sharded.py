@@ -11,11 +11,11 @@ from __future__ import annotations
 import sys
 import time
 
-from schedopt.cluster import Cluster
-from schedopt.plan import Plan, Sharding
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from bench_simulate import best_of, synthetic

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import numpy as np
 
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 CLUSTER = Cluster.model_validate({
     "name": "10gbe-8", "nodes": 8, "gpus_per_node": 1,

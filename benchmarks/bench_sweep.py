@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from schedopt.sweep import Store, SweepSpec, run_sweep
+from schedopt.study.sweep import Store, SweepSpec, run_sweep
 
 CHEAP: dict[str, Any] = {
     "traces": ["alexnet-k80-b128", "resnet50-k80-b32", "vgg16-k80-b32"],

@@ -22,7 +22,8 @@ import os
 import statistics
 import time
 
-from schedopt.integrations.bench import Launch, bench_comm, parse_sizes
+from schedopt.measure.bench_comm import bench_comm, parse_sizes
+from schedopt.measure.launch import Launch
 
 MIB = 2**20
 

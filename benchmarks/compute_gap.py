@@ -53,7 +53,7 @@ SMALL_SIZES = (256 << 10, 1 << 20, 2621440, 4 << 20, 25 << 20)
 
 def _medians(name: str, iters: int) -> dict[str, float]:
     """Sum of per-layer medians and median of whole iterations (s), one profile."""
-    from schedopt.integrations.torch import (
+    from schedopt.measure.profile import (
         _build_trace,
         _default_loss,
         _GradCopies,
@@ -88,8 +88,8 @@ def _contexts(name: str, cycles: int, per_block: int) -> dict[str, dict[str, lis
     import torch
     import torch.distributed as dist
 
-    from schedopt.integrations.bench_ddp import _scale_into, _view_grads
-    from schedopt.integrations.torch import (
+    from schedopt.measure.bench_ddp import _scale_into, _view_grads
+    from schedopt.measure.profile import (
         _call,
         _default_loss,
         _minor_faults,

@@ -42,9 +42,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.ddp_evidence import MODELS
-from schedopt.integrations.bench_ddp import _scale_into, _view_grads
-from schedopt.integrations.torch import _call, build_model, random_batch
-from schedopt.integrations.torch import _default_loss as _loss
+from schedopt.measure.bench_ddp import _scale_into, _view_grads
+from schedopt.measure.profile import _call, build_model, random_batch
+from schedopt.measure.profile import _default_loss as _loss
 
 
 def _factory(name: str) -> Any:

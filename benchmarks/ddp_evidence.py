@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from schedopt.files import load_cluster, load_trace
-from schedopt.plan import Plan
-from schedopt.trace import median_trace
+from schedopt.model.plan import Plan
+from schedopt.model.trace import median_trace
 
 #: Profiles taken before every round of runs: suffix of the trace file -> (what it is,
 #: ``profile`` options). The first is the trace of record (optimized, emitted, calibrated).

@@ -53,9 +53,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import typer
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.files import load_cluster, load_trace, write_json_atomic
-from schedopt.plotting import scaling_chart
+from schedopt.report.charts import scaling_chart
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "docs" / "figures"

@@ -100,8 +100,8 @@ def profile_one(model: str, args: argparse.Namespace) -> dict[str, Any]:
 
     import torch
 
-    from schedopt.integrations.torch import profile_model
-    from schedopt.trace import Trace
+    from schedopt.measure.profile import profile_model
+    from schedopt.model.trace import Trace
 
     pattern, batch, seq = MODELS[model]
     if args.smoke:
@@ -142,7 +142,7 @@ def _plain_iteration_s(net: Any, inputs: Any, loss_fn: Callable[[Any], Any] | No
 
     import torch
 
-    from schedopt.integrations.torch import _call, _default_loss, _to_device
+    from schedopt.measure.profile import _call, _default_loss, _to_device
 
     loss_fn = loss_fn or _default_loss
     times = []

@@ -31,7 +31,7 @@ def measure(name: str, rounds: int, iters: int) -> tuple[list[float], list[float
     """Per round, the median iteration time (ms) without and with the copies."""
     import torch
 
-    from schedopt.integrations.torch import _GradCopies, build_model, random_batch
+    from schedopt.measure.profile import _GradCopies, build_model, random_batch
 
     factory, shape, dtype = MODELS[name]
     torch.manual_seed(0)

@@ -27,12 +27,12 @@ import re
 import sys
 from dataclasses import dataclass
 
-from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
-from schedopt.plan import Plan, Sharding
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.trace import Trace
 from schedopt.policies import POLICIES, make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 TRACES = {"a100": ["gpt2-1.5b-a100-bf16", "llama-7b-a100-bf16", "llama-70b-a100-bf16"],
           "h100": ["gpt2-1.5b-h100-bf16", "llama-7b-h100-bf16", "llama-70b-h100-bf16"]}

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from schedopt.cluster import ClusterFamily
+from schedopt.model.cluster import ClusterFamily
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 SAMPLES = Path(__file__).resolve().parents[1] / "instances" / "samples"
 

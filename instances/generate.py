@@ -53,12 +53,12 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from schedopt.cluster import Cluster, ClusterFamily  # noqa: E402
-from schedopt.commfit import cluster_from_fit, fit_alpha_beta  # noqa: E402
 from schedopt.files import write_json_atomic  # noqa: E402
-from schedopt.loaders.bcaffe import load_bcaffe_log  # noqa: E402
-from schedopt.loaders.comm import parse_comm_file  # noqa: E402
-from schedopt.trace import Trace  # noqa: E402
+from schedopt.measure.bcaffe import load_bcaffe_log  # noqa: E402
+from schedopt.measure.comm_tables import parse_comm_file  # noqa: E402
+from schedopt.measure.commfit import cluster_from_fit, fit_alpha_beta  # noqa: E402
+from schedopt.model.cluster import Cluster, ClusterFamily  # noqa: E402
+from schedopt.model.trace import Trace  # noqa: E402
 
 TRACES = REPO / "instances" / "traces"
 CLUSTERS = REPO / "instances" / "clusters"
@@ -723,7 +723,7 @@ def osu_clusters(reference: Path) -> dict[str, Cluster]:
             source=(f"MEASURED: OSU osu_allreduce v5.4.0 latencies, {n} processes, B-Caffe"
                     f" logdata/allreduce{n}.log from {BCAFFE_COMMIT} (the 10GbE K80 cluster of"
                     f" the GoogleNet logs, as inferred in reference/mgwfbp-traces/README.md);"
-                    f" least squares over the {used} sizes >= 65,536 B (schedopt.commfit)"),
+                    f" least squares over the {used} sizes >= 65,536 B (schedopt.measure.commfit)"),
         )
     return out
 

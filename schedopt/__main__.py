@@ -1,5 +1,5 @@
 """``python -m schedopt``."""
 
-from .cli import main
+from schedopt.cli.app import main
 
 main()

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from .cluster import Cluster, ClusterFamily
-from .errors import SchedoptError, from_validation_error
-from .plan import Plan
-from .trace import Trace
+from schedopt.errors import SchedoptError, from_validation_error
+from schedopt.model.cluster import Cluster, ClusterFamily
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 
 __all__ = [
     "OutputFiles",

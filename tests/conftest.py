@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from schedopt.cluster import Cluster
-from schedopt.trace import Trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 
 REPO = Path(__file__).resolve().parents[1]
 REFERENCE = REPO.parent / "shared" / "reference"

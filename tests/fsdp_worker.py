@@ -16,9 +16,9 @@ import torch.distributed as dist
 from torch import nn
 
 from schedopt.emit.fsdp import emit_fsdp
-from schedopt.integrations.fsdp import apply_sharded_plan, fsdp_groups, train_step
-from schedopt.plan import Plan
-from schedopt.trace import Trace
+from schedopt.emit.fsdp_torch import apply_sharded_plan, fsdp_groups, train_step
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 
 SEED = 1234
 BATCH = 8  # per rank
@@ -109,14 +109,14 @@ def main(argv: list[str]) -> int:
     dist.init_process_group("gloo", init_method=f"file://{argv[3]}", rank=rank,
                             world_size=world)
     torch.manual_seed(SEED)
-    model = apply_sharded_plan(Tiny(), plan, trace)
+    model = apply_sharded_plan(Tiny(), trace, plan)
     groups = fsdp_groups(model)
     reduce_dtypes = sorted({str(g.mp_policy.reduce_dtype) for m in model.modules()
                             if hasattr(m, "_get_fsdp_state")
                             for g in m._get_fsdp_state()._fsdp_param_groups})
     # the emitted snippet, applied to a second copy, builds the same groups
     snippet: dict = {}
-    exec(compile(emit_fsdp(plan, trace).files["fsdp_snippet.py"], "fsdp_snippet.py", "exec"),
+    exec(compile(emit_fsdp(trace, None, plan).files["fsdp_snippet.py"], "fsdp_snippet.py", "exec"),
          snippet)
     torch.manual_seed(SEED)
     snippet_groups = fsdp_groups(snippet["apply_fsdp"](Tiny()))

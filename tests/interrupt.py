@@ -22,7 +22,7 @@ def cli_interrupted_at(module: str, function: str, argv: list[str], *, nth: int 
         "        os.kill(os.getpid(), signal.SIGINT)\n"
         "    return real(*a, **k)\n"
         f"m.{function} = stop\n"
-        "from schedopt.cli import main\n"
+        "from schedopt.cli.app import main\n"
         f"sys.argv = ['schedopt', *{argv!r}]\n"
         "main()\n"
     )

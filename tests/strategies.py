@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
-from schedopt.trace import Trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 
 seconds = st.floats(min_value=0.0, max_value=0.02, allow_nan=False, allow_infinity=False)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 
 DATA = Path(__file__).parent / "data"
 TRACE = json.loads((DATA / "tiny_trace.json").read_text())

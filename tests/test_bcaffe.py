@@ -7,15 +7,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedopt.commfit import fit_alpha_beta
 from schedopt.errors import SchedoptError
 from schedopt.files import load_trace
-from schedopt.loaders.bcaffe import (
+from schedopt.measure.bcaffe import (
     GOOGLENET_LAYERS,
     bcaffe_comm_times,
     load_bcaffe_log,
     read_bcaffe_log,
 )
+from schedopt.measure.commfit import fit_alpha_beta
 
 LOGDATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mgwfbp-traces" / (
     "B-Caffe/logdata"

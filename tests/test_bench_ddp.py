@@ -19,21 +19,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
-from schedopt.cluster import Cluster
+from schedopt.cli.app import app
 from schedopt.errors import SchedoptError
 from schedopt.files import load_trace
-from schedopt.integrations.bench import (
-    CommBench,
-    Launch,
-    bench_comm,
-    format_nccl_tests,
-    parse_sizes,
-    read_pattern,
-    read_slowdowns,
-)
-from schedopt.integrations.bench_ddp import ddp_configs
-from schedopt.measurements import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, read_measurements
+from schedopt.measure.bench_comm import CommBench, bench_comm, format_nccl_tests, parse_sizes
+from schedopt.measure.bench_ddp import ddp_configs
+from schedopt.measure.comm_tables import read_pattern, read_slowdowns
+from schedopt.measure.launch import Launch
+from schedopt.measure.measurements import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, read_measurements
+from schedopt.model.cluster import Cluster
 from schedopt.policies import make_plan
 
 runner = CliRunner()
@@ -313,7 +307,7 @@ def test_profile_on_ranks_refuses_device(workdir: Path) -> None:
 
 def test_manual_buckets_divide_while_copying_as_ddp() -> None:
     torch = pytest.importorskip("torch")
-    from schedopt.integrations.bench_ddp import _scale_into, _view_grads
+    from schedopt.measure.bench_ddp import _scale_into, _view_grads
 
     params = [torch.nn.Parameter(torch.randn(3, 4)), torch.nn.Parameter(torch.randn(5))]
     for p in params:

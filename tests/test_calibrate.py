@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.calibrate import PARAMS, calibrate, parse_fit, validate, write_calibrations
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster
-from schedopt.measurements import read_measurements
-from schedopt.simulate import simulate
+from schedopt.measure.calibrate import PARAMS, calibrate, parse_fit, validate, write_calibrations
+from schedopt.measure.measurements import read_measurements
+from schedopt.simulate.simulator import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from toy_measurements import (
@@ -156,8 +156,8 @@ def _scaled_rows(folder: Path) -> tuple[Path, dict[str, float]]:
     cluster otherwise), and a fixed plan row bound to its trace."""
     from toy_measurements import make_trace
 
+    from schedopt.model.trace import Trace
     from schedopt.policies import make_plan
-    from schedopt.trace import Trace
 
     fam = true_family()
     (folder / "true.json").write_text(fam.model_dump_json())
@@ -225,7 +225,7 @@ def test_cli_calibrate_compute_scale_names_the_retimed_traces(tmp_path: Path) ->
 
 
 def test_compute_scale_leaves_the_cluster_document_alone() -> None:
-    from schedopt.calibrate import _with_values
+    from schedopt.measure.calibrate import _with_values
 
     doc = {"name": "x", "overlap_slowdown": 1.0}
     assert _with_values(doc, "cluster", {"compute_scale[a.json]": 2.0}) == doc

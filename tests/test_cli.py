@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 
 DATA = Path(__file__).parent / "data"
 T, C = str(DATA / "tiny_trace.json"), str(DATA / "fitted_cluster.json")
@@ -226,7 +226,7 @@ def test_optimize_target_is_checked() -> None:
 
 
 def test_gap_is_never_shown_as_zero_unless_zero() -> None:
-    from schedopt.report import fmt_gap
+    from schedopt.report.tables import fmt_gap
 
     assert fmt_gap(0.0) == "0%"
     assert fmt_gap(2e-7) == "2.0e-05%"
@@ -234,7 +234,7 @@ def test_gap_is_never_shown_as_zero_unless_zero() -> None:
 
 
 def test_solve_progress_shows_only_long_solves_on_a_terminal() -> None:
-    from schedopt.report import SolveProgress
+    from schedopt.report.tables import SolveProgress
 
     quiet = SolveProgress(enabled=False, after_s=0.0)
     quiet(5.0, 0.2, 0.1)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 
 DATA = Path(__file__).parent / "data"
 T, C = str(DATA / "tiny_trace.json"), str(DATA / "fitted_cluster.json")

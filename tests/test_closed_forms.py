@@ -7,10 +7,10 @@ import math
 import pytest
 from hypothesis import given, settings
 
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters, traces
 

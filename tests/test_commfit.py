@@ -10,22 +10,22 @@ from typing import Any
 import numpy as np
 import pytest
 
-from schedopt.cluster import AllReduceFit, Cluster
-from schedopt.commfit import (
-    cluster_from_fit,
-    default_min_bytes,
-    fit_alpha_beta,
-    residual_rms,
-)
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster
-from schedopt.loaders.comm import (
+from schedopt.measure.comm_tables import (
     OSU_MIN_BYTES,
     CommSamples,
     parse_comm_file,
     parse_comm_text,
     ranks_from_filename,
 )
+from schedopt.measure.commfit import (
+    cluster_from_fit,
+    default_min_bytes,
+    fit_alpha_beta,
+    residual_rms,
+)
+from schedopt.model.cluster import AllReduceFit, Cluster
 
 LOGDATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mgwfbp-traces" / (
     "B-Caffe/logdata"
@@ -323,7 +323,7 @@ def test_shipped_bcaffe_osu_clusters_hold_the_fit(ranks: int) -> None:
 
 # ------------------------------------------------------------------------------------ CLI
 def _cli_app() -> Any:
-    cli = pytest.importorskip("schedopt.cli")
+    cli = pytest.importorskip("schedopt.cli.app")
     if "fit-comm" not in [c.name for c in cli.app.registered_commands]:
         pytest.skip("the CLI has no fit-comm command")
     return cli.app
@@ -399,7 +399,7 @@ def _nccl_run(times_us: dict[int, float], slowdowns: tuple[float, float] | None 
 
 
 def test_pool_samples_takes_the_median_per_size(tmp_path: Path) -> None:
-    from schedopt.loaders.comm import pool_samples
+    from schedopt.measure.comm_tables import pool_samples
 
     sizes = [4096 * 4**k for k in range(5)]
     runs = [parse_comm_file(_write(tmp_path, f"r{i}.txt", _nccl_run(
@@ -418,7 +418,7 @@ def test_pool_samples_takes_the_median_per_size(tmp_path: Path) -> None:
 
 
 def test_pool_samples_refuses_different_rank_counts(tmp_path: Path) -> None:
-    from schedopt.loaders.comm import pool_samples
+    from schedopt.measure.comm_tables import pool_samples
 
     two = parse_comm_file(_write(tmp_path, "a.txt", _nccl_run({4096: 10.0, 8192: 20.0})))
     eight = parse_comm_file(_write(tmp_path, "osu8.txt", OSU))

@@ -8,12 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
-from schedopt.contention import Contention
-from schedopt.plan import Plan, Schedule
+from schedopt.model.cluster import Cluster
+from schedopt.model.contention import Contention
+from schedopt.model.plan import Plan, Schedule
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import Model, simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import Model, simulate
 
 from .strategies import clusters, traces
 from .test_overlap_slowdown import check_fluid, two_layers

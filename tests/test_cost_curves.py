@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from schedopt.cli import app
-from schedopt.cluster import AllReduceFit, Cluster
-from schedopt.commfit import fit_piecewise, fit_times, relative_errors
+from schedopt.cli.app import app
 from schedopt.files import load_cluster, load_trace
-from schedopt.loaders.comm import CommSamples, parse_comm_file
+from schedopt.measure.comm_tables import CommSamples, parse_comm_file
+from schedopt.measure.commfit import fit_piecewise, fit_times, relative_errors
+from schedopt.model.cluster import AllReduceFit, Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import POLICIES, make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from .strategies import traces
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
 from schedopt.policies.ddp import ddp_limits
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")

@@ -13,8 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from schedopt.cli import app
-from schedopt.cluster import Cluster
+from schedopt.cli.app import app
 from schedopt.emit import (
     EMITTERS,
     SHARDED_ONLY_TARGETS,
@@ -28,9 +27,10 @@ from schedopt.emit.common import round_int_in, same_buckets, whole_tensor_bucket
 from schedopt.emit.ddp import cap_mb_in, ddp_caps
 from schedopt.errors import SchedoptError
 from schedopt.files import load_plan
-from schedopt.plan import Plan
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.trace import Trace
 
 from .strategies import traces
 
@@ -76,7 +76,7 @@ def _cut(trace: Trace, cuts: list[int]) -> Plan:
 def test_ddp_exact_caps_reproduce_the_plan(cuts: list[int]) -> None:
     trace = _trace()
     plan = _cut(trace, cuts)
-    out = emit_ddp(plan, trace, CLUSTER)
+    out = emit_ddp(trace, CLUSTER, plan)
     assert out.exact and not out.notes
     caps = out.config["bucket_cap_mb_list"]
     assert len(caps) == plan.num_buckets
@@ -94,7 +94,7 @@ def test_ddp_exact_caps_reproduce_the_plan(cuts: list[int]) -> None:
 def test_ddp_spec_round_trips_through_the_policy_parser() -> None:
     trace = _trace()
     plan = _cut(trace, [2, 5])
-    out = emit_ddp(plan, trace, CLUSTER)
+    out = emit_ddp(trace, CLUSTER, plan)
     assert out.spec is not None
     assert same_buckets(make_plan(out.spec, trace, CLUSTER).buckets, plan.buckets)
 
@@ -106,7 +106,7 @@ def test_ddp_any_contiguous_fifo_plan_is_exact(trace: Trace, data: st.DataObject
     cuts = sorted(data.draw(st.sets(st.integers(1, max(1, n - 1)), max_size=n - 1))) if n > 1 \
         else []
     plan = _cut(trace, cuts)
-    caps = ddp_caps(plan, trace)
+    caps = ddp_caps(trace, plan)
     assert caps.exact, caps.notes
     back = make_plan("ddp", trace, CLUSTER, bucket_cap_mb_list=caps.caps_mb)
     assert same_buckets(back.buckets, plan.buckets)
@@ -117,7 +117,7 @@ def test_ddp_mixed_dtypes_exact_when_ddp_made_the_plan() -> None:
     for knobs in ({"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1.5}, {"bucket_cap_mb": 100},
                   {"bucket_cap_mb_list": [0.01, 2.0]}):
         plan = make_plan("ddp", trace, CLUSTER, **knobs)
-        out = emit_ddp(plan, trace, CLUSTER)
+        out = emit_ddp(trace, CLUSTER, plan)
         assert out.exact, (knobs, out.notes)
         back = make_plan("ddp", trace, CLUSTER, **{"bucket_cap_mb_list":
                                                    out.config["bucket_cap_mb_list"]})
@@ -127,7 +127,7 @@ def test_ddp_mixed_dtypes_exact_when_ddp_made_the_plan() -> None:
 def test_ddp_bucket_mixing_dtypes_is_approximated() -> None:
     trace = _trace(("float32", "float16", "float32", "float16", "float32"))
     plan = _cut(trace, [])  # one bucket holding both dtypes
-    out = emit_ddp(plan, trace, CLUSTER)
+    out = emit_ddp(trace, CLUSTER, plan)
     assert not out.exact
     assert any("mix dtypes" in n for n in out.notes)
 
@@ -136,14 +136,14 @@ def test_ddp_reordered_plan_gets_closest_config_with_times() -> None:
     trace = _trace()
     fifo = _cut(trace, [2, 4])
     plan = fifo.model_copy(update={"buckets": fifo.buckets[::-1]})
-    out = emit_ddp(plan, trace, CLUSTER)
+    out = emit_ddp(trace, CLUSTER, plan)
     assert not out.exact
     assert any("out of gradient-ready order" in n for n in out.notes)
     assert out.plan_time_s is not None and out.emitted_time_s is not None
     assert any("simulates to" in n for n in out.notes)
     assert out.spec is not None
     # the chosen setting is the closest of those tried, e.g. at least as close as the default
-    from schedopt.simulate import simulate
+    from schedopt.simulate.simulator import simulate
 
     default = simulate(trace, CLUSTER, make_plan("ddp", trace, CLUSTER)).iteration_time_s
     assert abs(out.emitted_time_s - out.plan_time_s) <= abs(default - out.plan_time_s) + 1e-12
@@ -152,7 +152,7 @@ def test_ddp_reordered_plan_gets_closest_config_with_times() -> None:
 def test_ddp_without_cluster_chooses_by_structure() -> None:
     trace = _trace()
     plan = _cut(trace, [2, 4]).model_copy(update={"next_forward": "per-layer"})
-    out = emit_ddp(plan, trace)
+    out = emit_ddp(trace, None, plan)
     assert not out.exact and out.plan_time_s is None
     assert any("per-layer" in n for n in out.notes)
     assert any("give a cluster" in n for n in out.notes)
@@ -164,9 +164,9 @@ def test_partitioned_plan_goes_whole_to_the_bucket_with_most_bytes() -> None:
     plan = Plan(policy="hand", partition={"l3.w": [1_500_000, 500_000]},
                 buckets=[["l4.b", "l4.w", "l3.b", "l3.w#0"],
                          ["l3.w#1", "l1.b", "l1.w", "l0.b", "l0.w"]])
-    assert whole_tensor_buckets(plan, trace) == [["l4.b", "l4.w", "l3.b", "l3.w"],
+    assert whole_tensor_buckets(trace, plan) == [["l4.b", "l4.w", "l3.b", "l3.w"],
                                                  ["l1.b", "l1.w", "l0.b", "l0.w"]]
-    out = emit_ddp(plan, trace, CLUSTER)
+    out = emit_ddp(trace, CLUSTER, plan)
     assert not out.exact and "partitioned" in out.notes[0]
 
 
@@ -197,7 +197,7 @@ def test_ddp_caps_against_torch_bucket_assignment() -> None:
         (mixed := _trace(("float32", "float16", "float32", "float16", "float32")),
          make_plan("ddp", mixed, CLUSTER, bucket_cap_mb=0.5)),
     ]:
-        caps = emit_ddp(plan, trace, CLUSTER).config["bucket_cap_mb_list"]
+        caps = emit_ddp(trace, CLUSTER, plan).config["bucket_cap_mb_list"]
         order = trace.ready_order
         tensors = [torch.empty(t.numel, dtype=dtypes[t.dtype], device="meta") for t in order]
         limits = [int(c * 2**20) for c in caps]  # torch's conversion
@@ -214,7 +214,7 @@ def test_horovod_exact_for_its_own_plans() -> None:
     trace = _trace()
     for knobs in ({}, {"fusion_threshold_mb": 1}, {"cycle_time_ms": 5}):
         plan = make_plan("horovod", trace, CLUSTER, **knobs)
-        out = emit_horovod(plan, trace, CLUSTER)
+        out = emit_horovod(trace, CLUSTER, plan)
         assert out.exact, (knobs, out.notes)
         threshold = int(out.config["env"]["HOROVOD_FUSION_THRESHOLD"])
         assert threshold % (2 * 8 * 64) == 0
@@ -230,7 +230,7 @@ def test_horovod_exact_for_its_own_plans() -> None:
 def test_horovod_groups_completing_together_are_kept_apart_by_env() -> None:
     trace = _trace(zero_backward=True)  # every tensor ready at once: one cycle
     plan = make_plan("caffe-mpi", trace, CLUSTER)
-    out = emit_horovod(plan, trace, CLUSTER)
+    out = emit_horovod(trace, CLUSTER, plan)
     assert not out.exact
     assert out.config["env"]["HOROVOD_DISABLE_GROUP_FUSION"] == "1"
     assert out.config["groups"] == plan.buckets
@@ -238,7 +238,7 @@ def test_horovod_groups_completing_together_are_kept_apart_by_env() -> None:
 
 def test_horovod_overlap_false_is_approximated() -> None:
     trace = _trace()
-    out = emit_horovod(make_plan("cntk", trace, CLUSTER), trace, CLUSTER)
+    out = emit_horovod(trace, CLUSTER, make_plan("cntk", trace, CLUSTER))
     assert not out.exact and "overlap is false" in out.notes[0]
 
 
@@ -250,7 +250,7 @@ def test_horovod_overlap_false_is_approximated() -> None:
 def test_deepspeed_exact_for_uniform_sizes(size: int, overlap: bool) -> None:
     trace = _trace()
     plan = make_plan("deepspeed", trace, CLUSTER, reduce_bucket_size=size, overlap_comm=overlap)
-    out = emit_deepspeed(plan, trace, CLUSTER)
+    out = emit_deepspeed(trace, CLUSTER, plan)
     assert out.exact, out.notes
     zero = out.config["zero_optimization"]
     assert zero["overlap_comm"] is overlap
@@ -262,7 +262,7 @@ def test_deepspeed_exact_for_uniform_sizes(size: int, overlap: bool) -> None:
 def test_deepspeed_non_uniform_plan_reports_both_times() -> None:
     trace = _trace()
     plan = _cut(trace, [1, 2, 6])  # sizes no single bucket size gives
-    out = emit_deepspeed(plan, trace, CLUSTER)
+    out = emit_deepspeed(trace, CLUSTER, plan)
     assert not out.exact
     assert "uniform reduce_bucket_size" in out.notes[0]
     note = out.notes[-1]
@@ -277,7 +277,7 @@ def test_deepspeed_non_uniform_plan_reports_both_times() -> None:
 def test_megatron_exact_for_uniform_sizes(size: int) -> None:
     trace = _trace()
     plan = make_plan("megatron", trace, CLUSTER, overlap_grad_reduce=True, bucket_size=size)
-    out = emit_megatron(plan, trace, CLUSTER)
+    out = emit_megatron(trace, CLUSTER, plan)
     assert out.exact, out.notes
     assert out.config["overlap_grad_reduce"] is True
     back = make_plan("megatron", trace, CLUSTER, overlap_grad_reduce=True,
@@ -287,9 +287,9 @@ def test_megatron_exact_for_uniform_sizes(size: int) -> None:
 
 def test_megatron_without_overlap() -> None:
     trace = _trace()
-    out = emit_megatron(make_plan("megatron", trace, CLUSTER), trace, CLUSTER)
+    out = emit_megatron(trace, CLUSTER, make_plan("megatron", trace, CLUSTER))
     assert out.exact and out.config == {"overlap_grad_reduce": False}
-    out = emit_megatron(make_plan("mxnet", trace, CLUSTER), trace, CLUSTER)
+    out = emit_megatron(trace, CLUSTER, make_plan("mxnet", trace, CLUSTER))
     assert not out.exact and any("ps collective" in n for n in out.notes)
 
 
@@ -299,7 +299,7 @@ def test_megatron_without_overlap() -> None:
 def test_json_is_the_plan_bound_to_its_instance(tmp_path: Path) -> None:
     trace = _trace()
     plan = _cut(trace, [3])
-    out = emit("json", plan, trace, CLUSTER)
+    out = emit(trace, CLUSTER, plan, "json")
     assert out.exact
     (tmp_path / "plan.json").write_text(out.files["plan.json"])
     back = load_plan(tmp_path / "plan.json")
@@ -307,7 +307,7 @@ def test_json_is_the_plan_bound_to_its_instance(tmp_path: Path) -> None:
     assert back.trace_hash == trace.fingerprint() and back.cluster_hash == CLUSTER.fingerprint()
     other = trace.scaled(compute=2.0)
     with pytest.raises(SchedoptError, match="another trace"):
-        emit("json", back, other, CLUSTER)
+        emit(other, CLUSTER, back, "json")
 
 
 @pytest.mark.parametrize("target", [t for t in EMITTERS if t not in SHARDED_ONLY_TARGETS])
@@ -315,7 +315,7 @@ def test_json_is_the_plan_bound_to_its_instance(tmp_path: Path) -> None:
 def test_every_target_writes_parseable_files(target: str, policy: str) -> None:
     trace = _trace()
     plan = make_plan(policy, trace, CLUSTER)
-    out = emit(target, plan, trace, CLUSTER)
+    out = emit(trace, CLUSTER, plan, target)
     assert out.target == target and out.files
     for name, text in out.files.items():
         if name.endswith(".json"):
@@ -328,14 +328,14 @@ def test_every_target_writes_parseable_files(target: str, policy: str) -> None:
 def test_unknown_target() -> None:
     trace = _trace()
     with pytest.raises(SchedoptError, match="unknown target"):
-        emit("jax", _cut(trace, []), trace)
+        emit(trace, None, _cut(trace, []), "jax")
 
 
 def test_plan_for_another_trace_is_refused() -> None:
     trace = _trace()
     plan = make_plan("ddp", trace, CLUSTER)
     with pytest.raises(SchedoptError, match="another trace"):
-        emit_ddp(plan, trace.scaled(compute=3.0), CLUSTER)
+        emit_ddp(trace.scaled(compute=3.0), CLUSTER, plan)
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.emit import emit
 from schedopt.emit.fsdp import fsdp_config, unit_modules
 from schedopt.emit.zero3 import zero3_config
 from schedopt.errors import SchedoptError
 from schedopt.files import load_trace
-from schedopt.plan import Plan, Sharding
-from schedopt.trace import Trace
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.trace import Trace
 
 runner = CliRunner()
 
@@ -70,7 +70,7 @@ def test_units_collapse_to_the_fewest_modules(units: list[list[str]],
                                               groups: list[list[str]]) -> None:
     assert unit_modules(units, list(LAYERS)) == groups
     tr = small_trace()
-    config, notes = fsdp_config(sharded_plan(tr, units), tr)
+    config, notes = fsdp_config(tr, sharded_plan(tr, units))
     assert config["groups"] == groups
     assert notes == []
 
@@ -79,7 +79,7 @@ def test_fsdp_settings_follow_the_plan() -> None:
     tr = small_trace()
     plan = sharded_plan(tr, BLOCKS, mode="grad-op", forward_prefetch=3, backward_prefetch=2,
                         accumulate=4, comm_dtype="bfloat16")
-    out = emit("fsdp", plan, tr)
+    out = emit(tr, None, plan, "fsdp")
     assert out.exact and out.notes == []
     assert out.config == {"groups": [["emb"], ["blocks.0"], ["blocks.1"], ["head"]],
                           "reshard_after_forward": False, "forward_prefetch": 3,
@@ -99,7 +99,7 @@ def test_fsdp_settings_follow_the_plan() -> None:
 ])
 def test_what_fsdp2_cannot_express_is_noted(kw: dict, phrase: str) -> None:
     tr = small_trace()
-    out = emit("fsdp", sharded_plan(tr, BLOCKS, **kw), tr)
+    out = emit(tr, None, sharded_plan(tr, BLOCKS, **kw), "fsdp")
     assert not out.exact
     assert any(phrase in n for n in out.notes)
     assert out.config["forward_prefetch"] == 1 and out.config["backward_prefetch"] == 1
@@ -112,7 +112,7 @@ def test_gpt2_blocks_and_the_tied_head() -> None:
     units = [["transformer.wte", "transformer.wpe"]]
     units += [[n for n in names if n.startswith(f"transformer.h.{b}.")] for b in blocks]
     units.append(["transformer.ln_f", "lm_head"])
-    out = emit("fsdp", sharded_plan(tr, units), tr)
+    out = emit(tr, None, sharded_plan(tr, units), "fsdp")
     groups = out.config["groups"]
     assert groups[1:-1] == [[f"transformer.h.{b}"] for b in blocks]
     # lm_head's only tensor is transformer.wte.weight: FSDP2 needs it in wte's group
@@ -125,10 +125,10 @@ def test_a_plan_that_is_not_sharded_is_refused() -> None:
     tr = small_trace()
     plan = Plan(policy="x", buckets=[[t.name for t in tr.tensor_list]])
     with pytest.raises(SchedoptError, match="needs a sharded plan") as err:
-        emit("fsdp", plan, tr)
+        emit(tr, None, plan, "fsdp")
     assert "plan.sharding" in str(err.value)
     with pytest.raises(SchedoptError, match="sharded plan needs one of"):
-        emit("ddp", sharded_plan(tr, BLOCKS), tr)
+        emit(tr, None, sharded_plan(tr, BLOCKS), "ddp")
 
 
 def test_cli_fsdp_one_line_errors_and_files(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_zero3_sizes_by_hand() -> None:
     # unit elements: emb 100, blocks.0 144, blocks.1 144, head 30 (total 418)
     plan = sharded_plan(tr, BLOCKS, forward_prefetch=2, backward_prefetch=1, accumulate=8,
                         comm_dtype="bfloat16")
-    zero = zero3_config(plan, tr)
+    zero = zero3_config(tr, plan)
     assert zero["gradient_accumulation_steps"] == 8
     assert zero["communication_data_type"] == "bf16"
     z = zero["zero_optimization"]
@@ -165,7 +165,7 @@ def test_zero3_sizes_by_hand() -> None:
     assert z["stage3_max_reuse_distance"] == 0
     assert z["reduce_bucket_size"] == 144
     assert z["stage3_param_persistence_threshold"] == 0
-    grad_op = zero3_config(sharded_plan(tr, BLOCKS, mode="grad-op", forward_prefetch=0), tr)
+    grad_op = zero3_config(tr, sharded_plan(tr, BLOCKS, mode="grad-op", forward_prefetch=0))
     z = grad_op["zero_optimization"]
     assert z["stage3_prefetch_bucket_size"] == 0
     assert z["stage3_max_live_parameters"] == z["stage3_max_reuse_distance"] == 418
@@ -174,7 +174,7 @@ def test_zero3_sizes_by_hand() -> None:
 
 def test_zero3_is_never_exact_and_refuses_odd_dtypes() -> None:
     tr = small_trace()
-    out = emit("deepspeed", sharded_plan(tr, BLOCKS), tr)
+    out = emit(tr, None, sharded_plan(tr, BLOCKS), "deepspeed")
     assert not out.exact
     assert any("not per unit" in n for n in out.notes)
     assert any("reduce_bucket_size" in n for n in out.notes)  # unit sizes differ
@@ -183,22 +183,22 @@ def test_zero3_is_never_exact_and_refuses_odd_dtypes() -> None:
     merged = namespace["merge"]({"train_batch_size": 8, "zero_optimization": {"stage": 2}})
     assert merged["zero_optimization"]["stage"] == 3 and merged["train_batch_size"] == 8
     with pytest.raises(SchedoptError, match=r"plan\.comm_dtype"):
-        emit("deepspeed", sharded_plan(tr, BLOCKS, comm_dtype="float8"), tr)
+        emit(tr, None, sharded_plan(tr, BLOCKS, comm_dtype="float8"), "deepspeed")
 
 
 def test_with_a_cluster_both_times_are_simulated() -> None:
     from schedopt.files import load_cluster
-    from schedopt.simulate import simulate
+    from schedopt.simulate.simulator import simulate
 
     tr = load_trace("gpt2-124m-a100-bf16")
     cl = load_cluster("dgx-a100-4n")
     names = [la.name for la in tr.layers]
     units = [names[i: i + 8] for i in range(0, len(names), 8)]
-    exact = emit("fsdp", sharded_plan(tr, units), tr, cl)
+    exact = emit(tr, cl, sharded_plan(tr, units), "fsdp")
     assert exact.plan_time_s == exact.emitted_time_s == simulate(
         tr, cl, sharded_plan(tr, units)).iteration_time_s
     lazy = sharded_plan(tr, units, forward_prefetch=0, backward_prefetch=0)
-    out = emit("fsdp", lazy, tr, cl)
+    out = emit(tr, cl, lazy, "fsdp")
     assert out.plan_time_s == simulate(tr, cl, lazy).iteration_time_s
     assert out.emitted_time_s == exact.plan_time_s  # FSDP2 runs depth 1
 
@@ -210,7 +210,7 @@ def test_zero3_fragment_is_what_deepspeed_reads() -> None:
     from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
 
     tr = small_trace()
-    config = emit("deepspeed", sharded_plan(tr, BLOCKS, comm_dtype="bfloat16"), tr).config
+    config = emit(tr, None, sharded_plan(tr, BLOCKS, comm_dtype="bfloat16"), "deepspeed").config
     zero = DeepSpeedZeroConfig(**config["zero_optimization"])
     z = config["zero_optimization"]
     assert (zero.stage, zero.prefetch_bucket_size, zero.max_live_parameters,
@@ -228,10 +228,10 @@ def test_an_fsdp_baseline_plan_names_its_spec() -> None:
 
     tr = load_trace("llama-7b-h100-bf16")
     cl = load_cluster("dgx-h100-4n")
-    out = emit("fsdp", make_plan("fsdp:backward_prefetch=2", tr, cl), tr, cl)
+    out = emit(tr, cl, make_plan("fsdp:backward_prefetch=2", tr, cl), "fsdp")
     assert out.exact and out.spec is not None and out.spec.startswith("fsdp:")
     assert make_plan(out.spec, tr, cl).sharding == make_plan("fsdp:backward_prefetch=2", tr,
                                                              cl).sharding
     assert out.config["backward_prefetch"] == 2
     assert f"Policy spec: {out.spec}" in out.files["fsdp_snippet.py"]
-    assert emit("fsdp", sharded_plan(tr, [[la.name for la in tr.layers]]), tr).spec is None
+    assert emit(tr, None, sharded_plan(tr, [[la.name for la in tr.layers]]), "fsdp").spec is None

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.files import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,14 +182,14 @@ def test_a_failing_optimizer_only_drops_its_series(tmp_path: Path,
 def _recorded(trace: Any, cluster: str, spec: str) -> Any:
     from schedopt.files import load_cluster
     from schedopt.policies import make_plan
-    from schedopt.simulate import simulate
+    from schedopt.simulate.simulator import simulate
 
     cl = load_cluster(cluster)
     return simulate(trace, cl, make_plan(spec, trace, cl), record=True)
 
 
 def _synthetic(layers: int) -> Any:
-    from schedopt.trace import Trace
+    from schedopt.model.trace import Trace
 
     return Trace.model_validate({
         "name": f"synthetic-{layers}", "batch_size": 8, "io_s": 1e-3, "h2d_s": 1e-4,
@@ -200,7 +200,7 @@ def _synthetic(layers: int) -> Any:
 
 
 def test_spans_are_bounded_and_cover_every_task() -> None:
-    from schedopt.plotting.aggregate import row_spans
+    from schedopt.report.aggregate import row_spans
 
     sched = _recorded(_synthetic(3000), C, "caffe-mpi")
     for chunks in (False, True):
@@ -221,7 +221,7 @@ def test_spans_are_bounded_and_cover_every_task() -> None:
 
 
 def test_chrome_trace_stays_bounded_on_many_tensors() -> None:
-    from schedopt.plotting import chrome_trace_events
+    from schedopt.report.chrome import chrome_trace_events
 
     sched = _recorded(_synthetic(3000), C, "caffe-mpi")
     doc = chrome_trace_events(sched, budget=100)
@@ -236,7 +236,7 @@ def test_chrome_trace_stays_bounded_on_many_tensors() -> None:
 
 
 def test_gantt_window_is_steady_state() -> None:
-    from schedopt.plotting.charts import steady_window
+    from schedopt.report.charts import steady_window
 
     sched = _recorded(load_trace("resnet50-v100-b64"),
                       "k80-4x4-10gbe", "ddp")
@@ -247,7 +247,7 @@ def test_gantt_window_is_steady_state() -> None:
 
 
 def test_scaling_chart_keeps_the_fastest_and_the_optimum() -> None:
-    from schedopt.plotting.charts import pick_curves
+    from schedopt.report.charts import pick_curves
 
     series = {"a": [(1, 10.0), (4, 30.0)], "b": [(1, 10.0), (4, 38.0)],
               "c": [(1, 10.0), (4, 20.0)], "optimal": [(1, 10.0), (4, 39.0)]}
@@ -259,7 +259,7 @@ def test_scaling_chart_draws_ideal_scaling_on_log_axes(tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     import matplotlib.pyplot as plt
 
-    from schedopt.plotting import scaling_chart
+    from schedopt.report.charts import scaling_chart
 
     drawn: dict[str, Any] = {}
     real_close = plt.close
@@ -280,7 +280,7 @@ def test_scaling_chart_draws_ideal_scaling_on_log_axes(tmp_path: Path,
 def test_breakdown_chart_leaves_headroom(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import matplotlib.pyplot as plt
 
-    from schedopt.plotting import breakdown_chart
+    from schedopt.report.charts import breakdown_chart
 
     top: list[float] = []
     real_close = plt.close

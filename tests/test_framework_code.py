@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from schedopt.cluster import Cluster
 from schedopt.files import load_trace
-from schedopt.plan import Plan, split_member
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, split_member
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.trace import Trace
 
 from .test_policies_framework_code import every_third_float16
 
@@ -233,7 +233,7 @@ def test_deepspeed_engine_cases_that_differed(engine_results: tuple) -> None:
 def test_profiler_records_the_leading_dimension() -> None:
     """profile_model writes ``rows`` for parameters of two or more dimensions."""
     torch = pytest.importorskip("torch")
-    from schedopt.integrations.torch import profile_model
+    from schedopt.measure.profile import profile_model
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.ReLU(), torch.nn.Linear(6, 2))

@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from schedopt.plan import Plan, Sharding
+from schedopt.model.plan import Plan, Sharding
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "fsdp_worker.py"
@@ -99,13 +99,13 @@ def test_fsdp_groups_are_the_units_and_training_matches(tmp_path: Path, case: st
 def test_applying_without_a_process_group_is_one_error() -> None:
     import torch
 
+    from schedopt.emit.fsdp_torch import apply_sharded_plan, train_step
     from schedopt.errors import SchedoptError
-    from schedopt.integrations.fsdp import apply_sharded_plan, train_step
     from tests.fsdp_worker import Tiny, tiny_trace
 
     plan = CASES["grad-op-accumulate"]
     with pytest.raises(SchedoptError, match="process_group"):
-        apply_sharded_plan(Tiny(), plan, tiny_trace())
+        apply_sharded_plan(Tiny(), tiny_trace(), plan)
     opt = torch.optim.SGD(Tiny().parameters(), lr=0.1)
     with pytest.raises(SchedoptError, match="accumulates 2 micro-batches"):
         train_step(Tiny(), [None], lambda m, b: None, opt, plan)

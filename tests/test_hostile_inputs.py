@@ -1,7 +1,7 @@
 """Hostile input, table-driven: every kind of bad input over every command.
 
 Each row builds its input files in a fresh folder and runs the command line in-process through
-:func:`schedopt.cli.run` (the entry point's own error plumbing). The promise checked for every
+:func:`schedopt.cli.app.run` (the entry point's own error plumbing). The promise checked for every
 row: exit status 2, exactly one line on stderr (``error: ...`` naming the field or option and
 the value), nothing on stdout, no traceback, and no file left behind (no output, no temporary
 file, no folder made for an output).
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from schedopt.cli import run
+from schedopt.cli.app import run
 
 DATA = Path(__file__).parent / "data"
 TRACE: dict[str, Any] = json.loads((DATA / "tiny_trace.json").read_text())
@@ -327,7 +327,7 @@ def test_fit_below_the_r2_floor_is_refused(tmp_path: Path, capsys: pytest.Captur
     """A fit that explains the times worse than the floor writes no cluster (the floor is
     R^2 = 0; least squares with clamped coefficients stays above it on these data, so the
     floor is raised here to reach the refusal)."""
-    import schedopt.commfit as commfit
+    import schedopt.measure.commfit as commfit
 
     path = tmp_path / "osu8.txt"
     path.write_text(OSU_NOISY)
@@ -425,7 +425,7 @@ def test_ctrl_c_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C after the outputs are reserved and before they are complete: exit 130, no
     traceback, and neither the outputs nor their temporary files are left."""
-    import schedopt.cli as cli
+    import schedopt.cli.app as cli
 
     for name, doc in ((T, TRACE), (C, CLUSTER)):
         _write(tmp_path, name, doc)

@@ -14,7 +14,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cli import run
+from schedopt.cli.app import run
 
 from .test_hostile_inputs import edit
 

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from schedopt.cli import run
+from schedopt.cli.app import run
 
 MODELS = '''
 import torch

@@ -11,11 +11,11 @@ from types import ModuleType
 
 import pytest
 
-from schedopt.cluster import Cluster, ClusterFamily
 from schedopt.files import instances_dir, list_instances, load_cluster, load_json, load_trace
+from schedopt.model.cluster import Cluster, ClusterFamily
+from schedopt.model.trace import Trace
 from schedopt.policies import POLICIES, make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 ROOT = instances_dir()
 TRACE_NAMES = sorted(p.stem for p in (ROOT / "traces").glob("*.json"))

@@ -15,19 +15,15 @@ from pathlib import Path
 import pytest
 
 from schedopt.errors import SchedoptError
-from schedopt.trace import Trace
+from schedopt.model.trace import Trace
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
 pytestmark = pytest.mark.torch
 
-from schedopt.integrations.torch import (  # noqa: E402
-    ddp_kwargs,
-    model_tensors,
-    profile_model,
-    random_batch,
-)
+from schedopt.emit.ddp_torch import ddp_kwargs, model_tensors  # noqa: E402
+from schedopt.measure.profile import profile_model, random_batch  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -39,8 +35,8 @@ def _one_thread():
 
 
 def test_importing_the_package_needs_no_torch() -> None:
-    code = ("import sys; sys.modules['torch'] = None; import schedopt.integrations.torch, "
-            "schedopt.emit, schedopt.cli; print('ok')")
+    code = ("import sys; sys.modules['torch'] = None; import schedopt.measure.profile, "
+            "schedopt.emit, schedopt.cli.app; print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
@@ -60,7 +56,7 @@ def test_profile_sequential() -> None:
         assert la.forward_s > 0 and la.backward_s > 0
     assert trace.batch_size == 5 and trace.update_s == 0.0 and trace.h2d_s == 0.0
     assert re.fullmatch(
-        re.escape("measured with schedopt.integrations.torch.profile_model on cpu, "
+        re.escape("measured with schedopt.measure.profile.profile_model on cpu, "
                   f"torch {torch.__version__}, 3 repeats (median); per-layer medians "
                   "scaled to the median whole pass: forward x")
         + r"\d+\.\d{3}, backward x\d+\.\d{3}"
@@ -109,7 +105,7 @@ def test_profile_grad_copy_copies_every_gradient_once_per_iteration() -> None:
 
 
 def test_grad_copies_copy_every_gradient_into_a_buffer_allocated_once() -> None:
-    from schedopt.integrations.torch import _GradCopies
+    from schedopt.measure.profile import _GradCopies
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -131,7 +127,7 @@ def test_grad_copies_copy_every_gradient_into_a_buffer_allocated_once() -> None:
 
 
 def test_grad_view_makes_each_copy_the_gradient_as_gradient_as_bucket_view() -> None:
-    from schedopt.integrations.torch import _GradCopies
+    from schedopt.measure.profile import _GradCopies
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
@@ -199,18 +195,18 @@ def test_profile_inputs_and_errors() -> None:
 
 def test_ddp_kwargs_match_the_emitter() -> None:
     from schedopt.emit import emit_ddp
-    from schedopt.plan import Plan
+    from schedopt.model.plan import Plan
 
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
     trace = profile_model(model, torch.randn(5, 8), name="mlp", batch_size=5, repeats=1,
                           warmup=0)
     order = [t.name for t in trace.ready_order]
     plan = Plan(policy="hand", buckets=[order[:1], order[1:]])
-    kwargs = ddp_kwargs(plan, trace)
-    assert kwargs == emit_ddp(plan, trace).config
+    kwargs = ddp_kwargs(trace, None, plan)
+    assert kwargs == emit_ddp(trace, None, plan).config
     assert len(kwargs["bucket_cap_mb_list"]) == 2
     with pytest.raises(SchedoptError, match="exactly"):
-        ddp_kwargs(plan.model_copy(update={"buckets": plan.buckets[::-1]}), trace,
+        ddp_kwargs(trace, None, plan.model_copy(update={"buckets": plan.buckets[::-1]}),
                    require_exact=True)
 
 
@@ -219,10 +215,11 @@ def test_ddp_kwargs_match_the_emitter() -> None:
 RUN = textwrap.dedent("""
     import json, os, sys, tempfile
     import torch, torch.nn as nn, torch.distributed as dist
-    from schedopt.cluster import Cluster
+    from schedopt.model.cluster import Cluster
     from schedopt.errors import SchedoptError
-    from schedopt.integrations.torch import apply_plan, profile_model, rebuilt_buckets
-    from schedopt.plan import Plan
+    from schedopt.emit.ddp_torch import apply_plan, rebuilt_buckets
+    from schedopt.measure.profile import profile_model
+    from schedopt.model.plan import Plan
     from schedopt.policies import make_plan
 
     torch.set_num_threads(1)
@@ -257,7 +254,7 @@ RUN = textwrap.dedent("""
             plans += [make_plan("ddp", trace, cluster, bucket_cap_mb=cap) for cap in (0.02, 0.05)]
         for plan in plans:
             try:
-                ddp = apply_plan(model, plan, trace)
+                ddp = apply_plan(model, trace, plan)
             except SchedoptError as exc:
                 out.append({"error": str(exc)})
                 continue
@@ -268,7 +265,7 @@ RUN = textwrap.dedent("""
                         "before": before})
             del ddp
     try:
-        apply_plan(net(False), plans[-1], trace)
+        apply_plan(net(False), trace, plans[-1])
     except SchedoptError as exc:
         out.append({"error": str(exc)})
     dist.destroy_process_group()
@@ -302,8 +299,8 @@ def test_apply_plan_rebuilds_the_plans_buckets(tmp_path: Path) -> None:
 
 
 def test_apply_plan_needs_a_process_group() -> None:
-    from schedopt.integrations.torch import apply_plan
-    from schedopt.plan import Plan
+    from schedopt.emit.ddp_torch import apply_plan
+    from schedopt.model.plan import Plan
 
     dist = pytest.importorskip("torch.distributed")
     if dist.is_available() and dist.is_initialized():
@@ -314,13 +311,13 @@ def test_apply_plan_needs_a_process_group() -> None:
             {"name": "0.weight", "bytes": 16}, {"name": "0.bias", "bytes": 8}]}]})
     plan = Plan(policy="hand", buckets=[["0.bias", "0.weight"]])
     with pytest.raises(SchedoptError, match="process group"):
-        apply_plan(model, plan, trace)
+        apply_plan(model, trace, plan)
 
 
 def test_cli_profile_writes_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from schedopt.cli import app
+    from schedopt.cli.app import app
 
     (tmp_path / "tinynet.py").write_text(textwrap.dedent("""
         import torch.nn as nn
@@ -345,7 +342,7 @@ def test_cli_profile_writes_a_trace(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 def test_pass_scale_makes_the_layers_sum_to_the_median_whole_pass() -> None:
-    from schedopt.integrations.torch import _pass_scale
+    from schedopt.measure.profile import _pass_scale
 
     # two layers, three iterations: each layer is slow once, never both in one iteration
     times = [[1.0, 1.0, 5.0], [1.0, 5.0, 1.0]]
@@ -359,7 +356,7 @@ def test_pass_scale_makes_the_layers_sum_to_the_median_whole_pass() -> None:
 def test_faults_note_is_the_median_of_the_iterations_on_a_cpu_only() -> None:
     import mmap
 
-    from schedopt.integrations.torch import _faults_note
+    from schedopt.measure.profile import _faults_note
 
     runs = [{"faults": 10}, {"faults": 2560}, {"faults": 9000}]
     mib = 2560 * mmap.PAGESIZE / 2**20
@@ -371,7 +368,7 @@ def test_faults_note_is_the_median_of_the_iterations_on_a_cpu_only() -> None:
 
 FAULTS_SCRIPT = textwrap.dedent("""
     import re, torch
-    from schedopt.integrations.torch import profile_model
+    from schedopt.measure.profile import profile_model
     torch.manual_seed(0)
     model = torch.nn.Linear(3000, 3000, bias=False)  # a 36 MB gradient: above glibc's mmap limit
     tr = profile_model(model, torch.randn(2, 3000), name="big", batch_size=2, repeats=3)

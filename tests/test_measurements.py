@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.errors import SchedoptError
-from schedopt.measurements import read_measurements
+from schedopt.measure.measurements import read_measurements
 
 HEADER = "trace,cluster,nodes,policy,iteration_time_s"
 TRACE = {"name": "t3", "batch_size": 8, "layers": [

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from schedopt.cluster import Cluster
-from schedopt.plan import interleave
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import interleave
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 
 def cluster(**kw: object) -> Cluster:

@@ -8,13 +8,13 @@ from hypothesis import strategies as st
 from pytest import MonkeyPatch
 
 import schedopt.optimize.unimodal as unimodal_mod
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import constant_bound
 from schedopt.optimize.coarse import coarse_programme, layer_groups
 from schedopt.optimize.instance import build_instance
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters, traces
 from .test_optimize_unimodal import brute

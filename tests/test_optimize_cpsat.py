@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import stage_bound
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
@@ -20,7 +21,6 @@ from schedopt.optimize.instance import Instance, build_instance
 from schedopt.optimize.model import CommModel
 from schedopt.optimize.units import build_units
 from schedopt.policies import make_plan
-from schedopt.trace import Trace
 
 from .strategies import clusters, traces
 

@@ -14,7 +14,7 @@ from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.robust import robust_solve
 from schedopt.optimize.solve import WORK_FRACTION, Budget
-from schedopt.scenarios import corner_scenarios
+from schedopt.simulate.scenarios import corner_scenarios
 
 #: The deterministic work of the determinism tests (s), and a wall-clock limit so generous that
 #: it holds at load average 8 on 2 cores (the solve takes about 2 s unloaded).

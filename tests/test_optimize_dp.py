@@ -14,13 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
 from schedopt.files import load_trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.dp import min_makespan, solve_fifo_per_layer, solve_wait_for_all
 from schedopt.optimize.instance import build_instance
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters, traces
 

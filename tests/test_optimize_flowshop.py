@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.flowshop import resource_bound, resource_views
 from schedopt.optimize.instance import build_instance
-from schedopt.trace import Trace
 
 from .strategies import clusters, comparable_layers, traces
 

@@ -9,10 +9,10 @@ import pytest
 
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.plan import Member, parse_member, piece_name
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.instance import build_instance
-from schedopt.plan import Member, parse_member, piece_name
-from schedopt.trace import Trace
 
 
 @pytest.mark.parametrize(

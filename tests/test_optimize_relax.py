@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from schedopt.cluster import Cluster, CommStage
 from schedopt.files import instances_dir, load_trace
+from schedopt.model.cluster import Cluster, CommStage
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.relax import curve_ratio, relaxation
-from schedopt.simulate import simulate
+from schedopt.simulate.simulator import simulate
 
 
 def test_curve_ratio_by_hand() -> None:

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from schedopt import cli
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.bound import network_bound, peak_floor, step_bound
@@ -24,8 +25,7 @@ from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, build_s
 from schedopt.optimize.sharding.search import partitions
 from schedopt.optimize.sharding.solve import sharded_policies
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from . import strategies
 

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster, PSConfig
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster, PSConfig
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.bounds import lower_bound
 from schedopt.optimize.dp import solve_fifo_per_layer
@@ -24,8 +25,7 @@ from schedopt.optimize.shared_link import (
     shared_link_applies,
     shared_link_bound,
 )
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from .strategies import comparable_layers
 

@@ -7,14 +7,14 @@ import json
 
 import pytest
 
-from schedopt.cluster import Cluster
-from schedopt.dag import check_schedule
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.dp import solve_wait_for_all
 from schedopt.optimize.instance import build_instance
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.dag import check_schedule
+from schedopt.simulate.simulator import simulate
 
 CLUSTERS = ["k80-4x4-10gbe", "dgx1-v100", "k80-4x4-10gbe-ps", "dgx-a100-4n-hierarchical"]
 OPTIONS = [

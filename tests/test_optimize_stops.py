@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, SolveResult, Status, solve
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 from tests.interrupt import cli_interrupted_at
 
 solve_mod = sys.modules["schedopt.optimize.solve"]

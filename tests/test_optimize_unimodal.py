@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import schedopt.optimize.unimodal as unimodal_mod
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.bounds import constant_bound
 from schedopt.optimize.instance import build_instance
@@ -21,7 +22,6 @@ from schedopt.optimize.unimodal import (
     unimodal_exact,
     unimodal_feasible,
 )
-from schedopt.trace import Trace
 
 from .strategies import clusters, traces
 

@@ -8,12 +8,12 @@ import dataclasses
 import numpy as np
 import pytest
 
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance, choose_tick
 from schedopt.optimize.units import build_units
-from schedopt.trace import Trace
 
 
 def test_units_hold_seconds_and_the_instance_the_ticks(tiny_trace: Trace,

@@ -6,12 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
 from schedopt.files import load_cluster, load_trace
-from schedopt.plan import Plan, Schedule
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Schedule
+from schedopt.model.trace import Trace
 from schedopt.policies import POLICIES, make_plan
-from schedopt.simulate import Model, _ContentionSimulator, _Simulator, simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import Model, _ContentionSimulator, _Simulator, simulate
 
 from .strategies import clusters, traces
 

@@ -6,8 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from schedopt.errors import SchedoptError
-from schedopt.plan import Plan, Sharding
-from schedopt.trace import Trace
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.trace import Trace
 
 
 def _trace() -> Trace:

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import pytest
 
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.files import load_trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
 from schedopt.policies.bytescheduler import split_sizes
 from schedopt.policies.deepspeed import zero_slices
-from schedopt.trace import Trace
 
 from .test_policies_frameworks import CLUSTER, MB, fitted, make_trace
 
@@ -237,6 +237,6 @@ def test_deepspeed_emitter_rebuilds_the_engine_plans() -> None:
     for trace in (load_trace("bert-base-a100-bf16"),
                   every_third_float16(load_trace("resnet50-a100-b256"))):
         plan = make_plan("deepspeed:reduce_bucket_size=1000000", trace, world(4))
-        out = emit_deepspeed(plan, trace, world(4))
+        out = emit_deepspeed(trace, world(4), plan)
         assert out.exact, out.notes
         assert out.config["zero_optimization"]["reduce_bucket_size"] == 1_000_000

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.files import instances_dir, load_cluster, load_trace
-from schedopt.plan import split_member
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import split_member
+from schedopt.model.trace import DTYPE_BYTES, Trace
 from schedopt.policies import POLICIES, make_plan
 from schedopt.policies.common import pack_in_order, tensor_ready_times
 from schedopt.policies.mgwfbp import mgwfbp_merge
-from schedopt.simulate import simulate
-from schedopt.trace import DTYPE_BYTES, Trace
+from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters
 

@@ -16,10 +16,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schedopt.cli import run
-from schedopt.cluster import AllReduceFit, Cluster
+from schedopt.cli.app import run
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import AllReduceFit, Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.baselines import evaluate_baseline
 from schedopt.optimize.instance import build_instance
@@ -30,9 +32,8 @@ from schedopt.optimize.robust import (
     robust_scenarios,
     robust_solve,
 )
-from schedopt.plan import Plan
 from schedopt.policies import POLICIES, make_plan
-from schedopt.scenarios import (
+from schedopt.simulate.scenarios import (
     check_pct,
     cluster_scenarios,
     corner_scenarios,
@@ -40,8 +41,7 @@ from schedopt.scenarios import (
     spread,
     unbound,
 )
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 from tests.interrupt import cli_interrupted_at
 from tests.strategies import clusters, traces
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 
 runner = CliRunner()
 TRACE, CLUSTER = "bert-large-a100-bf16", "dgx-a100"
@@ -108,9 +108,9 @@ def test_gantt_legend_names_sharded_tasks_only_when_drawn(tmp_path: Path) -> Non
     import matplotlib.pyplot as plt
 
     from schedopt.files import load_cluster, load_trace
-    from schedopt.plotting import charts
     from schedopt.policies import make_plan
-    from schedopt.simulate import simulate
+    from schedopt.report import charts
+    from schedopt.simulate.simulator import simulate
 
     tr, cl = load_trace("gpt2-124m-a100-bf16"), load_cluster("dgx-a100-4n")
     legends = {}

@@ -21,7 +21,7 @@ from schedopt.optimize.sharding import solve as sharded_solve
 from schedopt.optimize.sharding.cpsat import ShardedModel, choose_tick, solve_cpsat, ticked
 from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, build_sharded, step_time
 from schedopt.optimize.sharding.search import _depths, partitions
-from schedopt.simulate import simulate
+from schedopt.simulate.simulator import simulate
 
 from .test_optimize_sharded import MS, _cluster, _trace
 

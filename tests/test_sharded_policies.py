@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from schedopt.cluster import Cluster
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import POLICIES, SHARDED_POLICIES, make_plan
 from schedopt.policies.units import block_key, prefetch_depth, size_units
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 
 def _trace(numels: list[int], names: list[str] | None = None) -> Trace:

@@ -19,15 +19,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
-from schedopt.dag import build_dag, check_schedule, longest_path_starts
 from schedopt.errors import SchedoptError
-from schedopt.plan import Plan, Sharding
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.sharded import Network, peak_bytes
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
 from schedopt.policies.units import merge_tensorless
-from schedopt.sharded import Network, peak_bytes
-from schedopt.simulate import Model, recost, simulate, simulate_model
-from schedopt.trace import Trace
+from schedopt.simulate.dag import build_dag, check_schedule, longest_path_starts
+from schedopt.simulate.simulator import Model, recost, simulate, simulate_model
 
 from .strategies import clusters, traces
 

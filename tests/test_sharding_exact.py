@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize.control import Halt
 from schedopt.optimize.result import Method
@@ -24,8 +25,7 @@ from schedopt.optimize.sharding.search import (
     repeated_blocks,
     shortened,
 )
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.simulator import simulate
 
 from .test_optimize_sharded import MS, _cluster, _trace
 

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schedopt.cluster import Cluster
-from schedopt.dag import build_dag, check_schedule, longest_path_starts
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.trace import Trace
+from schedopt.simulate.dag import build_dag, check_schedule, longest_path_starts
+from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters, traces
 

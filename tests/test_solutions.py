@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from schedopt.files import load_cluster, load_trace
-from schedopt.plan import Plan
-from schedopt.simulate import simulate
+from schedopt.model.plan import Plan
+from schedopt.simulate.simulator import simulate
 
 SOLUTIONS = sorted((Path(__file__).resolve().parents[1] / "solutions").glob("*.json"))
 

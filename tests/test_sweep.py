@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.errors import SchedoptError
-from schedopt.sweep import Store, expand_rows, parse_spec_text, run_row, run_sweep
-from schedopt.sweep.report import best_knobs, near_optimal, speedup_rows
-from schedopt.sweep.spec import SweepSpec, row_key
+from schedopt.study.sweep import Store, expand_rows, parse_spec_text, run_row, run_sweep
+from schedopt.study.sweep.report import best_knobs, near_optimal, speedup_rows
+from schedopt.study.sweep.spec import SweepSpec, row_key
 
 from .sweep_helpers import REPO, SMALL, env, schedopt, stable, write_spec
 
@@ -121,7 +121,7 @@ def test_run_row_is_deterministic() -> None:
 # --------------------------------------------------------------------------- the store
 _WRITER = """
 import sys
-from schedopt.sweep import Store
+from schedopt.study.sweep import Store
 db, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 with Store(db, timeout_s=60) as s:
     for i in range(first, first + count):
@@ -314,7 +314,7 @@ def test_report_missing_db(tmp_path: Path) -> None:
 
 def test_shipped_paper_spec_parses() -> None:
     pytest.importorskip("yaml", reason="the shipped spec is YAML (pyyaml)")
-    from schedopt.sweep import load_spec
+    from schedopt.study.sweep import load_spec
 
     spec = load_spec(REPO / "benchmarks" / "sweeps" / "paper.yaml")
     assert len(expand_rows(spec)) > 0

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from schedopt.sweep import Store, SweepSpec, run_sweep
+from schedopt.study.sweep import Store, SweepSpec, run_sweep
 
 from .sweep_helpers import SMALL, stable
 

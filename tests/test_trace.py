@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from schedopt.errors import SchedoptError
-from schedopt.trace import Trace, median_trace
+from schedopt.model.trace import Trace, median_trace
 
 
 def test_median_trace_takes_medians_per_layer() -> None:

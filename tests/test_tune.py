@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from schedopt.cli import app
+from schedopt.cli.app import app
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace
 from schedopt.policies import make_plan
-from schedopt.simulate import simulate
-from schedopt.tune import FRAMEWORKS, in_default_class, tune, tune_all
+from schedopt.simulate.simulator import simulate
+from schedopt.study.tune import FRAMEWORKS, in_default_class, tune, tune_all
 
 DATA = Path(__file__).parent / "data"
 T, C = str(DATA / "tiny_trace.json"), str(DATA / "fitted_cluster.json")

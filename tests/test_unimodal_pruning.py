@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import schedopt.optimize.unimodal as unimodal_mod
-from schedopt.cluster import Cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.bounds import constant_bound
 from schedopt.optimize.instance import build_instance
 from schedopt.optimize.unimodal import Outcome, feasibility, unimodal_exact
-from schedopt.trace import Trace
 
 from .strategies import clusters, traces
 from .test_optimize_unimodal import brute

@@ -30,9 +30,9 @@ from bcaffe_study import (
 )
 
 from schedopt.errors import SchedoptError
-from schedopt.loaders.bcaffe import load_bcaffe_log, read_bcaffe_log
-from schedopt.plan import Plan
-from schedopt.simulate import simulate
+from schedopt.measure.bcaffe import load_bcaffe_log, read_bcaffe_log
+from schedopt.model.plan import Plan
+from schedopt.simulate.simulator import simulate
 
 LOGDATA = Path(__file__).resolve().parents[2] / "shared" / "reference" / "mgwfbp-traces" / (
     "B-Caffe/logdata"

@@ -1,27 +1,29 @@
 """Plan -> framework configs: PyTorch DDP, FSDP2, Horovod, DeepSpeed, Megatron-Core, plan JSON.
 
-Every emitter is ``emit_X(plan, trace, cluster=None) -> Emitted``; :data:`EMITTERS` maps the
-target names to them and :func:`emit` dispatches by name. docs/emit.md says, per target, what
-is exact and what is approximated. Sharded plans go to ``fsdp``, ``deepspeed`` (ZeRO stage 3)
-and ``json`` only (:data:`SHARDED_TARGETS`); ``fsdp`` needs one.
+Every emitter is ``emit_X(trace, cluster, plan) -> Emitted`` (``cluster`` may be None);
+:data:`EMITTERS` maps the target names to them and :func:`emit` dispatches by name.
+docs/emit.md says, per target, what is exact and what is approximated. Sharded plans go to
+``fsdp``, ``deepspeed`` (ZeRO stage 3) and ``json`` only (:data:`SHARDED_TARGETS`); ``fsdp``
+needs one. :mod:`schedopt.emit.ddp_torch` and :mod:`schedopt.emit.fsdp_torch` apply a plan to
+a PyTorch model.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import Trace
-from .common import Emitted as Emitted
-from .ddp import ddp_caps as ddp_caps
-from .ddp import emit_ddp as emit_ddp
-from .deepspeed import emit_deepspeed as emit_deepspeed
-from .fsdp import emit_fsdp as emit_fsdp
-from .horovod import emit_horovod as emit_horovod
-from .megatron import emit_megatron as emit_megatron
-from .plan_json import emit_json as emit_json
+from schedopt.emit.common import Emitted as Emitted
+from schedopt.emit.ddp import ddp_caps as ddp_caps
+from schedopt.emit.ddp import emit_ddp as emit_ddp
+from schedopt.emit.deepspeed import emit_deepspeed as emit_deepspeed
+from schedopt.emit.fsdp import emit_fsdp as emit_fsdp
+from schedopt.emit.horovod import emit_horovod as emit_horovod
+from schedopt.emit.megatron import emit_megatron as emit_megatron
+from schedopt.emit.plan_json import emit_json as emit_json
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 
 EmitFn = Callable[..., Emitted]
 
@@ -41,7 +43,7 @@ EMITTERS: dict[str, EmitFn] = {
 }
 
 
-def emit(target: str, plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit(trace: Trace, cluster: Cluster | None, plan: Plan, target: str) -> Emitted:
     """Emit ``plan`` for ``target`` (one of :data:`EMITTERS`).
 
     Raises
@@ -54,7 +56,7 @@ def emit(target: str, plan: Plan, trace: Trace, cluster: Cluster | None = None) 
     if plan.sharding is not None and target not in SHARDED_TARGETS:
         raise SchedoptError(f"a sharded plan needs one of {', '.join(SHARDED_TARGETS)}",
                             "target", target)
-    return EMITTERS[target](plan, trace, cluster)
+    return EMITTERS[target](trace, cluster, plan)
 
 
 __all__ = [

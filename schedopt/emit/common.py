@@ -1,6 +1,6 @@
 """What every emitter shares: the result type, plan comparison, and the search for a config.
 
-An emitter turns a :class:`~schedopt.plan.Plan` into the settings of one framework. Where the
+An emitter turns a :class:`~schedopt.model.plan.Plan` into the settings of one framework. Where the
 framework can express the plan, the settings reproduce it exactly: the framework's own policy in
 :mod:`schedopt.policies`, run with the emitted settings, returns the same buckets in the same
 launch order with the same couplings. Where it cannot, the emitter picks, among candidate
@@ -19,12 +19,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan, split_member
-from ..policies import make_plan
-from ..simulate import simulate
-from ..trace import Tensor, Trace
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, split_member
+from schedopt.model.trace import Tensor, Trace
+from schedopt.policies import make_plan
+from schedopt.simulate.simulator import simulate
 
 __all__ = [
     "Candidate",
@@ -99,7 +99,7 @@ class Emitted(BaseModel):
         SchedoptError
             The folder or a file cannot be written.
         """
-        from ..files import output_files
+        from schedopt.files import output_files
 
         root = Path(folder)
         paths = {name: root / name for name in self.files}
@@ -120,7 +120,7 @@ def placeholder_cluster(gpus_per_node: int = 8) -> Cluster:
     })
 
 
-def whole_tensor_buckets(plan: Plan, trace: Trace) -> list[list[str]]:
+def whole_tensor_buckets(trace: Trace, plan: Plan) -> list[list[str]]:
     """The plan's buckets with every partitioned tensor put back together.
 
     A tensor whose pieces sit in several buckets goes to the bucket holding most of its bytes

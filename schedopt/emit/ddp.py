@@ -19,13 +19,7 @@ import math
 import pprint
 from dataclasses import dataclass, field
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..policies.common import MIB
-from ..policies.ddp import ddp_buckets, ddp_limits
-from ..report import fmt_bytes
-from ..trace import Trace
-from .common import (
+from schedopt.emit.common import (
     Candidate,
     Emitted,
     deviations,
@@ -34,6 +28,12 @@ from .common import (
     search,
     whole_tensor_buckets,
 )
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import MIB
+from schedopt.policies.ddp import ddp_buckets, ddp_limits
+from schedopt.report.tables import fmt_bytes
 
 __all__ = ["DdpCaps", "cap_mb_in", "ddp_caps", "emit_ddp"]
 
@@ -141,7 +141,7 @@ def _caps_for(runs: dict[str, list[list]], *, open_last: bool) -> tuple[list[flo
     return caps, notes
 
 
-def ddp_caps(plan: Plan, trace: Trace) -> DdpCaps:
+def ddp_caps(trace: Trace, plan: Plan) -> DdpCaps:
     """The ``bucket_cap_mb_list`` that expresses ``plan`` to DDP, or comes closest.
 
     Partitioned tensors are put back together first (the bucket holding most of a tensor's
@@ -160,7 +160,7 @@ def ddp_caps(plan: Plan, trace: Trace) -> DdpCaps:
     DdpCaps
         Caps, limits, DDP's resulting buckets and whether they are the plan's.
     """
-    groups = whole_tensor_buckets(plan, trace)
+    groups = whole_tensor_buckets(trace, plan)
     bucket_of = {name: k for k, b in enumerate(groups) for name in b}
     runs = dtype_runs(trace.ready_order, bucket_of)
     tried = []
@@ -206,7 +206,7 @@ def _uniform_candidates() -> list[Candidate]:
     return out
 
 
-def emit_ddp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_ddp(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Express ``plan`` as PyTorch DDP settings (``ddp.json`` and ``ddp_snippet.py``).
 
     Exact for plans whose buckets are contiguous in gradient-ready order per dtype, launched in
@@ -228,7 +228,7 @@ def emit_ddp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitte
         ``ddp.json`` (keyword arguments of ``DistributedDataParallel``) and a snippet.
     """
     plan.check_against(trace, cluster)
-    caps = ddp_caps(plan, trace)
+    caps = ddp_caps(trace, plan)
     structural = Candidate({"bucket_cap_mb_list": caps.caps_mb},
                            {"bucket_cap_mb_list": caps.caps_mb},
                            f"bucket_cap_mb_list with {len(caps.caps_mb)} caps")

@@ -18,10 +18,7 @@ import pprint
 import statistics
 from collections.abc import Sequence
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Tensor, Trace
-from .common import (
+from schedopt.emit.common import (
     Candidate,
     Emitted,
     deviations,
@@ -30,7 +27,10 @@ from .common import (
     size_grid,
     whole_tensor_buckets,
 )
-from .zero3 import emit_zero3
+from schedopt.emit.zero3 import emit_zero3
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Tensor, Trace
 
 __all__ = ["emit_deepspeed", "overflow_size_interval"]
 
@@ -82,7 +82,7 @@ def _candidate(stage: int, size: int, overlap: bool) -> Candidate:
                      f"ZeRO stage {stage}, reduce_bucket_size={size}, overlap_comm={overlap}")
 
 
-def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_deepspeed(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Express ``plan`` as a DeepSpeed ``zero_optimization`` fragment.
 
     A sharded plan gets ZeRO stage 3 settings instead (:func:`schedopt.emit.zero3.emit_zero3`).
@@ -105,9 +105,9 @@ def emit_deepspeed(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> 
         ``deepspeed.json`` (a fragment to merge into ds_config) and ``deepspeed_snippet.py``.
     """
     if plan.sharding is not None:
-        return emit_zero3(plan, trace, cluster)
+        return emit_zero3(trace, cluster, plan)
     plan.check_against(trace, cluster)
-    groups = whole_tensor_buckets(plan, trace)
+    groups = whole_tensor_buckets(trace, plan)
     bucket_of = {name: k for k, b in enumerate(groups) for name in b}
     overlap = plan.overlap
     candidates: list[Candidate] = []

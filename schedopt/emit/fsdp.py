@@ -2,7 +2,7 @@
 
 A unit of the plan becomes one ``fully_shard`` call, which makes one FSDP parameter group (one
 all-gather and one reduce-scatter per use). The trace's layers are module names (leaf modules
-owning parameters, as :func:`schedopt.integrations.torch.profile_model` and instances/generate.py
+owning parameters, as :func:`schedopt.measure.profile.profile_model` and instances/generate.py
 name them), so a unit is a set of modules: the emitter collapses it to the fewest modules whose
 parameter-owning descendants are all in the unit (``transformer.h.3`` for a unit that is one
 block), and passes a list when several remain (``fully_shard([m1, m2])``, which FSDP2 accepts
@@ -36,11 +36,11 @@ from __future__ import annotations
 import json
 import pprint
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan, Sharding
-from ..trace import Trace
-from .common import Emitted, placeholder_cluster, spec_of
+from schedopt.emit.common import Emitted, placeholder_cluster, spec_of
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.trace import Trace
 
 __all__ = ["emit_fsdp", "fsdp_config", "unit_modules"]
 
@@ -123,7 +123,7 @@ def _tied_moves(plan: Plan, trace: Trace, groups: list[list[str]]) -> list[str]:
     return notes
 
 
-def fsdp_config(plan: Plan, trace: Trace) -> tuple[dict, list[str]]:
+def fsdp_config(trace: Trace, plan: Plan) -> tuple[dict, list[str]]:
     """The FSDP2 settings of a sharded plan and the notes on what they cannot express.
 
     Returns
@@ -167,7 +167,7 @@ def fsdp_config(plan: Plan, trace: Trace) -> tuple[dict, list[str]]:
     return config, notes
 
 
-def emit_fsdp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_fsdp(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Express a sharded ``plan`` as FSDP2 ``fully_shard`` groups and settings.
 
     Parameters
@@ -191,14 +191,14 @@ def emit_fsdp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitt
     """
     _sharding(plan, "fsdp")
     plan.check_against(trace, cluster)
-    config, notes = fsdp_config(plan, trace)
+    config, notes = fsdp_config(trace, plan)
     spec = _baseline_spec(plan, trace, cluster)
     files = {"fsdp.json": json.dumps(config, indent=1) + "\n",
              "fsdp_snippet.py": _snippet(plan, trace, config, not notes, spec)}
     out = Emitted(target="fsdp", files=files, exact=not notes, notes=notes, config=config,
                   spec=spec)
     if cluster is not None:
-        from ..simulate import simulate
+        from schedopt.simulate.simulator import simulate
 
         out.plan_time_s = simulate(trace, cluster, plan).iteration_time_s
         out.emitted_time_s = simulate(trace, cluster, _as_run(plan, config)).iteration_time_s
@@ -207,7 +207,7 @@ def emit_fsdp(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitt
 
 def _baseline_spec(plan: Plan, trace: Trace, cluster: Cluster | None) -> str | None:
     """The ``fsdp`` baseline spec that rebuilds the plan's units and settings, if one does."""
-    from ..policies import make_plan
+    from schedopt.policies import make_plan
 
     if plan.policy != "fsdp":
         return None

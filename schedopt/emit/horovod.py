@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import pprint
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..policies.common import MIB
-from ..policies.horovod import FUSION_BUFFER_ATOMIC_UNIT
-from ..trace import Trace
-from .common import Candidate, Emitted, deviations, search, whole_tensor_buckets
+from schedopt.emit.common import Candidate, Emitted, deviations, search, whole_tensor_buckets
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import MIB
+from schedopt.policies.horovod import FUSION_BUFFER_ATOMIC_UNIT
 
 __all__ = ["emit_horovod"]
 
@@ -28,7 +28,7 @@ __all__ = ["emit_horovod"]
 CYCLE_TIMES_MS = (1.0, 0.5, 0.2, 0.1, 0.05, 2.0, 5.0)
 
 
-def emit_horovod(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_horovod(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Express ``plan`` as Horovod groups and environment settings.
 
     Parameters
@@ -45,7 +45,7 @@ def emit_horovod(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Em
         ``horovod.json`` (``env`` and ``groups``) and ``horovod_snippet.py``.
     """
     plan.check_against(trace, cluster)
-    groups = whole_tensor_buckets(plan, trace)
+    groups = whole_tensor_buckets(trace, plan)
     size = {t.name: t.bytes for t in trace.tensor_list}
     dtype = {t.name: t.dtype for t in trace.tensor_list}
     local = cluster.gpus_per_node if cluster is not None else 8

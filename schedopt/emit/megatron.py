@@ -17,10 +17,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Tensor, Trace
-from .common import (
+from schedopt.emit.common import (
     Candidate,
     Emitted,
     deviations,
@@ -30,6 +27,9 @@ from .common import (
     size_grid,
     whole_tensor_buckets,
 )
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Tensor, Trace
 
 __all__ = ["emit_megatron", "reach_size_interval"]
 
@@ -62,7 +62,7 @@ def _candidate(size: int | None) -> Candidate:
     return Candidate(dict(config), config, f"overlap_grad_reduce=True, bucket_size={size}")
 
 
-def emit_megatron(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_megatron(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Express ``plan`` as Megatron-Core DDP settings.
 
     Parameters
@@ -79,7 +79,7 @@ def emit_megatron(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> E
         ``megatron_snippet.py``.
     """
     plan.check_against(trace, cluster)
-    groups = whole_tensor_buckets(plan, trace)
+    groups = whole_tensor_buckets(trace, plan)
     bucket_of = {name: k for k, b in enumerate(groups) for name in b}
     candidates: list[Candidate] = []
     if not plan.overlap:

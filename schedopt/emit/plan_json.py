@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Trace
-from .common import Emitted
+from schedopt.emit.common import Emitted
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 
 __all__ = ["emit_json"]
 
 
-def emit_json(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_json(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Write the plan itself (``plan.json``), always exact.
 
     The plan is checked against ``trace`` (and ``cluster``) and carries their fingerprints, so

@@ -31,11 +31,11 @@ from __future__ import annotations
 import json
 import pprint
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import Trace
-from .common import Emitted
+from schedopt.emit.common import Emitted
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
 
 __all__ = ["emit_zero3", "zero3_config"]
 
@@ -46,7 +46,7 @@ def _window(sizes: list[int], start: int, count: int) -> int:
     return sum(sizes[start: start + count])
 
 
-def zero3_config(plan: Plan, trace: Trace) -> dict:
+def zero3_config(trace: Trace, plan: Plan) -> dict:
     """The ``zero_optimization`` stage 3 settings (and accumulation, dtype) of a sharded plan.
 
     Raises
@@ -106,7 +106,7 @@ def _notes(plan: Plan, sizes_equal: bool) -> list[str]:
     return notes
 
 
-def emit_zero3(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emitted:
+def emit_zero3(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     """Express a sharded ``plan`` as a DeepSpeed ZeRO-3 config fragment (never exact).
 
     Returns
@@ -115,7 +115,7 @@ def emit_zero3(plan: Plan, trace: Trace, cluster: Cluster | None = None) -> Emit
         ``deepspeed.json`` (a fragment to merge into ds_config) and ``deepspeed_snippet.py``.
     """
     plan.check_against(trace, cluster)
-    config = zero3_config(plan, trace)
+    config = zero3_config(trace, plan)
     units = plan.members(trace).bucket_bytes()
     notes = _notes(plan, bool(len(set(units.tolist())) == 1))
     fragment = pprint.pformat(config, width=96, sort_dicts=False)

@@ -7,11 +7,11 @@
 See docs/formulation.md for the model and :func:`solve` for the method chosen per class.
 """
 
-from .options import SolveOptions as SolveOptions
-from .result import BaselineRow as BaselineRow
-from .result import Method as Method
-from .result import SolveResult as SolveResult
-from .result import Status as Status
-from .solve import solve as solve
+from schedopt.optimize.options import SolveOptions as SolveOptions
+from schedopt.optimize.result import BaselineRow as BaselineRow
+from schedopt.optimize.result import Method as Method
+from schedopt.optimize.result import SolveResult as SolveResult
+from schedopt.optimize.result import Status as Status
+from schedopt.optimize.solve import solve as solve
 
 __all__ = ["BaselineRow", "Method", "SolveOptions", "SolveResult", "Status", "solve"]

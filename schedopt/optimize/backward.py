@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .unimodal import _Tables
+    from schedopt.optimize.unimodal import _Tables
 
 __all__ = ["INFEASIBLE_NEED", "Needs", "cells_bound", "pair_makespan", "unhidden_share"]
 

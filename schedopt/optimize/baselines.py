@@ -12,15 +12,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..policies import POLICIES, make_plan
-from ..simulate import simulate
-from ..trace import Trace
-from .instance import Instance, Segments
-from .options import SolveOptions
-from .result import BaselineRow
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.result import BaselineRow
+from schedopt.policies import POLICIES, make_plan
+from schedopt.simulate.simulator import simulate
 
 __all__ = ["Baseline", "evaluate_baseline", "evaluate_baselines", "expressible"]
 

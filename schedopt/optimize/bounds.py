@@ -20,12 +20,12 @@ from typing import Protocol
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..trace import Trace
-from .dp import solve_fifo
-from .instance import TICK_BUDGET, Instance, build_instance
-from .options import SolveOptions
-from .period import BucketTails
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
+from schedopt.optimize.dp import solve_fifo
+from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.period import BucketTails
 
 __all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound"]
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .instance import Instance, Segments
-from .unimodal import unimodal_exact
+from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.unimodal import unimodal_exact
 
 __all__ = ["CoarseResult", "coarse_programme", "layer_groups"]
 

@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .instance import Instance
-from .variables import ModelVariables, shared_stage_pairs
+from schedopt.optimize.instance import Instance
+from schedopt.optimize.variables import ModelVariables, shared_stage_pairs
 
 #: Above this many terms (layer runs times units) the prefix bounds count the cuts through a
 #: chain of variables (O(n) terms) rather than one sum per layer run (O(n^2) memory).

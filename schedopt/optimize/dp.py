@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .instance import Instance, Segments
-from .period import PerLayer
+from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.period import PerLayer
 
 __all__ = [
     "fifo_dp",

@@ -49,13 +49,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..trace import Trace
-from .bounds import fewest_buckets
-from .dp import solve_fifo_per_layer, solve_wait_for_all
-from .heuristics import schrage_order
-from .instance import Instance, Segments, build_instance
-from .options import SolveOptions
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
+from schedopt.optimize.bounds import fewest_buckets
+from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
+from schedopt.optimize.heuristics import schrage_order
+from schedopt.optimize.instance import Instance, Segments, build_instance
+from schedopt.optimize.options import SolveOptions
 
 __all__ = ["ResourceView", "bottleneck", "bottleneck_plans", "flow_order", "pair_bound",
            "resource_bound", "resource_views"]

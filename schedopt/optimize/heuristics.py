@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .instance import Instance, Segments
+from schedopt.optimize.instance import Instance, Segments
 
 __all__ = ["local_search", "schrage_order"]
 

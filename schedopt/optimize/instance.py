@@ -16,14 +16,14 @@ from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 
-from ..cluster import Cluster, CommStage
-from ..errors import SchedoptError
-from ..plan import Plan, interleave
-from ..simulate import chain_ends, serve_in_sequence
-from ..trace import Trace
-from .options import SolveOptions
-from .period import BucketTimes, Consts, PeriodTerms, period_terms
-from .units import Segments, Units, build_units
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster, CommStage
+from schedopt.model.plan import Plan, interleave
+from schedopt.model.trace import Trace
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.period import BucketTimes, Consts, PeriodTerms, period_terms
+from schedopt.optimize.units import Segments, Units, build_units
+from schedopt.simulate.simulator import chain_ends, serve_in_sequence
 
 __all__ = ["Consts", "Evaluation", "Instance", "Segments", "build_instance", "choose_tick"]
 
@@ -239,7 +239,7 @@ class Instance:
         as the simulator serves several stages.
 
         Every stage keeps the launch order; the tasks go through the shared resources in the
-        order of :func:`~schedopt.plan.interleave`, each starting once its resources are free
+        order of :func:`~schedopt.model.plan.interleave`, each starting once its resources are free
         and the bucket's previous stage (or, for the first, the bucket) is ready. The
         resources start free: each iteration's communication ends before the next backward.
         """

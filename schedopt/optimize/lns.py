@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .control import Control
-from .instance import Instance, Segments
-from .model import CommModel, ModelSolution, unimodal_order
+from schedopt.optimize.control import Control
+from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.model import CommModel, ModelSolution, unimodal_order
 
 __all__ = ["LnsResult", "windowed_lns"]
 

@@ -10,13 +10,18 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ..errors import SchedoptError
-from ..simulate import chain_ends
-from .constraints import Constraints
-from .control import Control
-from .instance import Instance, Segments
-from .objective import add_objective
-from .variables import ModelVariables, ScheduleValues, make_variables, shared_stage_pairs
+from schedopt.errors import SchedoptError
+from schedopt.optimize.constraints import Constraints
+from schedopt.optimize.control import Control
+from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.objective import add_objective
+from schedopt.optimize.variables import (
+    ModelVariables,
+    ScheduleValues,
+    make_variables,
+    shared_stage_pairs,
+)
+from schedopt.simulate.simulator import chain_ends
 
 __all__ = ["CommModel", "ModelSolution", "schedule_values"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ortools.sat.python import cp_model
 
-from .instance import Instance
-from .variables import ModelVariables
+from schedopt.optimize.instance import Instance
+from schedopt.optimize.variables import ModelVariables
 
 __all__ = ["add_objective"]
 

@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from ..errors import SchedoptError
-from ..plan import MAX_ACCUMULATE
+from schedopt.errors import SchedoptError
+from schedopt.model.plan import MAX_ACCUMULATE
 
 __all__ = ["SolveOptions"]
 

@@ -38,8 +38,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 if TYPE_CHECKING:
-    from .instance import Instance
-    from .variables import ModelVariables
+    from schedopt.optimize.instance import Instance
+    from schedopt.optimize.variables import ModelVariables
 
 __all__ = ["BucketTails", "Consts", "Deadlines", "PerLayer", "PeriodTerms", "WaitForAll",
            "period_terms"]

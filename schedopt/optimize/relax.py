@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..cluster import Cluster, CommStage
+from schedopt.model.cluster import Cluster, CommStage
 
 __all__ = ["Relaxation", "curve_ratio", "relaxation"]
 

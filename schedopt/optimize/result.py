@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..plan import Plan
+from schedopt.model.plan import Plan
 
 __all__ = ["BaselineRow", "Method", "SolveResult", "Status"]
 
@@ -176,6 +176,6 @@ class SolveResult(BaseModel):
 
 
 def _version() -> str:
-    from .. import __version__
+    from schedopt import __version__
 
     return str(__version__)

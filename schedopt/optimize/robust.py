@@ -1,7 +1,7 @@
 """Robust plans: the plan whose worst iteration time over scenarios is smallest (docs/robust.md).
 
-Given scenarios (:mod:`schedopt.scenarios`: the nominal instance first, then the corners of a
-box of cost factors, or a list of clusters), :func:`robust_solve` looks for
+Given scenarios (:mod:`schedopt.simulate.scenarios`: the nominal instance first, then the corners
+of a box of cost factors, or a list of clusters), :func:`robust_solve` looks for
 
     min over plans P of  max over scenarios s of  T_s(P)
 
@@ -38,20 +38,26 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..policies import POLICIES
-from ..scenarios import DIMENSIONS, Scenario, cluster_scenarios, corner_scenarios, unbound
-from ..simulate import simulate
-from ..trace import Trace
-from .baselines import evaluate_baseline
-from .control import Control, Halt
-from .heuristics import schrage_order
-from .instance import Instance, Segments, build_instance
-from .options import SolveOptions
-from .result import Status
-from .solve import WORK_FRACTION, solve
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.optimize.baselines import evaluate_baseline
+from schedopt.optimize.control import Control, Halt
+from schedopt.optimize.heuristics import schrage_order
+from schedopt.optimize.instance import Instance, Segments, build_instance
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.result import Status
+from schedopt.optimize.solve import WORK_FRACTION, solve
+from schedopt.policies import POLICIES
+from schedopt.simulate.scenarios import (
+    DIMENSIONS,
+    Scenario,
+    cluster_scenarios,
+    corner_scenarios,
+    unbound,
+)
+from schedopt.simulate.simulator import simulate
 
 __all__ = ["CandidateRow", "RobustResult", "ScenarioRow", "robust_cli", "robust_lines",
            "robust_scenarios", "robust_solve"]
@@ -76,7 +82,7 @@ class ScenarioRow(BaseModel):
     Attributes
     ----------
     name, factors
-        The scenario (:class:`~schedopt.scenarios.Scenario`).
+        The scenario (:class:`~schedopt.simulate.scenarios.Scenario`).
     iteration_time_s
         The robust plan's simulated iteration time in this scenario.
     optimum_s, bound_s, status
@@ -256,9 +262,9 @@ def robust_solve(scenarios: Sequence[Scenario], options: SolveOptions | None = N
     Parameters
     ----------
     scenarios
-        The scenarios (:func:`~schedopt.scenarios.corner_scenarios`,
-        :func:`~schedopt.scenarios.cluster_scenarios`); the first is the nominal one, and the
-        plan is bound to its trace and cluster. All share one trace structure (tensors).
+        The scenarios (:func:`~schedopt.simulate.scenarios.corner_scenarios`,
+        :func:`~schedopt.simulate.scenarios.cluster_scenarios`); the first is the nominal one, and
+        the plan is bound to its trace and cluster. All share one trace structure (tensors).
     options
         The plan class and the limits (:class:`SolveOptions`); keyword arguments build one
         when it is None. ``time_limit_s`` covers the whole robust search.
@@ -586,8 +592,8 @@ def robust_cli(trace: Trace, cluster: Cluster, opts: SolveOptions, robust: Any,
                per_link: bool = False) -> RobustResult:
     """``optimize --robust PCT`` and ``--robust-clusters A,B``: the options checked (errors
     name them), the scenarios built, then :func:`robust_solve`."""
-    from ..files import load_cluster
-    from ..scenarios import MAX_CORNER_DIMENSIONS, check_pct, dimensions, parse_vary
+    from schedopt.files import load_cluster
+    from schedopt.simulate.scenarios import MAX_CORNER_DIMENSIONS, check_pct, dimensions, parse_vary
 
     pct = check_pct(robust, "--robust") if robust is not None else None
     dims = parse_vary(vary)

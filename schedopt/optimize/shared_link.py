@@ -37,10 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from .heuristics import schrage_order
-from .instance import Instance, Segments
-from .model import unimodal_order
-from .period import BucketTails, PeriodTerms
+from schedopt.optimize.heuristics import schrage_order
+from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.model import unimodal_order
+from schedopt.optimize.period import BucketTails, PeriodTerms
 
 __all__ = ["MAX_UNITS", "PLAN_S_PER_UNIT", "fewer_buckets", "fewest_bucket_count", "link_work",
            "shared_link_applies", "shared_link_bound"]

@@ -38,26 +38,31 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..policies import POLICIES
-from ..simulate import simulate
-from ..trace import Trace
-from .baselines import Baseline, evaluate_baseline
-from .bounds import constant_bound, lower_bound, stage_bound
-from .coarse import coarse_programme
-from .control import Control, Halt, StepTimeout
-from .dp import solve_fifo_per_layer, solve_wait_for_all
-from .flowshop import bottleneck_plans, flow_order, resource_bound
-from .heuristics import local_search, schrage_order
-from .instance import Instance, Segments, build_instance
-from .lns import windowed_lns
-from .model import CommModel, unimodal_order
-from .options import SolveOptions
-from .relax import relaxation
-from .result import Method, SolveResult, Status
-from .shared_link import PLAN_S_PER_UNIT, fewer_buckets, shared_link_applies, shared_link_bound
-from .unimodal import unimodal_exact
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.optimize.baselines import Baseline, evaluate_baseline
+from schedopt.optimize.bounds import constant_bound, lower_bound, stage_bound
+from schedopt.optimize.coarse import coarse_programme
+from schedopt.optimize.control import Control, Halt, StepTimeout
+from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
+from schedopt.optimize.flowshop import bottleneck_plans, flow_order, resource_bound
+from schedopt.optimize.heuristics import local_search, schrage_order
+from schedopt.optimize.instance import Instance, Segments, build_instance
+from schedopt.optimize.lns import windowed_lns
+from schedopt.optimize.model import CommModel, unimodal_order
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.relax import relaxation
+from schedopt.optimize.result import Method, SolveResult, Status
+from schedopt.optimize.shared_link import (
+    PLAN_S_PER_UNIT,
+    fewer_buckets,
+    shared_link_applies,
+    shared_link_bound,
+)
+from schedopt.optimize.unimodal import unimodal_exact
+from schedopt.policies import POLICIES
+from schedopt.simulate.simulator import simulate
 
 __all__ = ["Budget", "Progress", "Share", "solve"]
 
@@ -345,7 +350,7 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
     """
     opts = options if options is not None else SolveOptions(**kwargs)
     if opts.sharding is not None:  # units and prefetch of sharded plans (.sharding)
-        from .sharding.solve import solve_sharded
+        from schedopt.optimize.sharding.solve import solve_sharded
 
         return solve_sharded(trace, cluster, opts, progress)
     budget = Budget(opts.time_limit_s, opts.work_limit_s)

@@ -71,8 +71,8 @@ from enum import Enum, IntEnum
 
 import numpy as np
 
-from .backward import Needs, cells_bound, pair_makespan, unhidden_share
-from .instance import Instance, Segments
+from schedopt.optimize.backward import Needs, cells_bound, pair_makespan, unhidden_share
+from schedopt.optimize.instance import Instance, Segments
 
 __all__ = ["Outcome", "Promise", "UnimodalResult", "UnknownError", "feasibility",
            "pair_makespan", "unhidden_share", "unimodal_exact", "unimodal_feasible"]

@@ -18,11 +18,11 @@ from functools import cached_property
 
 import numpy as np
 
-from ..cluster import Cluster, CommStage
-from ..plan import Plan, parse_member, piece_name
-from ..trace import DTYPE_BYTES, Tensor, Trace
-from .options import SolveOptions
-from .period import Consts
+from schedopt.model.cluster import Cluster, CommStage
+from schedopt.model.plan import Plan, parse_member, piece_name
+from schedopt.model.trace import DTYPE_BYTES, Tensor, Trace
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.period import Consts
 
 __all__ = ["Segments", "Units", "build_units", "merged_stage", "one_chain"]
 
@@ -208,7 +208,7 @@ class Units:
         return [(int(a), int(b)) for a, b in zip(lo, hi, strict=True)]
 
     def to_plan(self, segs: Segments, policy: str = "optimal", knobs: dict | None = None) -> Plan:
-        """Build the :class:`~schedopt.plan.Plan` of ``segs`` (launch order), bound to the
+        """Build the :class:`~schedopt.model.plan.Plan` of ``segs`` (launch order), bound to the
         trace and cluster; pieces of one tensor in one bucket are joined."""
         seg_of_base = np.empty(len(self.base_bytes), dtype=np.int64)
         for k, (lo, hi) in enumerate(segs):

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .instance import Instance
+from schedopt.optimize.instance import Instance
 
 __all__ = ["ModelVariables", "ScheduleValues", "make_variables", "shared_stage_pairs"]
 
@@ -261,7 +261,7 @@ def _stage_variables(m: cp_model.CpModel, inst: Instance, v: ModelVariables,
 def shared_stage_pairs(inst: Instance) -> list[tuple[int, int, int]]:
     """Pairs of stages ``s < s2`` that share a resource, with the lookahead ``d``: the
     simulator serves stage ``s2`` of bucket ``j`` after stage ``s`` of buckets ``<= j + d`` and
-    before stage ``s`` of bucket ``j + d + 1`` (:func:`~schedopt.plan.interleave`, keys
+    before stage ``s`` of bucket ``j + d + 1`` (:func:`~schedopt.model.plan.interleave`, keys
     ``j + s / 2``)."""
     st = inst.stages
     return [(s, s2, (s2 - s) // 2) for s in range(len(st)) for s2 in range(s + 1, len(st))

@@ -7,9 +7,9 @@ megatron-distopt). The knob ``prefetch`` (0 or 1, default 1) is accepted by ever
 
 from __future__ import annotations
 
-from .registry import POLICIES as POLICIES
-from .registry import SHARDED_POLICIES as SHARDED_POLICIES
-from .registry import make_plan as make_plan
-from .registry import parse_spec as parse_spec
-from .registry import policy_names as policy_names
-from .registry import sharded_specs as sharded_specs
+from schedopt.policies.registry import POLICIES as POLICIES
+from schedopt.policies.registry import SHARDED_POLICIES as SHARDED_POLICIES
+from schedopt.policies.registry import make_plan as make_plan
+from schedopt.policies.registry import parse_spec as parse_spec
+from schedopt.policies.registry import policy_names as policy_names
+from schedopt.policies.registry import sharded_specs as sharded_specs

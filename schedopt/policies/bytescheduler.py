@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import heapq
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan, piece_name
-from ..trace import Trace
-from .common import itemsize, new_plan, positive, tensor_ready_times
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, piece_name
+from schedopt.model.trace import Trace
+from schedopt.policies.common import itemsize, new_plan, positive, tensor_ready_times
 
 __all__ = ["bytescheduler", "bytescheduler_plan_parts", "split_sizes"]
 

@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import DTYPE_BYTES, Tensor, Trace
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import DTYPE_BYTES, Tensor, Trace
 
 __all__ = [
     "MIB",

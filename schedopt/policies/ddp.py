@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import Trace
-from .common import mib_to_bytes, new_plan, pack_in_order, positive
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import mib_to_bytes, new_plan, pack_in_order, positive
 
 __all__ = ["DEFAULT_BUCKET_CAP_MB", "DEFAULT_FIRST_BUCKET_MB", "ddp", "ddp_buckets", "ddp_limits"]
 

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan, piece_name
-from ..trace import Tensor, Trace
-from .common import Pack, itemsize, new_plan, pack_in_order, positive
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, piece_name
+from schedopt.model.trace import Tensor, Trace
+from schedopt.policies.common import Pack, itemsize, new_plan, pack_in_order, positive
 
 __all__ = ["STAGE0_BUCKET_ELEMENTS", "deepspeed", "deepspeed_buckets", "zero_slices"]
 

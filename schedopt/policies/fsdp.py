@@ -23,11 +23,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Dtype, Trace
-from .common import positive
-from .units import block_units, child_units, sharded_plan
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Dtype, Trace
+from schedopt.policies.common import positive
+from schedopt.policies.units import block_units, child_units, sharded_plan
 
 __all__ = ["fsdp"]
 

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import Tensor, Trace
-from .common import mib_to_bytes, new_plan, positive, tensor_ready_times
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Tensor, Trace
+from schedopt.policies.common import mib_to_bytes, new_plan, positive, tensor_ready_times
 
 __all__ = ["FUSION_BUFFER_ATOMIC_UNIT", "fuse_responses", "horovod", "horovod_buckets"]
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import Trace
-from .common import new_plan, pack_in_order, positive
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import new_plan, pack_in_order, positive
 
 __all__ = ["megatron", "megatron_buckets"]
 

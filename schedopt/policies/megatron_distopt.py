@@ -18,12 +18,12 @@ the forward, kept until the backward); forward prefetch 1 with ``overlap_param_g
 
 from __future__ import annotations
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import Trace
-from .common import positive
-from .units import sharded_plan, size_units
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import positive
+from schedopt.policies.units import sharded_plan, size_units
 
 __all__ = ["megatron_distopt"]
 

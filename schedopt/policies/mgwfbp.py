@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Trace
-from .common import new_plan, positive, tensor_ready_times
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import new_plan, positive, tensor_ready_times
 
 __all__ = ["mgwfbp", "mgwfbp_groups", "mgwfbp_merge"]
 

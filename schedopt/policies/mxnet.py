@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Trace
-from .common import layer_buckets, new_plan
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import layer_buckets, new_plan
 
 
 def mxnet(trace: Trace, cluster: Cluster) -> Plan:

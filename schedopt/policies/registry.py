@@ -7,25 +7,25 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import Plan
-from ..trace import DTYPE_BYTES, Trace
-from ..validation import check_knob_work, check_knobs, strict_int
-from .bytescheduler import bytescheduler
-from .caffe_mpi import caffe_mpi
-from .cntk import cntk
-from .ddp import ddp
-from .deepspeed import deepspeed
-from .fsdp import fsdp
-from .horovod import horovod
-from .megatron import megatron
-from .megatron_distopt import megatron_distopt
-from .mgwfbp import mgwfbp
-from .mxnet import mxnet
-from .sync_easgd import sync_easgd
-from .tensorflow import tensorflow
-from .zero3 import zero3
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.limits import check_knob_work, check_knobs, strict_int
+from schedopt.model.plan import Plan
+from schedopt.model.trace import DTYPE_BYTES, Trace
+from schedopt.policies.bytescheduler import bytescheduler
+from schedopt.policies.caffe_mpi import caffe_mpi
+from schedopt.policies.cntk import cntk
+from schedopt.policies.ddp import ddp
+from schedopt.policies.deepspeed import deepspeed
+from schedopt.policies.fsdp import fsdp
+from schedopt.policies.horovod import horovod
+from schedopt.policies.megatron import megatron
+from schedopt.policies.megatron_distopt import megatron_distopt
+from schedopt.policies.mgwfbp import mgwfbp
+from schedopt.policies.mxnet import mxnet
+from schedopt.policies.sync_easgd import sync_easgd
+from schedopt.policies.tensorflow import tensorflow
+from schedopt.policies.zero3 import zero3
 
 __all__ = ["POLICIES", "SHARDED_POLICIES", "make_plan", "parse_spec", "policy_names",
            "sharded_specs"]

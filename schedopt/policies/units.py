@@ -1,7 +1,7 @@
 """Building blocks of the sharded baselines: grouping layers into units, building the plan.
 
 A unit is a contiguous run of layers (forward order) holding at least one tensor
-(:class:`~schedopt.plan.Sharding`). The rules here turn a framework's wrapping rule into such
+(:class:`~schedopt.model.plan.Sharding`). The rules here turn a framework's wrapping rule into such
 runs: :func:`block_units` (a unit per repeated block, the rest in contiguous runs),
 :func:`child_units` (a unit per top-level child), :func:`size_units` (close a unit once it holds
 enough parameters); :func:`merge_tensorless` folds units without tensors into a neighbour.
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..cluster import Cluster
-from ..errors import SchedoptError
-from ..plan import MAX_PREFETCH, Plan, Sharding
-from ..trace import Trace
-from .common import new_plan
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import MAX_PREFETCH, Plan, Sharding
+from schedopt.model.trace import Trace
+from schedopt.policies.common import new_plan
 
 __all__ = ["block_key", "block_units", "child_units", "merge_tensorless", "prefetch_depth",
            "sharded_plan", "size_units"]

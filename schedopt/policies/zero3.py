@@ -22,11 +22,11 @@ be expressed (the plan reduce-scatters per unit) and is only recorded (docs/poli
 
 from __future__ import annotations
 
-from ..cluster import Cluster
-from ..plan import Plan
-from ..trace import Trace
-from .common import positive
-from .units import merge_tensorless, prefetch_depth, sharded_plan
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies.common import positive
+from schedopt.policies.units import merge_tensorless, prefetch_depth, sharded_plan
 
 __all__ = ["zero3"]
 

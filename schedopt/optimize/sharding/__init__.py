@@ -5,12 +5,12 @@
 :func:`step_bound` its lower bound (docs/formulation.md).
 """
 
-from .bound import step_bound as step_bound
-from .evaluate import Config as Config
-from .evaluate import ShardedInstance as ShardedInstance
-from .evaluate import build_sharded as build_sharded
-from .evaluate import step_time as step_time
-from .solve import solve_sharded as solve_sharded
+from schedopt.optimize.sharding.bound import step_bound as step_bound
+from schedopt.optimize.sharding.evaluate import Config as Config
+from schedopt.optimize.sharding.evaluate import ShardedInstance as ShardedInstance
+from schedopt.optimize.sharding.evaluate import build_sharded as build_sharded
+from schedopt.optimize.sharding.evaluate import step_time as step_time
+from schedopt.optimize.sharding.solve import solve_sharded as solve_sharded
 
 __all__ = ["Config", "ShardedInstance", "build_sharded", "solve_sharded", "step_bound",
            "step_time"]

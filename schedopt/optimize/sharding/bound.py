@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...cluster import Cluster
-from .evaluate import ShardedInstance
+from schedopt.model.cluster import Cluster
+from schedopt.optimize.sharding.evaluate import ShardedInstance
 
 __all__ = ["DP_LAYERS", "NETWORK_LAYERS", "envelope", "gather_matrix", "idle_bound",
            "network_bound", "peak_floor", "step_bound"]
@@ -146,7 +146,7 @@ NETWORK_LAYERS = 4000
 def gather_matrix(inst: ShardedInstance, col: int) -> np.ndarray:
     """``M[a, b]``: the all-gather time of the bytes of layers ``a..b-1`` (column ``col`` of
     :attr:`ShardedInstance.sums`: 2 parameters, 3 gradients), as
-    :meth:`~schedopt.cluster.Cluster.shard_collective_time`; 0 for no bytes."""
+    :meth:`~schedopt.model.cluster.Cluster.shard_collective_time`; 0 for no bytes."""
     cs = inst.sums[:, col]
     nbytes = np.maximum(0.0, cs[None, :] - cs[:, None])
     stages = inst.cluster.comm_stages()

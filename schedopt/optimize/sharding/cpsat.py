@@ -36,11 +36,11 @@ from typing import Any
 import numpy as np
 from ortools.sat.python import cp_model
 
-from ...errors import SchedoptError
-from ..control import Control
-from ..instance import TICK_BUDGET
-from .bound import step_bound
-from .evaluate import Config, ShardedInstance, gather_time, step_time
+from schedopt.errors import SchedoptError
+from schedopt.optimize.control import Control
+from schedopt.optimize.instance import TICK_BUDGET
+from schedopt.optimize.sharding.bound import step_bound
+from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, gather_time, step_time
 
 __all__ = ["CPSAT_LAYERS", "SHARDED_WALL_PER_DTIME", "CpsatSolution", "ShardedModel",
            "TickedInstance", "choose_tick", "solve_cpsat", "ticked"]

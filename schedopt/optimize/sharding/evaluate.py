@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from ...cluster import Cluster
-from ...plan import Plan, Sharding
-from ...sharded import check_no_contention
-from ...trace import DTYPE_BYTES, Trace
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Sharding
+from schedopt.model.sharded import check_no_contention
+from schedopt.model.trace import DTYPE_BYTES, Trace
 
 __all__ = ["Config", "ShardedInstance", "Step", "build_sharded", "config_of_plan", "gather_time",
            "step_time"]
@@ -33,7 +33,7 @@ __all__ = ["Config", "ShardedInstance", "Step", "build_sharded", "config_of_plan
 
 def gather_time(cluster: Cluster, nbytes: float) -> float:
     """All-gather (= reduce-scatter) time of ``nbytes`` bytes
-    (:meth:`~schedopt.cluster.Cluster.shard_collective_time`; 0 for nothing).
+    (:meth:`~schedopt.model.cluster.Cluster.shard_collective_time`; 0 for nothing).
 
     Raises
     ------

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .evaluate import Config, ShardedInstance
+from schedopt.optimize.sharding.evaluate import Config, ShardedInstance
 
 __all__ = ["EXACT_LAYERS", "Knobs", "best_units", "separable_classes"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import SchedoptError
-from ...plan import MAX_ACCUMULATE
-from ...validation import check_int_option
+from schedopt.errors import SchedoptError
+from schedopt.model.limits import check_int_option
+from schedopt.model.plan import MAX_ACCUMULATE
 
 __all__ = ["MAX_CAP_BYTES", "sharded_labels", "sharded_options"]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .evaluate import Config, ShardedInstance, Step, step_time
+from schedopt.optimize.sharding.evaluate import Config, ShardedInstance, Step, step_time
 
 __all__ = ["Scored", "block_of", "block_starts", "count_partitions", "enumerate_all", "kick",
            "local_search", "partitions", "pattern_layouts", "pattern_starts", "repeated_blocks",

@@ -16,22 +16,25 @@ from typing import Any
 
 import numpy as np
 
-from ...cluster import Cluster
-from ...errors import SchedoptError
-from ...plan import Plan
-from ...policies import make_plan, sharded_specs
-from ...simulate import simulate
-from ...trace import Trace
-from ..control import Control, Halt
-from ..instance import TICK_BUDGET
-from ..options import SolveOptions
-from ..result import BaselineRow, Method, SolveResult, Status
-from ..solve import AGREE, Budget, Share
-from .bound import DP_LAYERS, peak_floor, step_bound
-from .cpsat import CPSAT_LAYERS, solve_cpsat
-from .evaluate import Config, ShardedInstance, build_sharded, config_of_plan, step_time
-from .exact import best_units, separable_classes
-from .search import (
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.optimize.control import Control, Halt
+from schedopt.optimize.instance import TICK_BUDGET
+from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.result import BaselineRow, Method, SolveResult, Status
+from schedopt.optimize.sharding.bound import DP_LAYERS, peak_floor, step_bound
+from schedopt.optimize.sharding.cpsat import CPSAT_LAYERS, solve_cpsat
+from schedopt.optimize.sharding.evaluate import (
+    Config,
+    ShardedInstance,
+    build_sharded,
+    config_of_plan,
+    step_time,
+)
+from schedopt.optimize.sharding.exact import best_units, separable_classes
+from schedopt.optimize.sharding.search import (
     Scored,
     block_starts,
     count_partitions,
@@ -43,6 +46,9 @@ from .search import (
     shortened,
     uniform_starts,
 )
+from schedopt.optimize.solve import AGREE, Budget, Share
+from schedopt.policies import make_plan, sharded_specs
+from schedopt.simulate.simulator import simulate
 
 __all__ = ["solve_sharded"]
 

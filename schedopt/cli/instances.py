@@ -1,0 +1,101 @@
+"""``info``, ``list`` and ``schema``: the shipped instances and the document kinds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from schedopt.cli.common import (
+    JsonOpt,
+    console,
+    print_json,
+    user_errors,
+)
+from schedopt.errors import SchedoptError
+from schedopt.files import list_instances, load_trace_or_cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies import POLICIES, SHARDED_POLICIES
+from schedopt.report import tables as report
+
+if TYPE_CHECKING:
+    from schedopt.model.cluster import Cluster
+    from schedopt.model.plan import Plan
+    from schedopt.model.trace import Trace
+
+
+def info(
+    ref: Annotated[str, typer.Argument(help="A trace or cluster: file or shipped name.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Describe a trace or a cluster."""
+    with user_errors():
+        obj = load_trace_or_cluster(ref)
+    if isinstance(obj, Trace):
+        data: dict[str, Any] = {
+            "kind": "trace", "name": obj.name, "batch_size": obj.batch_size,
+            "layers": len(obj.layers), "tensors": obj.num_tensors,
+            "gradient_bytes": obj.total_bytes, "forward_s": float(obj.forward.sum()),
+            "backward_s": float(obj.backward.sum()), "io_s": obj.io_s, "h2d_s": obj.h2d_s,
+            "update_s": obj.update_s, "fingerprint": obj.fingerprint(), "source": obj.source,
+        }
+    else:
+        alpha, beta = obj.alpha_beta()
+        data = {
+            "kind": "cluster", "name": obj.name, "nodes": obj.nodes,
+            "gpus_per_node": obj.gpus_per_node, "world_size": obj.world_size,
+            "collective": obj.collective, "alpha_s": alpha, "beta_s_per_byte": beta,
+            "stages": [s.__dict__ for s in obj.comm_stages()],
+            "fingerprint": obj.fingerprint(), "source": obj.source,
+        }
+    if as_json:
+        print_json(data)
+        return
+    console.print(report.info_table(data))
+
+
+def list_cmd(
+    as_json: JsonOpt = False,
+    long: Annotated[
+        bool, typer.Option("--long", "-l", help="Show each instance's source.")
+    ] = False,
+) -> None:
+    """List the shipped instances (name, kind, size; sources with --long) and the policies."""
+    with user_errors():
+        rows = list_instances()
+    if as_json:
+        print_json({"instances": rows, "policies": list(POLICIES),
+                    "sharded_policies": list(SHARDED_POLICIES)})
+        return
+    console.print(report.list_table(rows, long))
+    console.print("policies: " + ", ".join(POLICIES))
+    console.print("sharded (compare --sharding): " + ", ".join(SHARDED_POLICIES))
+    if not long:
+        console.print("`schedopt list --long` adds each instance's source; `schedopt info NAME`"
+                      " describes one.")
+
+
+def schema(
+    kind: Annotated[
+        str, typer.Argument(help="trace | cluster | cluster-family | plan | measurements")],
+) -> None:
+    """Print the JSON Schema of a document kind (measurements: of one CSV row)."""
+    from schedopt.measure.measurements import MeasurementRow
+    from schedopt.model.cluster import ClusterFamily
+
+    models: dict[str, Callable[[], dict[str, Any]]] = {
+        "trace": Trace.model_json_schema,
+        "cluster": Cluster.model_json_schema,
+        "cluster-family": ClusterFamily.model_json_schema,
+        "plan": Plan.model_json_schema,
+        "measurements": MeasurementRow.model_json_schema,
+    }
+    with user_errors():
+        if kind not in models:
+            raise SchedoptError(f"unknown kind (known: {', '.join(models)})", "kind", kind)
+    print_json(models[kind]())
+
+

@@ -1,0 +1,224 @@
+"""``profile``, ``bench-comm`` and ``bench-ddp``: measurements on this machine (torch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from schedopt.cli.common import (
+    ProcsOpt,
+    ThreadsOpt,
+    TimeoutOpt,
+    rel_to,
+    user_errors,
+)
+from schedopt.errors import SchedoptError
+from schedopt.files import load_cluster, load_trace, output_files
+
+if TYPE_CHECKING:
+    from schedopt.model.trace import Trace
+
+
+def profile_cmd(
+    factory: Annotated[
+        str, typer.Argument(help="MODULE:FACTORY, a callable returning a torch.nn.Module.")
+    ],
+    input_shape: Annotated[
+        str, typer.Option("--input-shape", help="Shape of one input batch, e.g. 32,3,224,224.")
+    ],
+    name: Annotated[str, typer.Option("--name", help="Trace name.")],
+    out: Annotated[Path, typer.Option("--out", help="Trace JSON to write.")],
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", help="Per-GPU batch (default: first dim).")
+    ] = None,
+    input_dtype: Annotated[
+        str, typer.Option("--input-dtype", help="float32, or int64 for token ids in [0, 100).")
+    ] = "float32",
+    device: Annotated[
+        str | None, typer.Option("--device", help="cpu, cuda, cuda:1 (default: the model's).")
+    ] = None,
+    repeats: Annotated[int, typer.Option("--repeats", help="Measured iterations.")] = 5,
+    warmup: Annotated[int, typer.Option("--warmup", help="Discarded iterations.")] = 2,
+    procs: Annotated[
+        int, typer.Option("--procs", help="Ranks computing at once, as in training (1: this "
+                          "process alone; N >= 2: N local ranks, the median over them).")
+    ] = 1,
+    backend: Annotated[
+        str, typer.Option("--backend", help="With --procs N: gloo (CPU) | nccl (a GPU each).")
+    ] = "gloo",
+    threads: Annotated[
+        int, typer.Option("--threads", help="With --procs N: OMP_NUM_THREADS of every rank.")
+    ] = 1,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="With --procs N: seconds before a hung run stops.")
+    ] = 600.0,
+    grad_copy: Annotated[
+        bool, typer.Option("--grad-copy", help="Time DDP's copy of every gradient into its "
+                           "bucket as part of the backward; autograd's gradient is kept "
+                           "(see --grad-view).")
+    ] = False,
+    grad_view: Annotated[
+        bool, typer.Option("--grad-view", help="As --grad-copy, then make the copy the "
+                           "gradient, as DDP's gradient_as_bucket_view (bench-ddp's default).")
+    ] = False,
+) -> None:
+    """Measure a PyTorch model's layer-wise trace (needs torch)."""
+    from schedopt.measure.profile import check_profile_options
+
+    with user_errors(), output_files({"--out": out}) as files:
+        check_profile_options(name, batch_size, repeats, warmup)
+        if procs == 1:
+            tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
+                               warmup, device, (grad_copy, grad_view))
+        else:
+            tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size, repeats,
+                                warmup, device, (procs, backend, threads, timeout),
+                                (grad_copy, grad_view))
+        files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
+    typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
+               f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
+
+
+def _profile_here(factory: str, input_shape: str, input_dtype: str, name: str,
+                  batch_size: int | None, repeats: int, warmup: int, device: str | None,
+                  grads: tuple[bool, bool]) -> Trace:
+    """``profile`` in this process; ``grads``: ``--grad-copy``, ``--grad-view``."""
+    from schedopt.measure.profile import build_model, profile_model, random_batch
+
+    model = build_model(factory)
+    batch = random_batch(input_shape, input_dtype)
+    return profile_model(model, batch, name=name, batch_size=batch_size or batch.shape[0],
+                         repeats=repeats, warmup=warmup, device=device, grad_copy=grads[0],
+                         grad_view=grads[1])
+
+
+def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
+                   batch_size: int | None, repeats: int, warmup: int, device: str | None,
+                   launch: tuple[int, str, int, float], grads: tuple[bool, bool]) -> Trace:
+    """``profile --procs N``: N co-running local ranks; ``grads`` as :func:`_profile_here`."""
+    from schedopt.measure.launch import Launch
+    from schedopt.measure.profile import random_batch
+    from schedopt.measure.profile_ranks import profile_ranks
+
+    if device is not None:
+        raise SchedoptError("with --procs N the backend places the ranks (gloo: CPU, nccl: a "
+                            "GPU each); leave --device out", "--device", device)
+    spec = Launch(*launch).check()
+    batch = batch_size or random_batch(input_shape, input_dtype).shape[0]
+    return profile_ranks(factory, input_shape, input_dtype, name=name, batch_size=batch,
+                         repeats=repeats, warmup=warmup, spec=spec, grad_copy=grads[0],
+                         grad_view=grads[1])
+
+
+
+def bench_comm_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output file (nccl-tests layout).")],
+    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl")] = "gloo",
+    procs: ProcsOpt = 2,
+    sizes: Annotated[
+        str, typer.Option("--sizes", help="MIN:MAX message bytes (K, M, G suffixes).")
+    ] = "4K:64M",
+    iters: Annotated[int, typer.Option("--iters", help="Timed calls per size.")] = 10,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed calls per size.")] = 3,
+    overlap_repeats: Annotated[
+        int, typer.Option("--overlap-repeats", help="Overlap-slowdown repeats (0: skip).")
+    ] = 5,
+    overlap_bytes: Annotated[
+        int | None, typer.Option("--overlap-bytes", help="All-reduce size under the compute"
+                                 " loop (default 25 MiB).")
+    ] = None,
+    pattern: Annotated[
+        str, typer.Option("--pattern", help="isolated: every timed call alone after a barrier"
+                          " (the median call); queued: launched back to back (the mean, as"
+                          " nccl-tests).")
+    ] = "isolated",
+    threads: ThreadsOpt = 1,
+    timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Measure all-reduce latency over message sizes and the contention between compute and
+    communication on local ranks (needs torch); `fit-comm` reads the output."""
+    from schedopt.measure.bench_comm import bench_comm, format_nccl_tests, parse_sizes
+    from schedopt.measure.launch import Launch
+    from schedopt.measure.launch import write_text_atomic as write_text
+
+    with user_errors():
+        lo, hi = parse_sizes(sizes)
+        spec = Launch(procs, backend, threads, timeout).check()
+        res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
+                         overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
+                         pattern=pattern)
+        write_text(out, format_nccl_tests(res))
+    for n, t in zip(res.sizes, res.times, strict=True):
+        typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
+    if res.overlap_slowdown is not None:
+        typer.echo(f"overlap slowdown {res.overlap_slowdown:.3f} (compute under all-reduces of"
+                   f" {res.overlap_bytes:,} B)")
+    if res.comm_slowdown is not None:
+        typer.echo(f"communication slowdown {res.comm_slowdown:.3f} (all-reduces of"
+                   f" {res.overlap_bytes:,} B under the compute loop)")
+    typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads}, calls"
+               f" {pattern})")
+
+
+def bench_ddp_cmd(
+    factory: Annotated[
+        str, typer.Argument(help="MODULE:FACTORY, a callable returning a torch.nn.Module.")
+    ],
+    input_shape: Annotated[
+        str, typer.Option("--input-shape", help="Shape of one input batch per rank.")
+    ],
+    trace: Annotated[Path, typer.Option("--trace", help="The model's trace (`profile`).")],
+    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster of the rows.")],
+    out: Annotated[Path, typer.Option("--out", help="Measurements CSV to write.")],
+    policies: Annotated[
+        list[str] | None, typer.Option("--policy", "-p", help="ddp[:knobs], cntk or sync-easgd"
+                                       " (repeatable).")
+    ] = None,
+    plans: Annotated[
+        list[Path] | None, typer.Option("--plan", help="Plan JSON (repeatable).")
+    ] = None,
+    input_dtype: Annotated[
+        str, typer.Option("--input-dtype", help="float32, or int64 for token ids.")
+    ] = "float32",
+    procs: ProcsOpt = 2,
+    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl")] = "gloo",
+    iters: Annotated[int, typer.Option("--iters", help="Timed iterations per run.")] = 20,
+    warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations (>= 2).")] = 5,
+    rounds: Annotated[
+        int, typer.Option("--rounds", help="Run the configurations alternately this often.")
+    ] = 1,
+    bucket_view: Annotated[
+        bool, typer.Option("--bucket-view/--no-bucket-view",
+                           help="gradient_as_bucket_view for every row.")
+    ] = True,
+    threads: ThreadsOpt = 1,
+    timeout: TimeoutOpt = 600.0,
+) -> None:
+    """Run real DistributedDataParallel per policy or plan on local ranks; write measurements
+    rows (needs torch)."""
+    from schedopt.measure.bench_ddp import bench_ddp, ddp_configs, write_rows
+    from schedopt.measure.launch import Launch
+
+    with user_errors():
+        tr, cl = load_trace(str(trace)), load_cluster(str(cluster))
+        if cl.world_size != procs:
+            raise SchedoptError(f"the cluster has {cl.world_size} ranks, --procs {procs}",
+                                "cluster", str(cluster))
+        spec = Launch(procs, backend, threads, timeout).check()
+        configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
+        rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
+                         input_dtype=input_dtype, trace_path=trace, iters=iters,
+                         warmup=warmup, rounds=rounds, bucket_view=bucket_view)
+        write_rows(out, rows, trace_ref=rel_to(trace, out.parent),
+                   cluster_ref=rel_to(cluster, out.parent), spec=spec, iters=iters,
+                   warmup=warmup)
+    for r in rows:
+        mark = "ok" if r.buckets_ok else "MISMATCH"
+        typer.echo(f"{r.config.label}: {r.median_s * 1e3:.3f} ms (std {r.std_s * 1e3:.3f} ms, "
+                   f"{len(r.times)} samples)  buckets {mark}: {r.note}")
+    typer.echo(f"wrote {out}: {len(rows)} rows ({backend}, {procs} processes, "
+               f"OMP_NUM_THREADS={threads})")
+
+

@@ -1,0 +1,311 @@
+"""Measured iteration times of real runs: the CSV format that `calibrate` and `validate` read.
+
+A measurements file is a CSV with the header ``trace,cluster,nodes,policy,iteration_time_s`` and
+optionally ``iteration_time_std_s``, ``samples`` and ``source`` (any order; docs/formats.md).
+Each row names one run: a trace and a cluster (paths, relative to the CSV's folder, or shipped
+names; a cluster may be a family), an optional node count, the plan that ran (a policy spec such as
+``ddp:bucket_cap_mb=5`` or ``plan:PATH``) and the measured iteration time in seconds. A bad row
+raises a one-line :class:`~schedopt.errors.SchedoptError` naming the file, the row and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schedopt.errors import SchedoptError, from_validation_error
+from schedopt.files import instances_dir, load_json, load_plan, load_trace
+from schedopt.model.cluster import Cluster, ClusterFamily
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.policies import make_plan
+
+__all__ = [
+    "OPTIONAL_COLUMNS",
+    "REQUIRED_COLUMNS",
+    "ClusterRef",
+    "Measurement",
+    "MeasurementRow",
+    "read_measurements",
+]
+
+REQUIRED_COLUMNS = ("trace", "cluster", "nodes", "policy", "iteration_time_s")
+OPTIONAL_COLUMNS = ("iteration_time_std_s", "samples", "source")
+
+
+class MeasurementRow(BaseModel):
+    """One measured run (one CSV row; the schema of ``schedopt schema measurements``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    trace: str = Field(min_length=1, description="Trace: a JSON path or a shipped name.")
+    cluster: str = Field(min_length=1, description="Cluster or cluster family: path or name.")
+    nodes: int | None = Field(None, gt=0, description="Node count (empty: the cluster's).")
+    policy: str = Field(min_length=1, description="Policy spec NAME[:k=v,...] or plan:PATH.")
+    iteration_time_s: float = Field(gt=0.0, allow_inf_nan=False,
+                                    description="Measured iteration time (s).")
+    iteration_time_std_s: float | None = Field(None, ge=0.0, allow_inf_nan=False,
+                                               description="Standard deviation (s), optional.")
+    samples: int | None = Field(None, gt=0, description="Iterations averaged, optional.")
+    source: str = Field("", description="Where the number comes from, optional.")
+
+
+@dataclass(frozen=True)
+class ClusterRef:
+    """A cluster document as written: a plain cluster or a family (``kind``)."""
+
+    key: str  # the resolved path, or the shipped name
+    kind: str  # cluster | cluster-family
+    data: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """The document's ``name``."""
+        return str(self.data["name"])
+
+    def at(self, nodes: int | None, data: dict[str, Any] | None = None) -> Cluster:
+        """The cluster of ``nodes`` nodes described by ``data`` (default: the document)."""
+        doc = self.data if data is None else data
+        if self.kind == "cluster-family":
+            fam = ClusterFamily.model_validate(doc)
+            return fam.at(nodes if nodes is not None else fam.base.nodes)
+        cl = Cluster.model_validate(doc)
+        if nodes is not None and nodes != cl.nodes:
+            return cl.with_size(nodes=nodes)
+        return cl
+
+
+@dataclass
+class Measurement:
+    """A row with its trace, cluster document and plan loaded.
+
+    ``plan`` is None for a policy spec (planned for the cluster it is evaluated on, see
+    :meth:`plan_for`); a ``plan:PATH`` plan is fixed.
+    """
+
+    row: MeasurementRow
+    line: int
+    where: str
+    trace_obj: Trace
+    cluster_ref: ClusterRef
+    plan: Plan | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """``FILE:LINE``."""
+        return f"{self.where}:{self.line}"
+
+    def plan_for(self, cluster: Cluster, trace: Trace | None = None) -> Plan:
+        """The plan that ran, for ``cluster``, without a cluster fingerprint (calibration
+        re-parameterises the same hardware); with ``trace`` (the row's trace re-timed, as
+        calibration scales it), a policy is planned on it and the plan is not bound to a
+        trace fingerprint either."""
+        tr = self.trace_obj if trace is None else trace
+        plan = self.plan if self.plan is not None else make_plan(self.row.policy, tr, cluster)
+        update: dict[str, Any] = {"cluster_hash": None}
+        if trace is not None:
+            update["trace_hash"] = None
+        return plan.model_copy(update=update)
+
+    def cluster(self) -> Cluster:
+        """The cluster of the row as written."""
+        return self.cluster_ref.at(self.row.nodes)
+
+
+def _cluster_path(ref: str) -> Path:
+    """A cluster file, or the shipped cluster of that name."""
+    p = Path(ref)
+    if p.suffix == ".json" or p.exists():
+        if not p.exists():
+            raise SchedoptError("file not found", "cluster", ref)
+        return p
+    shipped = instances_dir() / "clusters" / f"{ref}.json"
+    if shipped.exists():
+        return shipped
+    raise SchedoptError("unknown cluster: neither a file nor a shipped name (see `schedopt "
+                        "list`)", "cluster", ref)
+
+
+def _err(where: str, line: int, column: str, message: str, value: Any) -> SchedoptError:
+    return SchedoptError(message, f"{where}:{line} column {column}", value)
+
+
+def _resolve_path(value: str, base: Path) -> str:
+    """A relative path that exists next to the CSV is taken from there."""
+    p = Path(value)
+    if not p.is_absolute() and (base / p).exists():
+        return str(base / p)
+    return value
+
+
+def _cell(raw: dict[str, str | None], col: str) -> str:
+    value = raw.get(col)
+    return "" if value is None else value.strip()
+
+
+def _parse_row(raw: dict[str, str | None], where: str, line: int) -> MeasurementRow:
+    """Type-check one row; errors name the column."""
+    out: dict[str, Any] = {}
+    for col in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
+        text = _cell(raw, col)
+        if col in ("trace", "cluster", "policy"):
+            if not text:
+                raise _err(where, line, col, "must not be empty", text)
+            out[col] = text
+        elif col == "source":
+            out[col] = text
+        elif col in ("nodes", "samples"):
+            if text:
+                try:
+                    out[col] = int(text)
+                except ValueError:
+                    raise _err(where, line, col, "must be an integer", text) from None
+                if out[col] < 1:
+                    raise _err(where, line, col, "must be a positive integer", text)
+        else:  # times
+            if not text:
+                if col == "iteration_time_s":
+                    raise _err(where, line, col, "must not be empty", text)
+                continue
+            try:
+                value = float(text)
+            except ValueError:
+                raise _err(where, line, col, "must be a number (seconds)", text) from None
+            if not math.isfinite(value) or value < 0 or (col == "iteration_time_s"
+                                                         and value == 0):
+                raise _err(where, line, col, "must be a finite positive number (seconds)"
+                           if col == "iteration_time_s" else "must be finite and >= 0", text)
+            out[col] = value
+    return MeasurementRow.model_validate(out)
+
+
+class _Loader:
+    """Loads traces, cluster documents and plans once each; errors name the row and column."""
+
+    def __init__(self, base: Path, where: str) -> None:
+        self.base, self.where = base, where
+        self.traces: dict[str, Trace] = {}
+        self.clusters: dict[str, ClusterRef] = {}
+        self.plans: dict[str, Plan] = {}
+
+    def trace(self, ref: str, line: int) -> Trace:
+        key = _resolve_path(ref, self.base)
+        if key not in self.traces:
+            try:
+                self.traces[key] = load_trace(key)
+            except SchedoptError as exc:
+                raise SchedoptError(f"{self.where}:{line} column trace: {exc}") from None
+        return self.traces[key]
+
+    def cluster(self, ref: str, line: int) -> ClusterRef:
+        key = _resolve_path(ref, self.base)
+        if key not in self.clusters:
+            try:
+                path = _cluster_path(key)
+                data = load_json(path, "cluster")
+                kind = "cluster-family" if isinstance(data, dict) and "base" in data else (
+                    "cluster")
+                doc = ClusterRef(str(path), kind, data)
+                try:
+                    doc.at(None)  # validates
+                except ValidationError as exc:
+                    raise from_validation_error(exc, "cluster") from None
+            except SchedoptError as exc:
+                raise SchedoptError(f"{self.where}:{line} column cluster: {exc}") from None
+            self.clusters[key] = doc
+        return self.clusters[key]
+
+    def plan(self, ref: str, line: int) -> Plan:
+        key = _resolve_path(ref, self.base)
+        if key not in self.plans:
+            try:
+                self.plans[key] = load_plan(key)
+            except SchedoptError as exc:
+                raise SchedoptError(f"{self.where}:{line} column policy: {exc}") from None
+        return self.plans[key]
+
+
+def _header(fields: list[str] | None, where: str) -> None:
+    if not fields:
+        raise SchedoptError("empty file: expected the header "
+                            f"{','.join(REQUIRED_COLUMNS)}", f"{where}:1", "")
+    names = [f.strip() for f in fields]
+    for col in names:
+        if col not in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
+            raise _err(where, 1, col, "unknown column (known: "
+                       f"{', '.join(REQUIRED_COLUMNS + OPTIONAL_COLUMNS)})", col)
+    for col in REQUIRED_COLUMNS:
+        if col not in names:
+            raise _err(where, 1, col, "required column missing from the header", ",".join(names))
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise _err(where, 1, dup, "column repeated in the header", dup)
+
+
+def read_measurements(path: str | Path, *, label: str | None = None) -> list[Measurement]:
+    """Read and check a measurements CSV; load every trace, cluster and plan it names.
+
+    Parameters
+    ----------
+    path
+        The CSV file.
+    label
+        How messages and row labels name the file (default: ``path`` as given).
+
+    Returns
+    -------
+    list of Measurement
+        One per data row, in file order (blank lines and lines starting with ``#`` skipped).
+
+    Raises
+    ------
+    SchedoptError
+        One line naming the file, the row (its line number) and the column.
+    """
+    p = Path(path)
+    where = label or str(p)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SchedoptError(f"cannot read file: {exc.strerror or exc}", "measurements",
+                            where) from None
+    lines = text.splitlines()
+    body = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip()
+            .startswith("#")]
+    if not body:
+        _header(None, where)
+    reader = csv.reader([ln for _, ln in body])
+    rows = list(reader)
+    header = [c.strip() for c in rows[0]]
+    _header(header, where)
+    loader = _Loader(p.parent, where)
+    out: list[Measurement] = []
+    for (line, _), cells in zip(body[1:], rows[1:], strict=True):
+        if len(cells) > len(header):
+            raise _err(where, line, f"#{len(header) + 1}", f"row has {len(cells)} cells, the "
+                       f"header {len(header)}", cells[len(header)])
+        raw: dict[str, str | None] = dict(zip(header, cells, strict=False))
+        row = _parse_row(raw, where, line)
+        tr = loader.trace(row.trace, line)
+        cref = loader.cluster(row.cluster, line)
+        plan = None
+        if row.policy.startswith("plan:"):
+            plan = loader.plan(row.policy.removeprefix("plan:"), line)
+        m = Measurement(row, line, where, tr, cref, plan)
+        try:
+            cl = m.cluster()
+            plan_ok = m.plan_for(cl)
+            plan_ok.check_against(tr)
+        except SchedoptError as exc:
+            col = "nodes" if "nodes" in str(exc) and row.nodes is not None else "policy"
+            raise SchedoptError(f"{where}:{line} column {col}: {exc}") from None
+        out.append(m)
+    if not out:
+        raise SchedoptError("no data rows", where, f"{len(lines)} lines")
+    return out

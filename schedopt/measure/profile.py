@@ -1,0 +1,639 @@
+"""Measure a PyTorch model's layer-wise trace (the ``profile`` command).
+
+torch is imported inside the functions, so ``schedopt.measure.profile`` imports without it.
+Applying a plan to a model is :mod:`schedopt.emit.ddp_torch`.
+
+Measurement (:func:`profile_model`)
+    A *layer* is a leaf module that owns parameters (directly) and runs in the forward pass, in
+    the order its forward first ends. Forward times come from forward hooks: the time from the
+    end of one layer's forward to the end of the next is charged to the next (so
+    parameter-free modules such as activations are charged to the layer after them, and the
+    loss to the last layer). Backward times come from ``register_post_accumulate_grad_hook`` on
+    every parameter, the moment DDP also sees a gradient as ready: layer ``l``'s backward ends
+    when the last of its gradients is accumulated (never earlier than that of layer ``l+1``,
+    since the trace's backward runs layer by layer), and runs from the end of layer ``l+1``'s.
+    On CUDA the marks are CUDA events and each iteration is synchronised once at its end. The
+    trace keeps the median of ``repeats`` iterations after ``warmup``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import mmap
+import statistics
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from schedopt.emit.ddp_torch import _dtype_name
+from schedopt.emit.ddp_torch import torch_module as _torch
+from schedopt.errors import SchedoptError
+from schedopt.model.trace import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    pass
+
+__all__ = [
+    "build_model",
+    "check_profile_options",
+    "load_factory",
+    "profile_model",
+    "random_batch",
+    "resolve_device",
+]
+
+log = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------- profiling
+
+
+class _Clock:
+    """Time marks: ``perf_counter`` on CPU, CUDA events on a GPU."""
+
+    def __init__(self, device: Any) -> None:
+        self.torch = _torch()
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if self.cuda:
+            event = self.torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def between(self, a: Any, b: Any) -> float:
+        """Seconds from mark ``a`` to mark ``b`` (after :meth:`sync`)."""
+        if self.cuda:
+            return max(0.0, a.elapsed_time(b) / 1e3)
+        return max(0.0, b - a)
+
+
+def _minor_faults() -> int | None:
+    """This process's minor page faults so far (None where the OS does not count them)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
+def _to_device(inputs: Any, device: Any) -> Any:
+    torch = _torch()
+    if isinstance(inputs, torch.Tensor):
+        return inputs.to(device)
+    if isinstance(inputs, dict):
+        return {k: _to_device(v, device) for k, v in inputs.items()}
+    if isinstance(inputs, list | tuple):
+        return type(inputs)(_to_device(v, device) for v in inputs)
+    return inputs
+
+
+def _call(model: Any, inputs: Any) -> Any:
+    torch = _torch()
+    if isinstance(inputs, torch.Tensor):
+        return model(inputs)
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, list | tuple):
+        return model(*inputs)
+    return model(inputs)
+
+
+def _default_loss(output: Any) -> Any:
+    """A scalar to run the backward from: ``output.loss`` if set, else the first tensor's mean."""
+    torch = _torch()
+    loss = getattr(output, "loss", None)
+    if isinstance(loss, torch.Tensor):
+        return loss
+    if isinstance(output, torch.Tensor):
+        return output.float().mean()
+    values = output.values() if isinstance(output, dict) else (
+        output if isinstance(output, list | tuple) else ())
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.requires_grad:
+            return v.float().mean()
+    raise SchedoptError("cannot find a tensor in the model's output; pass loss_fn", "loss_fn",
+                        type(output).__name__)
+
+
+def _layers(model: Any) -> list[tuple[str, Any]]:
+    """Leaf modules that own parameters needing gradients (candidates for layers)."""
+    out = []
+    for name, module in model.named_modules():
+        if next(module.children(), None) is not None:
+            continue
+        if any(p.requires_grad for p in module.parameters(recurse=False)):
+            out.append((name or "root", module))
+    return out
+
+
+def profile_model(
+    model: Any,
+    example_inputs: Any,
+    *,
+    name: str,
+    batch_size: int,
+    loss_fn: Callable[[Any], Any] | None = None,
+    repeats: int = 5,
+    warmup: int = 2,
+    device: Any = None,
+    optimizer: Any = None,
+    grad_copy: bool = False,
+    grad_view: bool = False,
+) -> Trace:
+    """Measure a model's per-layer forward and backward times and gradient tensors.
+
+    Parameters
+    ----------
+    model
+        A ``torch.nn.Module``, in training mode while measured, moved to ``device`` if given.
+    example_inputs
+        One batch: a tensor (``model(x)``), a tuple or list (``model(*x)``) or a dict
+        (``model(**x)``). Tensors on the CPU are copied to a CUDA device every iteration and
+        the copy is reported as ``h2d_s``.
+    name
+        Trace name.
+    batch_size
+        Per-GPU batch size of ``example_inputs`` (recorded in the trace).
+    loss_fn
+        ``output -> scalar tensor``; default: ``output.loss``, else the mean of the output.
+    repeats, warmup
+        Measured and discarded iterations; the trace keeps the per-layer medians, scaled so
+        that each pass sums to the median of its whole passes.
+    device
+        ``cpu``, ``cuda``, ``cuda:1``, ...; default: the device of the model's parameters.
+    optimizer
+        ``None`` (``update_s`` = 0), ``"sgd"`` (SGD at learning rate 0: weights unchanged) or
+        an optimizer whose ``step()`` is timed (it changes the weights).
+    grad_copy
+        Copy every gradient, once ready, into a buffer of its own and time the copies in the
+        backward, as DDP's reducer copies each into its bucket in its autograd hook; the
+        ``source`` states the bytes copied per iteration.
+    grad_view
+        As ``grad_copy``, then make the copy the gradient, as DDP's ``gradient_as_bucket_view``
+        (the emitted setting): autograd's tensor is freed inside the backward and ``zero_grad``
+        frees nothing, which on a CPU decides what memory each iteration maps afresh.
+
+    Returns
+    -------
+    Trace
+        Layers (leaf modules owning parameters) in forward order, tensors named as in
+        ``named_parameters`` with their bytes and dtype, tied parameters once (in the earliest
+        layer); an explicit ``grad_ready_order`` when autograd's order differs from the
+        default; on a CPU, the ``source`` states an iteration's minor page faults (median).
+        Parameters of non-leaf modules join the layer whose backward made their gradient;
+        parameters that receive no gradient are left out (and logged).
+
+    Raises
+    ------
+    SchedoptError
+        No parameters needing gradients, no layer ran, bad ``repeats``/``warmup``, an
+        unsupported dtype, or no torch.
+    """
+    torch = _torch()
+    _check_counts(name, repeats, warmup)
+    dev = _place(model, device)
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not params:
+        raise SchedoptError("the model has no parameters that need gradients", "model",
+                            type(model).__name__)
+    loss_fn = loss_fn or _default_loss
+    opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
+    candidates = _layers(model)
+    copies = _GradCopies(params, view=grad_view) if grad_copy or grad_view else None
+    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
+                    warmup + repeats, warmup, copies)
+    trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
+                         torch.__version__)
+    return trace if copies is None else copies.noted(trace, warmup + repeats)
+
+
+def _check_counts(name: str, repeats: int, warmup: int) -> None:
+    """A trace name, and measured and discarded iterations within bounds."""
+    if not name:
+        raise SchedoptError("must not be empty", "name", name)
+    if not 1 <= repeats <= MAX_REPEATS or not 0 <= warmup <= MAX_REPEATS:
+        raise SchedoptError(f"repeats must be 1 to {MAX_REPEATS:,} and warmup 0 to "
+                            f"{MAX_REPEATS:,}", "repeats", (repeats, warmup))
+
+
+class _GradCopies:
+    """Hooks that copy every gradient, once accumulated, into a buffer allocated once, as
+    DDP's reducer copies each gradient into its bucket during the backward (torch 2.13,
+    ``torch/csrc/distributed/c10d/reducer.cpp``, ``mark_variable_ready_dense``).
+
+    With ``view`` the buffer then becomes the gradient, as DDP with ``gradient_as_bucket_view``
+    makes the bucket's view the gradient, which frees autograd's tensor inside the backward;
+    without it the gradient stays autograd's own tensor until ``zero_grad``."""
+
+    def __init__(self, params: list, view: bool = False) -> None:
+        self.view = view
+        self.bytes = 0
+        self.handles = []
+        self.buffers = []
+        for _, p in params:
+            buf = p.detach().new_empty(p.shape)
+            self.buffers.append(buf)
+            self.handles.append(p.register_post_accumulate_grad_hook(
+                lambda q, buf=buf: self._copy(q, buf)))
+
+    def _copy(self, q: Any, buf: Any) -> None:
+        buf.copy_(q.grad)
+        self.bytes += buf.numel() * buf.element_size()
+        if self.view:  # the bucket's view becomes the gradient; autograd's tensor is freed
+            q.grad = buf
+
+    def remove(self) -> None:
+        """Remove the hooks."""
+        for h in self.handles:
+            h.remove()
+
+    def noted(self, trace: Trace, iterations: int) -> Trace:
+        """``trace`` with the copies stated in its ``source``."""
+        per_iteration = self.bytes / iterations
+        return Trace.model_validate({**trace.model_dump(exclude_none=True), "source": (
+            f"{trace.source}; every gradient copied into a buffer of its own in the backward "
+            f"(DDP's copy into its buckets): {per_iteration / 2**20:.1f} MiB per iteration"
+            + ("; the copies then made the gradients (gradient_as_bucket_view)" if self.view
+               else ""))})
+
+
+def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates: list,
+             loss_fn: Callable[[Any], Any], opt: Any, iterations: int,
+             warmup: int, copies: _GradCopies | None = None) -> list[dict[str, Any]]:
+    """Run ``iterations`` training steps with timing hooks; the raw figures of those after
+    ``warmup``. ``copies`` (hooks registered before the timing hooks, so each gradient's
+    copy ends before its time is taken) are removed at the end with them. A failure of the
+    user's model becomes one line naming the input and device."""
+    clock = _Clock(dev)
+    fwd_marks: list[tuple[int, Any]] = []
+    grad_marks: list[tuple[int, Any]] = []
+    handles = []
+    for i, (_, module) in enumerate(candidates):
+        handles.append(module.register_forward_hook(
+            lambda *_a, i=i: fwd_marks.append((i, clock.mark()))))
+    for j, (_, p) in enumerate(params):
+        handles.append(p.register_post_accumulate_grad_hook(
+            lambda _p, j=j: grad_marks.append((j, clock.mark()))))
+    was_training = model.training
+    model.train()
+    runs: list[dict[str, Any]] = []
+    try:
+        for it in range(iterations):
+            model.zero_grad(set_to_none=True)
+            fwd_marks.clear()
+            grad_marks.clear()
+            f0 = _minor_faults()
+            t0 = clock.mark()
+            inputs = _to_device(example_inputs, dev)
+            t1 = clock.mark()
+            loss = loss_fn(_call(model, inputs))
+            t2 = clock.mark()
+            loss.backward()
+            t3 = clock.mark()
+            t4 = t3
+            if opt is not None:
+                opt.step()
+                t4 = clock.mark()
+            clock.sync()
+            f1 = _minor_faults()
+            if it >= warmup:
+                runs.append(_segments(clock, (t0, t1, t2, t3, t4), fwd_marks, grad_marks))
+                runs[-1]["faults"] = f1 - f0 if f0 is not None and f1 is not None else None
+    except SchedoptError:
+        raise
+    except Exception as exc:  # the user's model fails on this input or device
+        raise SchedoptError(f"the model fails on this input on {dev} ({_one_line(exc)})",
+                            "input_shape", _shape_of(example_inputs)) from None
+    finally:
+        for h in handles:
+            h.remove()
+        if copies is not None:
+            copies.remove()
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+    return runs
+
+
+def _place(model: Any, device: Any) -> Any:
+    """Move ``model`` to ``device`` (None: where its parameters are) and return the device."""
+    if device is None:
+        first = next(model.parameters(), None)
+        return resolve_device(first.device if first is not None else "cpu")
+    dev = resolve_device(device)
+    try:
+        model.to(dev)
+    except Exception as exc:  # the user's module refuses the device
+        raise SchedoptError(f"cannot move the model there: {_one_line(exc)}", "device",
+                            str(device)) from None
+    return dev
+
+
+def _shape_of(inputs: Any) -> Any:
+    """Shapes of the example inputs, for error messages."""
+    shape = getattr(inputs, "shape", None)
+    if shape is not None:
+        return ",".join(str(d) for d in shape)
+    if isinstance(inputs, dict):
+        return {k: _shape_of(v) for k, v in inputs.items()}
+    if isinstance(inputs, list | tuple):
+        return [_shape_of(v) for v in inputs]
+    return type(inputs).__name__
+
+
+def _segments(clock: _Clock, marks: tuple, fwd: list, grads: list) -> dict[str, Any]:
+    """One iteration's raw figures, in seconds from the start of the forward."""
+    t0, t1, t2, t3, t4 = marks
+    return {
+        "h2d": clock.between(t0, t1),
+        "fwd": [(i, clock.between(t1, m)) for i, m in fwd],
+        "fwd_end": clock.between(t1, t2),
+        "bwd_start": clock.between(t1, t2),
+        "grads": [(j, clock.between(t1, m)) for j, m in grads],
+        "bwd_end": clock.between(t1, t3),
+        "update": clock.between(t3, t4),
+    }
+
+
+def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
+                 candidates: list, params: list, runs: list[dict[str, Any]],
+                 version: str) -> Trace:
+    first = runs[0]
+    # layers in the order their forward first ended; only those that ran
+    order: list[int] = list(dict.fromkeys(i for i, _ in first["fwd"]))
+    if not order:
+        raise SchedoptError("no leaf module with parameters ran in the forward pass", "model",
+                            type(model).__name__)
+    pos = {i: k for k, i in enumerate(order)}
+    param_index = {id(p): j for j, (_, p) in enumerate(params)}
+    owner: dict[int, int] = {}  # param index -> layer position
+    for i in order:
+        for p in candidates[i][1].parameters(recurse=False):
+            if p.requires_grad:
+                owner.setdefault(param_index[id(p)], pos[i])
+    fired = [j for j, _ in first["grads"]]
+    fired_set = set(fired)
+    n = len(order)
+    fwd_times: list[list[float]] = [[] for _ in range(n)]
+    bwd_times: list[list[float]] = [[] for _ in range(n)]
+    extra_owner: dict[int, int] = {}
+    for run in runs:
+        f, ends = _forward_times(run, pos, n)
+        b, ends = _backward_times(run, owner, n)
+        for k in range(n):
+            fwd_times[k].append(f[k])
+            bwd_times[k].append(b[k])
+        if run is first:
+            ready = dict(run["grads"])
+            for j in fired:
+                if j not in owner:
+                    later = [k for k in range(n) if ends[k] >= ready[j]]
+                    extra_owner[j] = max(later) if later else 0
+    unused = [params[j][0] for j in range(len(params)) if j not in fired_set]
+    if unused:
+        log.warning("left out %d parameters that received no gradient: %s", len(unused),
+                    ", ".join(unused[:5]))
+    home = {**{j: k for j, k in owner.items() if j in fired_set}, **extra_owner}
+    tensors: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    for j, (pname, p) in enumerate(params):
+        if j in home:
+            tensors[home[j]].append({"name": pname, "bytes": p.numel() * p.element_size(),
+                                     "dtype": _dtype_name(p.dtype)})
+            if p.dim() > 1:  # the leading dimension, for partitioning policies
+                tensors[home[j]][-1]["rows"] = int(p.shape[0])
+    fwd_scale, bwd_scale = _pass_scale(fwd_times), _pass_scale(bwd_times)
+    layers = [{"name": candidates[order[k]][0],
+               "forward_s": statistics.median(fwd_times[k]) * fwd_scale,
+               "backward_s": statistics.median(bwd_times[k]) * bwd_scale, "tensors": tensors[k]}
+              for k in range(n)]
+    data: dict[str, Any] = {
+        "name": name, "batch_size": batch_size,
+        "source": f"measured with schedopt.measure.profile.profile_model on {dev}, torch "
+                  f"{version}, {repeats} repeats (median); per-layer medians scaled to the "
+                  f"median whole pass: forward x{fwd_scale:.3f}, backward x{bwd_scale:.3f}"
+                  f"{_faults_note(runs, dev)}",
+        "h2d_s": statistics.median(r["h2d"] for r in runs) if dev.type == "cuda" else 0.0,
+        "update_s": statistics.median(r["update"] for r in runs),
+        "layers": layers,
+    }
+    trace = Trace.model_validate(data)
+    measured = [params[j][0] for j in fired if j in home]
+    if measured != [t.name for t in trace.ready_order]:
+        layer_of = trace.tensor_layer_by_name
+        consistent = sorted(measured, key=lambda m: -layer_of[m])  # stable: keeps order inside
+        if consistent != measured:
+            log.warning("autograd's gradient order interleaves layers; the trace keeps it "
+                        "inside each layer only")
+        if consistent != [t.name for t in trace.ready_order]:
+            trace = Trace.model_validate({**data, "grad_ready_order": consistent})
+    return trace
+
+
+def _pass_scale(times: list[list[float]]) -> float:
+    """The factor that makes the per-layer medians of one pass sum to the median of the whole
+    pass.
+
+    ``times[k][r]`` is layer ``k``'s time in iteration ``r``. A sum of medians is not the
+    median of the sums: with right-skewed layer times (a page fault, a preempted thread in one
+    layer of one iteration) it falls a few percent below the typical pass, and the iteration
+    time a run measures is the median of whole iterations. The layers keep their shares.
+    """
+    summed = sum(statistics.median(t) for t in times)
+    if not times or summed <= 0:
+        return 1.0
+    whole = statistics.median(sum(per_layer) for per_layer in zip(*times, strict=True))
+    return whole / summed
+
+
+def _faults_note(runs: list[dict[str, Any]], dev: Any) -> str:
+    """On a CPU, the median minor page faults of an iteration, for the trace's ``source``.
+
+    Fresh memory the kernel maps and zeroes is part of what the iterations time: under glibc's
+    defaults, freed tensors above its thresholds go back to the kernel and come back every
+    iteration (up to a third of a small model's forward and backward on this project's
+    machine; docs/cli.md, ``profile``). Runs that allocate otherwise fault otherwise."""
+    counts: list[int] = [r["faults"] for r in runs if r.get("faults") is not None]
+    if dev.type != "cpu" or len(counts) < len(runs):
+        return ""
+    n = statistics.median(counts)
+    return f"; {faults_text(n)} ({n * mmap.PAGESIZE / 2**20:.1f} MiB of fresh pages)"
+
+
+def faults_text(per_iteration: float) -> str:
+    """How a trace's or a measured row's ``source`` states its page faults (one wording, for
+    the readers that compare them)."""
+    return f"{per_iteration:,.0f} minor page faults per iteration"
+
+
+def _forward_times(run: dict[str, Any], pos: dict[int, int], n: int
+                   ) -> tuple[list[float], list[float]]:
+    """Per layer: forward time (segments ending at its forward hooks) and its last end."""
+    f = [0.0] * n
+    ends = [0.0] * n
+    prev, last = 0.0, None
+    for i, t in run["fwd"]:
+        if i not in pos:
+            continue
+        k = pos[i]
+        f[k] += max(0.0, t - prev)
+        ends[k] = t
+        prev, last = t, k
+    if last is not None:
+        f[last] += max(0.0, run["fwd_end"] - prev)
+    return f, ends
+
+
+def _backward_times(run: dict[str, Any], owner: dict[int, int], n: int
+                    ) -> tuple[list[float], list[float]]:
+    """Per layer: backward time and end (monotone from the last layer to the first)."""
+    ready = [None] * n
+    for j, t in run["grads"]:
+        k = owner.get(j)
+        if k is not None:
+            ready[k] = t if ready[k] is None else max(ready[k], t)
+    start = run["bwd_start"]
+    ends = [0.0] * n
+    b = [0.0] * n
+    prev = start
+    for k in range(n - 1, -1, -1):
+        end = max(prev, ready[k]) if ready[k] is not None else prev
+        b[k] = end - prev
+        ends[k] = end
+        prev = end
+    b[0] += max(0.0, run["bwd_end"] - prev)
+    return b, ends
+
+
+# ---------------------------------------------------------------------------- DDP
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def load_factory(spec: str) -> Callable[[], Any]:
+    """Import ``MODULE:FACTORY`` (the current folder is searched too) and return the callable.
+
+    Raises
+    ------
+    SchedoptError
+        Malformed spec, a module that does not import, or a missing or non-callable name.
+    """
+    import importlib
+    import os
+    import sys
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SchedoptError("write MODULE:FACTORY", "factory", spec)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any failure inside the user's module is the user's input
+        raise SchedoptError(f"cannot import module {module_name!r}: {_one_line(exc)}",
+                            "factory", spec) from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    if not callable(obj):
+        raise SchedoptError("no callable of that name", "factory", spec)
+    return obj
+
+
+def random_batch(shape: str, dtype: str = "float32") -> Any:
+    """A random input batch of ``shape`` (``"32,3,224,224"``): normal floats or int64 ids in
+    [0, 100)."""
+    torch = _torch()
+    try:
+        dims = [int(x) for x in shape.split(",") if x.strip()]
+    except ValueError:
+        raise SchedoptError("write the shape as comma-separated integers", "input_shape",
+                            shape) from None
+    if not dims or any(d < 1 for d in dims):
+        raise SchedoptError("write the shape as comma-separated positive integers",
+                            "input_shape", shape)
+    if math.prod(dims) > MAX_INPUT_ELEMENTS:
+        raise SchedoptError(f"more than {MAX_INPUT_ELEMENTS:,} elements in one batch",
+                            "input_shape", shape)
+    if dtype not in ("float32", "int64"):
+        raise SchedoptError("must be float32 or int64", "input_dtype", dtype)
+    try:
+        return torch.randint(0, 100, dims) if dtype == "int64" else torch.randn(dims)
+    except (RuntimeError, MemoryError) as exc:
+        raise SchedoptError(f"cannot allocate the batch: {_one_line(exc)}", "input_shape",
+                            shape) from None
+
+
+#: Largest input batch ``profile`` builds (elements).
+MAX_INPUT_ELEMENTS = 2**31
+#: Largest number of measured or discarded iterations.
+MAX_REPEATS = 10_000
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` (at most 300 characters)."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    out = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return out if len(out) <= 300 else out[:297] + "..."
+
+
+def check_profile_options(name: str, batch_size: int | None, repeats: int, warmup: int) -> None:
+    """Check ``profile``'s options before any work (a name, a batch, bounded repeats)."""
+    from schedopt.model.limits import MAX_BATCH
+
+    if not name.strip():
+        raise SchedoptError("must not be empty", "--name", name)
+    if batch_size is not None and not 1 <= batch_size <= MAX_BATCH:
+        raise SchedoptError(f"must be between 1 and {MAX_BATCH:,}", "--batch-size", batch_size)
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise SchedoptError(f"must be between 1 and {MAX_REPEATS:,}", "--repeats", repeats)
+    if not 0 <= warmup <= MAX_REPEATS:
+        raise SchedoptError(f"must be between 0 and {MAX_REPEATS:,}", "--warmup", warmup)
+
+
+def build_model(spec: str) -> Any:
+    """Import ``MODULE:FACTORY``, call the factory and check that it returned a module.
+
+    Raises
+    ------
+    SchedoptError
+        Naming the factory: it does not import, raises, or returns no ``torch.nn.Module``.
+    """
+    factory = load_factory(spec)
+    torch = _torch()
+    try:
+        model = factory()
+    except Exception as exc:  # the user's factory failed
+        raise SchedoptError(f"the factory raised {_one_line(exc)}", "factory", spec) from None
+    if not isinstance(model, torch.nn.Module):
+        raise SchedoptError(f"the factory returned {type(model).__name__}, not a "
+                            "torch.nn.Module", "factory", spec)
+    return model
+
+
+def resolve_device(device: Any) -> Any:
+    """A torch device the measurement can run on: a valid name, available, not ``meta``."""
+    torch = _torch()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise SchedoptError(f"not a device name ({_one_line(exc)})", "device",
+                            str(device)) from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise SchedoptError("CUDA is not available on this machine", "device", str(device))
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise SchedoptError(f"this machine has {torch.cuda.device_count()} CUDA devices",
+                                "device", str(device))
+    elif dev.type != "cpu":
+        raise SchedoptError("cannot time a model there (use cpu or cuda)", "device",
+                            str(device))
+    return dev

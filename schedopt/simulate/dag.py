@@ -1,0 +1,196 @@
+"""The S-SGD DAG of docs/model.md, built with networkx for checking and export.
+
+:func:`build_dag` unrolls ``iterations`` iterations of a plan into a graph whose nodes are tasks
+(keys as in :class:`~schedopt.model.plan.Schedule`) with ``duration`` and ``resources`` attributes
+and whose edges are precedences: data dependencies and the order the plan fixes on every resource.
+The simulator evaluates the same graph over arrays; :func:`check_schedule` verifies any schedule
+against the graph, and :func:`longest_path_starts` evaluates it the slow, obvious way (a reference
+for tests on small instances).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan, Schedule
+from schedopt.model.sharded import comm_member_bytes
+from schedopt.model.trace import Trace
+
+__all__ = ["build_dag", "check_schedule", "longest_path_starts", "write_dag"]
+
+Key = tuple
+
+
+def _compute_order(trace: Trace, plan: Plan, first_layer: list[int], t: int,
+                   last: int) -> list[Key]:
+    """Compute-stream tasks of iteration ``t`` in stream order (``accumulate`` micro-batches,
+    all but the last keyed with their micro-batch index)."""
+    n_l, k_mb = len(trace.layers), plan.accumulate
+    out: list[Key] = []
+    for mb in range(k_mb):
+        tag = () if mb == k_mb - 1 else (mb,)
+        for lay in range(n_l):
+            if mb == 0 and plan.next_forward == "per-layer" and t > 0:
+                out += [("update", t - 1, k) for k, fl in enumerate(first_layer) if fl == lay]
+            out.append(("fwd", t, lay, *tag))
+        out += [("bwd", t, lay, *tag) for lay in range(n_l - 1, -1, -1)]
+    if plan.next_forward == "wait-for-all":
+        out.append(("update", t, -1))
+    return out
+
+
+def _compute_duration(trace: Trace, key: Key, nbytes: np.ndarray, total: float) -> float:
+    """Duration of a compute-stream task: a layer's forward or backward, or an update (the
+    whole ``update_s``, or bucket ``k``'s byte share)."""
+    if key[0] == "fwd":
+        return float(trace.forward[key[2]])
+    if key[0] == "bwd":
+        return float(trace.backward[key[2]])
+    return trace.update_s if key[2] == -1 else float(trace.update_s * nbytes[key[2]] / total)
+
+
+def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -> nx.DiGraph:
+    """Unroll ``iterations`` iterations of ``plan`` into a task graph.
+
+    Parameters
+    ----------
+    trace, cluster, plan
+        The instance and the plan whose resource orders the graph encodes.
+    iterations
+        Number of iterations to unroll.
+
+    Returns
+    -------
+    networkx.DiGraph
+        Nodes carry ``duration`` (s) and ``resources`` (tuple of names); edges are precedences.
+    """
+    if plan.sharding is not None:
+        raise SchedoptError("the DAG fixes every resource's order in advance; a sharded plan's"
+                            " network order follows its issue times (simulate it instead)",
+                            "plan.sharding", plan.sharding.mode)
+    members = plan.check_against(trace, cluster)
+    g = nx.DiGraph()
+    stages = cluster.comm_stages(plan.collective)
+    nbytes = members.bucket_bytes()
+    moved = np.bincount(members.bucket, minlength=members.num_buckets,
+                        weights=comm_member_bytes(trace, plan, members.nbytes))
+    first_layer = [int(x) for x in members.ready_layer()]
+    n_b, n_s = len(nbytes), len(stages)
+    total = float(nbytes.sum())
+    res_seq: dict[str, list[Key]] = defaultdict(list)
+
+    def add(key: Key, dur: float, res: tuple[str, ...]) -> None:
+        g.add_node(key, duration=float(dur), resources=res)
+
+    comm_order = plan.comm_sequence(n_s)
+    last_compute: dict[int, Key] = {}
+    for t in range(iterations):
+        data = [t] if (t == 0 or not plan.prefetch) else []
+        if plan.prefetch:
+            data.append(t + 1)
+        for d in data:  # with prefetch, batch t+1 is read during iteration t
+            add(("io", d), trace.io_s, ("cpu",))
+            add(("h2d", d), trace.h2d_s, ("pcie",))
+            g.add_edge(("io", d), ("h2d", d))
+            res_seq["cpu"].append(("io", d))
+            res_seq["pcie"].append(("h2d", d))
+            done = d - 1 - plan.prefetch
+            if done >= 0:
+                g.add_edge(last_compute[done], ("io", d))
+        chain = _compute_order(trace, plan, first_layer, t, iterations - 1)
+        for key in chain:
+            add(key, _compute_duration(trace, key, nbytes, total), ("compute",))
+        res_seq["compute"] += chain
+        g.add_edge(("h2d", t), chain[next(i for i, key in enumerate(chain) if key[0] == "fwd")])
+        last_compute[t] = ("update", t, -1) if plan.next_forward == "wait-for-all" else (
+            "bwd", t, 0)
+        for s, k in comm_order:
+            key = ("comm", t, k, s)
+            add(key, stages[s].time(moved[k]), stages[s].resources)
+            for r in stages[s].resources:
+                res_seq[r].append(key)
+            src: Key
+            if s == 0:
+                src = ("bwd", t, first_layer[k] if plan.overlap else 0)
+            else:
+                src = ("comm", t, k, s - 1)
+            g.add_edge(src, key)
+        for k in range(n_b):
+            done_key = ("comm", t, k, n_s - 1) if n_s else (
+                "bwd", t, first_layer[k] if plan.overlap else 0)
+            if plan.next_forward == "wait-for-all":
+                g.add_edge(done_key, ("update", t, -1))
+            elif t + 1 < iterations:
+                g.add_edge(done_key, ("update", t, k))
+    for seq in res_seq.values():
+        for a, b in itertools.pairwise(seq):
+            g.add_edge(a, b)
+    for key in list(g.nodes):
+        if "duration" not in g.nodes[key]:
+            g.remove_node(key)
+    return g
+
+
+def longest_path_starts(g: nx.DiGraph) -> dict[Key, float]:
+    """Earliest start of every task (longest path from the sources), in topological order."""
+    start: dict[Key, float] = {}
+    for node in nx.topological_sort(g):
+        start[node] = max(
+            (start[p] + g.nodes[p]["duration"] for p in g.predecessors(node)), default=0.0
+        )
+    return start
+
+
+def check_schedule(
+    trace: Trace, cluster: Cluster, plan: Plan, schedule: Schedule, tol: float = 1e-9
+) -> list[str]:
+    """Verify a recorded schedule against the DAG; return the violations (empty when valid).
+
+    Checks every task's duration, every precedence, and that no resource runs two tasks at once.
+    """
+    if not schedule.tasks:
+        return ["schedule has no recorded tasks (simulate with record=True)"]
+    iters = 1 + max(k[1] for k in schedule.tasks if k[0] == "fwd")
+    g = build_dag(trace, cluster, plan, iterations=iters)
+    problems: list[str] = []
+    scale = tol * max(1.0, schedule.iteration_time_s * iters)
+    for key, data in g.nodes(data=True):
+        if key not in schedule.tasks:
+            problems.append(f"{key} missing from the schedule")
+            continue
+        s, e = schedule.tasks[key]
+        if abs((e - s) - data["duration"]) > scale:
+            problems.append(f"{key} lasts {e - s} instead of {data['duration']}")
+    if problems:
+        return problems
+    for u, v in g.edges:
+        if schedule.tasks[v][0] < schedule.tasks[u][1] - scale:
+            problems.append(f"{v} starts before {u} ends")
+    busy: dict[str, list[tuple[float, float, Key]]] = defaultdict(list)
+    for key, data in g.nodes(data=True):
+        s, e = schedule.tasks[key]
+        if e > s:
+            for r in data["resources"]:
+                busy[r].append((s, e, key))
+    for r, spans in busy.items():
+        spans.sort()
+        for (s1, e1, k1), (s2, e2, k2) in itertools.pairwise(spans):
+            if min(e1, e2) - max(s1, s2) > scale:
+                problems.append(f"{r} runs {k1} and {k2} at once")
+    return problems
+
+
+def write_dag(g: nx.DiGraph, path: str | Path) -> None:
+    """Export the graph as GraphML (node ids are the task keys as text)."""
+    h = nx.DiGraph()
+    for key, data in g.nodes(data=True):
+        h.add_node(str(key), duration=data["duration"], resources=",".join(data["resources"]))
+    h.add_edges_from((str(u), str(v)) for u, v in g.edges)
+    nx.write_graphml(h, str(path))

@@ -1,0 +1,223 @@
+"""Running a sweep: skip the rows already stored, run the rest locally or on Ray, store each.
+
+The local executor is a process pool (``spawn``); the Ray executor submits one task per row
+with ``num_cpus`` equal to the row's CP-SAT workers. Either way the parent process writes every
+record to the store as soon as its row finishes, so an interrupted sweep loses only the rows in
+flight, and a rerun runs exactly the rows that are missing.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from schedopt.errors import SchedoptError
+from schedopt.study.sweep.spec import Row, SweepSpec, expand_rows
+from schedopt.study.sweep.store import Store
+from schedopt.study.sweep.worker import run_row
+
+__all__ = ["SweepSummary", "run_sweep"]
+
+Executor = Literal["local", "ray"]
+OnRecord = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class SweepSummary:
+    """What one ``run_sweep`` call did.
+
+    Attributes
+    ----------
+    total
+        Rows in the spec.
+    skipped
+        Rows already in the database (not run again).
+    done
+        Rows run and stored by this call without error.
+    failed
+        Rows run and stored with an error.
+    wall_s
+        Wall-clock time of the call.
+    """
+
+    total: int
+    skipped: int
+    done: int = 0
+    failed: int = 0
+    wall_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dictionary."""
+        return dict(self.__dict__)
+
+
+def _failure(row: Row, exc: BaseException) -> dict[str, Any]:
+    """The record of a row whose worker died (not an error inside the row)."""
+    from schedopt import __version__
+
+    return {**row.as_dict(), "version": __version__,
+            "error": (f"{type(exc).__name__}: {exc}".splitlines() or ["error"])[0]}
+
+
+def _quiet_interrupt() -> None:
+    """Pool worker set-up: on Ctrl-C leave at once and silently (the parent reports it)."""
+    signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+
+
+def _run_local(rows: list[Row], workers: int, on_record: OnRecord) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                             initializer=_quiet_interrupt) as pool:
+        futures: dict[Future[dict[str, Any]], Row] = {
+            pool.submit(run_row, row.as_dict()): row for row in rows
+        }
+        try:
+            while futures:
+                done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    row = futures.pop(fut)
+                    exc = fut.exception()
+                    on_record(_failure(row, exc) if exc is not None else fut.result())
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+
+
+def _run_ray(rows: list[Row], workers: int, address: str | None, on_record: OnRecord) -> None:
+    try:
+        import ray
+    except ImportError:
+        raise SchedoptError("the Ray executor needs the ray extra (pip install 'schedopt[ray]')",
+                            "--executor", "ray") from None
+    started = not ray.is_initialized()
+    if started:
+        try:
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        except Exception as exc:  # Ray raises plain Exceptions (startup timeouts, bad address)
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise SchedoptError(f"cannot start Ray: {first}", "--ray-address",
+                                address or "local") from None
+    try:
+        task = ray.remote(run_row)
+        refs = {task.options(num_cpus=row.cpus(), max_retries=0).remote(row.as_dict()): row
+                for row in rows}
+        try:
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1)
+                for ref in ready:
+                    row = refs.pop(ref)
+                    try:
+                        record = ray.get(ref)
+                    except Exception as exc:  # the worker died: store the row as failed
+                        record = _failure(row, exc)
+                    on_record(record)
+        except BaseException:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+@contextmanager
+def _progress(total: int, enabled: bool) -> Iterator[Callable[[bool], None]]:
+    """A rich progress bar on stderr; yields ``advance(failed)``."""
+    failed = 0
+    prog = Progress(
+        TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("failed {task.fields[failed]}"), TextColumn("{task.fields[rate]} rows/min"),
+        TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+        console=Console(stderr=True), disable=not enabled,
+    )
+    t0 = time.perf_counter()
+    with prog:
+        task = prog.add_task("sweep", total=total, failed=0, rate="-")
+
+        def advance(is_failure: bool) -> None:
+            nonlocal failed
+            failed += is_failure
+            done = prog.tasks[0].completed + 1
+            rate = 60.0 * done / max(time.perf_counter() - t0, 1e-9)
+            prog.update(task, advance=1, failed=failed, rate=f"{rate:.1f}")
+
+        yield advance
+
+
+def run_sweep(
+    spec: SweepSpec,
+    db: str | Path,
+    *,
+    executor: Executor = "local",
+    workers: int = 2,
+    ray_address: str | None = None,
+    retry_failed: bool = False,
+    progress: bool = True,
+) -> SweepSummary:
+    """Run every row of ``spec`` that ``db`` lacks, storing each as it finishes.
+
+    Parameters
+    ----------
+    spec
+        The sweep.
+    db
+        The SQLite file (created if missing).
+    executor
+        ``local`` (a process pool of ``workers`` processes) or ``ray`` (one task per row).
+    workers
+        Rows in flight at once (local), or the CPUs of a local Ray (ignored with an address).
+    ray_address
+        Address of a running Ray cluster; None starts a local one.
+    retry_failed
+        Run again the rows stored with an error.
+    progress
+        Show a progress bar on stderr.
+    """
+    if workers < 1:
+        raise SchedoptError("must be a positive integer", "--workers", workers)
+    if executor not in ("local", "ray"):
+        raise SchedoptError("must be local or ray", "--executor", executor)
+    t0 = time.perf_counter()
+    rows = expand_rows(spec)
+    with Store(db) as store:
+        if retry_failed:
+            store.forget_failed(r.key for r in rows)
+        have = store.keys()
+        pending = [r for r in rows if r.key not in have]
+        summary = SweepSummary(total=len(rows), skipped=len(rows) - len(pending))
+        with _progress(len(pending), progress) as advance:
+
+            def on_record(record: dict[str, Any]) -> None:
+                store.put(record)
+                failed = record.get("error") is not None
+                summary.failed += failed
+                summary.done += not failed
+                advance(failed)
+
+            if executor == "local":
+                _run_local(pending, workers, on_record)
+            else:
+                _run_ray(pending, workers, ray_address, on_record)
+    summary.wall_s = time.perf_counter() - t0
+    return summary
