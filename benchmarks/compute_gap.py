@@ -1,7 +1,8 @@
 """Three suspected causes of the DDP evidence's per-model compute gap, each measured.
 
-In docs/validation.md ("bench-comm pooled over the run") every bert_small row is predicted too
-fast and every mlp row too slow. This study, one run of 2 gloo ranks computing side by side
+In the DDP evidence runs of 2026-12-05 (docs/validation.md, "Earlier results") every bert_small
+row was predicted too fast and every mlp row too slow; the results are in docs/validation.md,
+"The gradient's lifetime". This study, one run of 2 gloo ranks computing side by side
 (``OMP_NUM_THREADS`` pinned, as the profiles and the runs), measures per model of
 ``benchmarks/ddp_models.py``:
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import stat
 from collections.abc import Iterator, Mapping
@@ -33,7 +34,9 @@ __all__ = [
     "load_trace",
     "load_trace_or_cluster",
     "output_files",
+    "parse_json",
     "read_text",
+    "safe_file_stem",
     "write_json_atomic",
 ]
 
@@ -56,28 +59,42 @@ def instances_dir() -> Path:
     return here.parent / "instances"
 
 
-def read_text(path: str | Path, what: str) -> str:
+def read_text(path: str | Path, what: str, max_bytes: int | None = None) -> str:
     """Read a UTF-8 text file; every way this fails becomes a one-line :class:`SchedoptError`.
 
     A path that is not a regular file (a folder, a FIFO, a device) is refused before it is
     opened, so nothing blocks; bytes that are not UTF-8 are reported with their offset.
+
+    Parameters
+    ----------
+    path
+        The file.
+    what
+        The kind of file, named in messages (``trace``, ``spec``).
+    max_bytes
+        Refuse a file larger than this (None: no limit).
     """
     p = Path(path)
     try:
         st = p.stat()
         if not stat.S_ISREG(st.st_mode):
             kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
-            raise SchedoptError(f"cannot read: {kind}", what, str(path))
-        data = p.read_bytes()
+            raise SchedoptError(f"cannot read: {kind}", what, _short(path))
+        with p.open("rb") as fh:
+            data = fh.read() if max_bytes is None else fh.read(max_bytes + 1)
     except OSError as exc:
         raise SchedoptError(f"cannot read file: {exc.strerror or exc}", what,
                             _short(path)) from None
+    if max_bytes is not None and len(data) > max_bytes:
+        raise SchedoptError(f"file larger than {max_bytes:,} bytes", what, _short(path))
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise SchedoptError("UTF-16 text: save the file as UTF-8", what, _short(path))
     try:
         return data.decode("utf-8-sig")  # a byte-order mark is tolerated
     except UnicodeDecodeError as exc:
         raise SchedoptError(
             f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})", what,
-            str(path)) from None
+            _short(path)) from None
 
 
 def _short(path: str | Path) -> str:
@@ -88,17 +105,32 @@ def _short(path: str | Path) -> str:
 def load_json(path: Path, what: str) -> Any:
     """Read a JSON document, turning I/O, encoding, syntax and nesting errors into
     :class:`SchedoptError`."""
-    text = read_text(path, what)
+    return parse_json(read_text(path, what), what, str(path))
+
+
+def parse_json(text: str, what: str, source: str) -> Any:
+    """Parse JSON text, turning syntax and nesting errors into :class:`SchedoptError`.
+
+    Parameters
+    ----------
+    text
+        The document.
+    what
+        The kind of document, named in messages.
+    source
+        Where the text comes from (a path), named in messages.
+    """
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SchedoptError(
-            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", what, str(path)
-        ) from None
+            f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", what,
+            _short(source)) from None
     except RecursionError:
-        raise SchedoptError("not valid JSON here: nested too deeply", what, str(path)) from None
+        raise SchedoptError("not valid JSON here: nested too deeply", what,
+                            _short(source)) from None
     except ValueError as exc:  # an integer of more than 4,300 digits
-        raise SchedoptError(f"not valid JSON here: {exc}", what, str(path)) from None
+        raise SchedoptError(f"not valid JSON here: {exc}", what, _short(source)) from None
 
 
 def _resolve(ref: str | Path, kind: str) -> Path:
@@ -203,6 +235,22 @@ def load_plan(path: str | Path) -> Plan:
     return _validate(Plan, data, "plan")
 
 
+#: Characters kept in a file name made from a name in an input; the others become ``_``.
+_UNSAFE = re.compile(r"[^\w.+-]")
+
+
+def safe_file_stem(name: str, default: str) -> str:
+    """A file name (without suffix) made from a name found in an input file.
+
+    A name from an input never chooses a folder: path separators and every character other than
+    letters, digits, ``.``, ``_``, ``+`` and ``-`` become ``_``, leading dots are dropped (no
+    ``..``, no hidden file), and the stem is cut to 100 characters; an empty result is
+    ``default``.
+    """
+    stem = _UNSAFE.sub("_", name).lstrip(".")[:100]
+    return stem or default
+
+
 def write_json_atomic(path: str | Path, data: Any) -> None:
     """Write JSON to ``path`` through a temporary file and a rename (no partial files)."""
     with output_files({"out": path}) as out:
@@ -261,6 +309,14 @@ class OutputFiles:
         for d in reversed(missing):
             d.mkdir()
             self._made_dirs.append(d)
+
+    def drop(self, path: str | Path) -> None:
+        """Give up ``path``: its temporary file is removed and nothing is written there."""
+        tmp = self._tmp.pop(Path(path), None)
+        self._option.pop(Path(path), None)
+        if tmp is not None:
+            with suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
     def temp(self, path: str | Path) -> Path:
         """The temporary file to write for ``path`` (for writers that take a path)."""

@@ -11,8 +11,10 @@ seconds = st.floats(min_value=0.0, max_value=0.02, allow_nan=False, allow_infini
 
 
 @st.composite
-def traces(draw: st.DrawFn, max_layers: int = 6, data_costs: bool = True) -> Trace:
-    """A small trace: 1..max_layers layers, 0..3 tensors each (at least one in all)."""
+def traces(draw: st.DrawFn, max_layers: int = 6, data_costs: bool = True,
+           host: bool = False) -> Trace:
+    """A small trace: 1..max_layers layers, 0..3 tensors each (at least one in all); with
+    ``host``, host launch times per layer and for the optimizer step (docs/model.md)."""
     n = draw(st.integers(1, max_layers))
     layers = []
     for i in range(n):
@@ -24,15 +26,20 @@ def traces(draw: st.DrawFn, max_layers: int = 6, data_costs: bool = True) -> Tra
         ]
         layers.append({"name": f"l{i}", "forward_s": draw(seconds), "backward_s": draw(seconds),
                        "tensors": tensors})
+        if host:
+            layers[-1] |= {"host_forward_s": draw(seconds), "host_backward_s": draw(seconds)}
     costs = {}
     if data_costs:
         costs = {"io_s": draw(seconds), "h2d_s": draw(seconds), "update_s": draw(seconds)}
+    if host:
+        costs["host_update_s"] = draw(seconds)
     return Trace.model_validate({"name": "h", "batch_size": 8, "layers": layers, **costs})
 
 
 @st.composite
-def clusters(draw: st.DrawFn, fitted: bool | None = None) -> Cluster:
-    """A small cluster with any collective (or a fitted alpha-beta)."""
+def clusters(draw: st.DrawFn, fitted: bool | None = None, host: bool = False) -> Cluster:
+    """A small cluster with any collective (or a fitted alpha-beta); with ``host``, per-call
+    and per-tensor host costs."""
     nodes = draw(st.integers(1, 4))
     gpn = draw(st.integers(1, 4))
     use_fit = draw(st.booleans()) if fitted is None else fitted
@@ -51,6 +58,9 @@ def clusters(draw: st.DrawFn, fitted: bool | None = None) -> Cluster:
     if use_fit:
         data["allreduce"] = {"alpha_s": draw(st.floats(0, 1e-3)),
                              "beta_s_per_byte": draw(st.floats(1e-11, 2e-9))}
+    if host:
+        data["launch_overhead_s"] = draw(st.floats(0, 5e-3))
+        data["hook_overhead_s"] = draw(st.floats(0, 2e-3))
     return Cluster.model_validate(data)
 
 

@@ -144,7 +144,9 @@ def test_cli_calibrate_bad_options(tmp_path: Path, args: list[str], needle: str)
 
 
 def test_parse_fit() -> None:
-    assert parse_fit(None) == [n for n in PARAMS if n != "compute_scale"]
+    assert parse_fit(None) == [n for n in PARAMS if n not in (
+        "compute_scale", "launch_overhead", "hook_overhead")]
+    assert parse_fit("launch_overhead,hook_overhead") == ["launch_overhead", "hook_overhead"]
     assert parse_fit("compute_scale") == ["compute_scale"]
     assert parse_fit("overlap_slowdown, inter_latency") == ["overlap_slowdown", "inter_latency"]
     with pytest.raises(SchedoptError, match="unknown parameter"):
@@ -229,3 +231,38 @@ def test_compute_scale_leaves_the_cluster_document_alone() -> None:
 
     doc = {"name": "x", "overlap_slowdown": 1.0}
     assert _with_values(doc, "cluster", {"compute_scale[a.json]": 2.0}) == doc
+
+
+def test_host_costs_are_fitted_with_intervals(tmp_path: Path) -> None:
+    """Rows of a host-bound model (launches slower than the GPU) made with known per-call and
+    per-tensor host costs: ``--fit launch_overhead,hook_overhead`` recovers both."""
+    from toy_measurements import make_trace
+
+    from schedopt.model.trace import Trace
+    from schedopt.policies import make_plan
+
+    fam = true_family()
+    truth = {"launch_overhead_s": 4e-4, "hook_overhead_s": 1.5e-4}
+    base = fam.base.model_copy(update={"launch_overhead_s": 1e-4, "hook_overhead_s": 1e-4})
+    (tmp_path / "prior.json").write_text(fam.model_copy(update={"base": base}).model_dump_json())
+    data = make_trace(0)
+    for la in data["layers"]:  # the host is slower than the GPU: a host-bound step
+        la["host_forward_s"] = 1.5 * la["forward_s"]
+        la["host_backward_s"] = 1.5 * la["backward_s"]
+    tr = Trace.model_validate(data)
+    (tmp_path / "host.json").write_text(tr.model_dump_json())
+    lines = ["trace,cluster,nodes,policy,iteration_time_s"]
+    for nodes in (1, 2):
+        cl = fam.at(nodes).model_copy(update=truth)
+        for spec in ("cntk", "caffe-mpi", "ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=25"):
+            t = simulate(tr, cl, make_plan(spec, tr, cl)).iteration_time_s
+            lines.append(f"host.json,prior.json,{nodes},{spec},{t!r}")
+    (tmp_path / "host.csv").write_text("\n".join(lines) + "\n")
+    (cal,) = calibrate(read_measurements(tmp_path / "host.csv"),
+                       ["launch_overhead", "hook_overhead"])
+    got = {p.name: p for p in cal.params}
+    for name, field in (("launch_overhead", "launch_overhead_s"),
+                        ("hook_overhead", "hook_overhead_s")):
+        assert got[name].identified
+        assert got[name].value == pytest.approx(truth[field], rel=1e-2)
+    assert cal.mean_abs_error < 1e-4

@@ -1,4 +1,5 @@
-"""The documentation runs: every ``$ schedopt ...`` example of README.md and docs/cli.md.
+"""The documentation runs: every ``$ schedopt ...`` example of README.md and docs/cli.md, and
+every ``python`` block of docs/api.md.
 
 Each document's examples run in order in one empty temporary folder (so an example may use the
 files an earlier one wrote), at 100 columns. An example passes when it exits with 0, or with 2
@@ -22,7 +23,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from schedopt import cli
+from schedopt.cli import common
+from schedopt.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ("README.md", "docs/cli.md")
@@ -132,11 +134,11 @@ def run_example(ex: Example, folder: Path) -> tuple[int, str]:
         cwd = Path.cwd()
         os.chdir(folder)
         try:
-            width = cli.console.width
-            cli.console.width = 100
-            result = CliRunner().invoke(cli.app, words[1:])
+            width = common.console.width
+            common.console.width = 100
+            result = CliRunner().invoke(app, words[1:])
         finally:
-            cli.console.width = width
+            common.console.width = width
             os.chdir(cwd)
         return result.exit_code, result.output
     env = {**os.environ, "COLUMNS": "100", "OMP_NUM_THREADS": "1", "MPLBACKEND": "Agg",
@@ -172,3 +174,38 @@ def test_the_checker_catches_drift() -> None:
         check_output(ex, "│ iteration  │ 185.409 ms │\n{\"a\": 1.5}")
     assert _close("3.356e-09", "3.3557e-09") and not _close("3.356e-09", "3.4e-09")
     assert _numbers("fingerprint 7e69e846190dbb3f, 1,234.5 ms") == ["1,234.5"]
+
+
+def python_blocks(doc: str) -> list[tuple[int, str, list[str]]]:
+    """The ``python`` code blocks of ``doc``: (line, code, the ``output`` block after it)."""
+    out: list[tuple[int, str, list[str]]] = []
+    lines = (ROOT / doc).read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip() in ("```python", "```output"):
+            kind, start, body = lines[i].strip()[3:], i + 1, []
+            i += 1
+            while not lines[i].startswith("```"):
+                body.append(lines[i])
+                i += 1
+            if kind == "python":
+                out.append((start, "\n".join(body), []))
+            elif out:
+                out[-1][2].extend(body)
+        i += 1
+    return out
+
+
+def test_api_examples_run_and_print_what_they_show(tmp_path: Path, capsys) -> None:
+    blocks = python_blocks("docs/api.md")
+    assert len(blocks) >= 3
+    namespace: dict[str, object] = {"__name__": "docs_api"}
+    cwd = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        for line, code, shown in blocks:
+            exec(compile(code, f"docs/api.md:{line}", "exec"), namespace)
+            printed = capsys.readouterr().out
+            check_output(Example("docs/api.md", line, code.splitlines()[0], shown), printed)
+    finally:
+        os.chdir(cwd)

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 import schedopt.optimize.robust as robust_mod
 from schedopt.files import load_cluster, load_trace
 from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.budget import WORK_FRACTION, Budget
 from schedopt.optimize.robust import robust_solve
-from schedopt.optimize.solve import WORK_FRACTION, Budget
 from schedopt.simulate.scenarios import corner_scenarios
 
 #: The deterministic work of the determinism tests (s), and a wall-clock limit so generous that

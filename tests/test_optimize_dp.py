@@ -7,7 +7,6 @@ programmes must equal brute force over every plan of their class.
 from __future__ import annotations
 
 import itertools
-import time
 
 import numpy as np
 import pytest
@@ -205,12 +204,10 @@ def test_dp_on_the_hand_made_instance(tiny_trace: Trace, fitted_cluster: Cluster
     assert sim == pytest.approx(0.020004, rel=1e-9)
 
 
-def test_dp_5000_tensors_is_fast() -> None:
-    """The default class on 5,000 tensors: well under half a second."""
+def test_dp_5000_tensors_agrees_with_the_simulator() -> None:
+    """The default class on 5,000 tensors (its speed: benchmarks/bench_stops.py)."""
     trace = load_trace("synthetic-5000")
-    t0 = time.perf_counter()
     inst = build_instance(trace, TEN_GBE, SolveOptions())
     val, segs = solve_wait_for_all(inst)
-    assert time.perf_counter() - t0 < 0.5
     sim = simulate(trace, TEN_GBE, inst.to_plan(segs)).iteration_time_s
     assert val * inst.tick == pytest.approx(sim, rel=1e-3)

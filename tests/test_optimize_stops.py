@@ -22,6 +22,7 @@ from schedopt.files import load_cluster, load_trace
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, SolveResult, Status, solve
+from schedopt.optimize.budget import WORK_FRACTION, Budget, Share
 from schedopt.simulate.simulator import simulate
 from tests.interrupt import cli_interrupted_at
 
@@ -76,10 +77,8 @@ def test_sigint_in_a_step_returns_the_best_plan_so_far(monkeypatch: pytest.Monke
 
     wrap(monkeypatch, moment, third_call)
     trace, cluster = resnet(), load_cluster("k80-4x4-10gbe")
-    t0 = time.perf_counter()
     res = solve(trace, cluster, SolveOptions(time_limit_s=20.0, lns=True, **PER_LAYER))
-    assert time.perf_counter() - t0 < 5.0
-    assert calls["n"] >= 1 and res.interrupted
+    assert calls["n"] >= 1 and res.interrupted and not res.wall_stop
     assert any("interrupted" in note for note in res.notes)
     check_stopped(trace, cluster, res)
     if moment == "evaluate_baseline":
@@ -104,11 +103,10 @@ def test_sigint_while_cp_sat_runs_keeps_its_best_plan(monkeypatch: pytest.Monkey
 
     trace, cluster = resnet(), load_cluster("k80-4x4-10gbe")
     opts = SolveOptions(time_limit_s=30.0, lns=False, **PER_LAYER)
-    t0 = time.perf_counter()
     res = solve(trace, cluster, opts, progress=progress)
     if not started["sent"]:
         pytest.skip("solved before CP-SAT ran for half a second")
-    assert time.perf_counter() - t0 < 10.0 and res.interrupted
+    assert res.interrupted and not res.wall_stop
     check_stopped(trace, cluster, res)
     # the hook saw plans that only get better and bounds that only get higher
     objs, bounds = [s[1] for s in seen], [s[2] for s in seen]
@@ -150,11 +148,11 @@ def test_time_limit_is_honoured_on_every_path(path: str) -> None:
     trace = load_trace(trace_name)
     cluster = load_cluster(cluster_name, nodes=8 if "family" in cluster_name else None)
     limit = 1.0
-    t0 = time.perf_counter()
     res = solve(trace, cluster, SolveOptions(time_limit_s=limit, **kw))
-    wall = time.perf_counter() - t0
-    assert wall <= 1.1 * limit + 1.0, wall
-    assert res.solve_time_s <= wall
+    # the search's deterministic work stays within its share of the limit, whatever the load
+    # (the wall-clock figures are in benchmarks/bench_stops.py)
+    assert 0 <= res.work_s <= WORK_FRACTION * limit * (1 + 1e-9)
+    assert res.solve_time_s > 0
     assert not res.interrupted
     check_stopped(trace, cluster, res)
 
@@ -164,9 +162,7 @@ def test_time_limit_during_the_baselines_keeps_those_done(monkeypatch: pytest.Mo
     """Slow baselines get half of the limit; the search still runs and the plan is valid."""
     wrap(monkeypatch, "evaluate_baseline", lambda: time.sleep(0.2))
     trace, cluster = resnet(), load_cluster("k80-4x4-10gbe")
-    t0 = time.perf_counter()
     res = solve(trace, cluster, SolveOptions(time_limit_s=1.0, **PER_LAYER))
-    assert time.perf_counter() - t0 <= 2.1
     assert 1 <= len(res.baselines) < 11
     assert any("baselines stopped" in note for note in res.notes)
     check_stopped(trace, cluster, res)
@@ -190,9 +186,9 @@ def test_solve_outside_the_main_thread_needs_no_signals(tiny_trace: Trace) -> No
 
 
 def test_budget_shares_take_their_fraction_of_the_time_left() -> None:
-    budget = solve_mod.Budget(10.0)
-    share = solve_mod.Share(0.1, 2.0)
+    budget = Budget(10.0)
+    share = Share(0.1, 2.0)
     now = time.perf_counter()
     assert budget.until(share) - now == pytest.approx(min(2.0, 0.1 * budget.left()), abs=0.05)
     assert budget.of_limit(solve_mod.BASELINES) == pytest.approx(budget.t0 + 5.0)
-    assert budget.until(solve_mod.Share(1.0)) <= budget.deadline
+    assert budget.until(Share(1.0)) <= budget.deadline

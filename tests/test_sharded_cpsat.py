@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -171,10 +170,9 @@ def test_sigint_in_cpsat_returns_the_best_plan_so_far() -> None:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sharded_solve, "solve_cpsat", interrupted)
-        t0 = time.perf_counter()
         res = solve(tr, cl, SolveOptions(sharding="full", memory_cap_bytes=4_000_000,
                                          time_limit_s=120, work_limit_s=200, baselines=False))
-    assert calls["n"] == 1 and res.interrupted and time.perf_counter() - t0 < 60
+    assert calls["n"] == 1 and res.interrupted and not res.wall_stop
     assert any("interrupted" in note for note in res.notes)
     assert res.status is Status.FEASIBLE and res.bound_s <= res.objective_s
     assert simulate(tr, cl, res.plan).iteration_time_s == res.iteration_time_s

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import numpy as np
 import pytest
@@ -178,9 +177,8 @@ def test_sigint_in_the_exact_programme_returns_the_best_plan_so_far() -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(sharded_solve, "best_units", interrupted)
         mp.setattr(sharded_solve, "EXACT_WORK", 0)
-        t0 = time.perf_counter()
         res = solve(tr, cl, SolveOptions(sharding="full", time_limit_s=30, baselines=False))
-    assert res.interrupted and time.perf_counter() - t0 < 10 and calls["n"] == 2
+    assert res.interrupted and not res.wall_stop and calls["n"] == 2
     assert res.method is Method.DP  # the first class's optimum, the only plan known
     assert simulate(tr, cl, res.plan).iteration_time_s == res.iteration_time_s
     assert res.bound_s <= res.objective_s

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
 from schedopt.simulate.dag import build_dag, check_schedule, longest_path_starts
@@ -30,6 +31,43 @@ def test_matches_longest_path_of_the_dag(trace: Trace, cluster: Cluster, spec: s
         assert sched.tasks[key][0] == pytest.approx(start, abs=1e-12), key
     # precedences, durations, one task at a time per resource
     assert check_schedule(trace, cluster, plan, sched) == []
+
+
+HOST_SPECS = st.sampled_from([*PAPER, "ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=1,prefetch=0"])
+VARIANTS = st.sampled_from([{}, {"accumulate": 2}, {"next_forward": "per-layer"}])
+
+
+@settings(max_examples=100, deadline=None)
+@given(trace=traces(host=True), cluster=clusters(host=True), spec=HOST_SPECS, variant=VARIANTS,
+       slow=st.sampled_from([None, (1.0, 1.0), (1.5, 1.0), (1.0, 2.0)]))
+def test_host_side_matches_the_dag(trace: Trace, cluster: Cluster, spec: str, variant: dict,
+                                   slow: tuple[float, float] | None) -> None:
+    """With host costs (launches, hooks, the step's launches) the simulator is still the
+    longest path of the DAG, with and without contention; the breakdown still sums."""
+    plan = Plan.model_validate(make_plan(spec, trace, cluster).model_dump() | variant)
+    if slow is not None:  # the event-driven evaluation (the same at 1, 1)
+        cluster = cluster.model_copy(update={"overlap_slowdown": slow[0],
+                                             "comm_slowdown": slow[1]})
+        plan = plan.model_copy(update={"cluster_hash": None})
+    sched = simulate(trace, cluster, plan, record=True, max_iterations=12)
+    parts = sched.breakdown.as_dict()
+    assert sum(parts.values()) == pytest.approx(sched.iteration_time_s, abs=1e-12)
+    for key, (start, _) in sched.tasks.items():  # no device task before its launch
+        if key[0] in ("fwd", "bwd") and ("host-" + key[0], *key[1:]) in sched.tasks:
+            assert start >= sched.tasks[("host-" + key[0], *key[1:])][1] - 1e-12, key
+        if key[0] == "comm" and key[3] == 0 and ("launch", *key[1:3]) in sched.tasks:
+            assert start >= sched.tasks[("launch", *key[1:3])][1] - 1e-12, key
+    if slow is None or slow == (1.0, 1.0):
+        assert check_schedule(trace, cluster, plan, sched) == []
+        starts = longest_path_starts(build_dag(trace, cluster, plan,
+                                               iterations=sched.iterations))
+        for key, start in starts.items():
+            assert sched.tasks[key][0] == pytest.approx(start, abs=1e-12), key
+    if slow is None:  # host costs never help (without contention: longest paths)
+        base = simulate(trace, cluster.model_copy(update={"launch_overhead_s": 0.0,
+                                                          "hook_overhead_s": 0.0}),
+                        plan.model_copy(update={"cluster_hash": None}))
+        assert sched.iteration_time_s >= base.iteration_time_s - 1e-12
 
 
 @settings(max_examples=80, deadline=None)

@@ -15,7 +15,7 @@ from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace
 from schedopt.policies import make_plan
 from schedopt.simulate.simulator import simulate
-from schedopt.study.tune import FRAMEWORKS, in_default_class, tune, tune_all
+from schedopt.study.tune import FRAMEWORKS, TIE_REL, _pick, in_default_class, tune, tune_all
 
 DATA = Path(__file__).parent / "data"
 T, C = str(DATA / "tiny_trace.json"), str(DATA / "fitted_cluster.json")
@@ -61,7 +61,11 @@ def test_curve_is_sorted_finite_and_bounded_by_the_best(tuned: tuple) -> None:
         xs = [p[0] for p in r.curve]
         assert xs == sorted(xs) and len(set(xs)) == len(xs) and len(xs) >= 12
         assert all(math.isfinite(t) for _, t in r.curve)
-        assert min(t for _, t in r.curve) >= r.best_time_s
+        assert min(t for _, t in r.curve) >= r.best_time_s / (1 + TIE_REL)
+        lo, hi = r.tied_range  # the flat part: within 0.1% of the best, best inside it
+        assert lo <= hi
+        if r.best_spec != r.framework and r.knob in r.best_spec:
+            assert lo <= r.best <= hi
 
 
 def test_refinement_finds_the_dense_grid_minimum() -> None:
@@ -108,7 +112,7 @@ def test_cli_json_and_plot(tmp_path: Path) -> None:
     assert [r["framework"] for r in data["frameworks"]] == ["ddp", "horovod"]
     for r in data["frameworks"]:
         assert {"knob", "default", "default_time_s", "best", "best_time_s", "optimum_time_s",
-                "curve"} <= set(r)
+                "curve", "tied_range"} <= set(r)
         assert r["optimum_time_s"] == data["optimum"]["iteration_time_s"]
     assert data["frameworks"][0]["knob"] == "bucket_cap_mb"
     assert data["frameworks"][0]["default"] == 25.0
@@ -127,3 +131,14 @@ def test_cli_unknown_framework_is_one_line() -> None:
     assert result.output.strip().splitlines() == [
         "error: framework: unknown framework (known: ddp, horovod, deepspeed, megatron, all)"
         " (got 'caffe')"]
+
+
+def test_ties_go_to_the_default_side_with_the_flat_range() -> None:
+    """Where the model cannot rank settings (within 0.1%), the recommended value is the tied
+    one nearest the framework default (DDP: the largest tied cap under 25 MiB), never the
+    degenerate end; the range is reported."""
+    flat = {0.008: 1.0, 0.5: 1.0004, 5.0: 1.0009, 50.0: 1.2}
+    assert _pick(flat, 25.0) == (5.0, (0.008, 5.0))
+    assert _pick(flat, None) == (5.0, (0.008, 5.0))
+    assert _pick({1.0: 1.0, 25.0: 1.0, 100.0: 1.0}, 25.0) == (25.0, (1.0, 100.0))
+    assert _pick({1.0: 1.0, 25.0: 1.1}, 25.0) == (1.0, (1.0, 1.0))  # a real gain is kept

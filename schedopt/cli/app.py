@@ -6,15 +6,46 @@ import errno
 import logging
 import os
 import sys
+from collections.abc import Callable
 from contextlib import suppress
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from schedopt.cli import calibrate, emit, instances, measure, optimize, simulate
+from schedopt.cli import calibrate, emit, estimate, instances, measure, optimize, simulate
 from schedopt.cli.common import _state
+from schedopt.cli.imports import app as import_app
+from schedopt.cli.imports import explain_cmd
 from schedopt.cli.sweep import app as sweep_app
 from schedopt.errors import SchedoptError
+
+
+def _quiet_flag_metavars() -> None:
+    """Show no ``<bool>`` type after flags and ``SPEC...`` after repeatable options in --help.
+
+    typer labels every option with its Python type; for a flag that reads as if it took a
+    value. Idempotent.
+    """
+    try:
+        from typer.core import TyperOption
+    except ImportError:  # pragma: no cover - another typer layout: keep its help as is
+        return
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "_schedopt", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        if self.metavar is None and getattr(self, "is_flag", False):
+            return None
+        if self.metavar is None and getattr(self, "multiple", False):
+            return "<str>..."
+        return original(self, ctx)  # type: ignore[no-any-return]
+
+    display_type_rich._schedopt = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_quiet_flag_metavars()  # the app's help, before any command is built
 
 app = typer.Typer(
     rich_markup_mode="rich",
@@ -42,7 +73,8 @@ def _main(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(relativeCreated)7.0f ms  %(name)s: %(message)s", force=True)
 
-for _name, _fn in [
+#: Every command, in the order of the pipeline (``schedopt --help`` lists them so).
+COMMANDS: list[tuple[str, Callable[..., Any]]] = [
     ("simulate", simulate.simulate_cmd),
     ("compare", simulate.compare),
     ("scale", simulate.scale),
@@ -50,6 +82,7 @@ for _name, _fn in [
     ("tune", optimize.tune_cmd),
     ("emit", emit.emit_cmd),
     ("profile", measure.profile_cmd),
+    ("estimate", estimate.estimate_cmd),
     ("bench-comm", measure.bench_comm_cmd),
     ("bench-ddp", measure.bench_ddp_cmd),
     ("fit-comm", calibrate.fit_comm),
@@ -58,9 +91,12 @@ for _name, _fn in [
     ("info", instances.info),
     ("list", instances.list_cmd),
     ("schema", instances.schema),
-]:
+]
+for _name, _fn in COMMANDS:
     app.command(_name)(_fn)
 app.add_typer(sweep_app, name="sweep")
+app.add_typer(import_app, name="import")
+app.command("explain")(explain_cmd)
 
 def main() -> None:
     """Entry point of the ``schedopt`` console script."""
@@ -78,6 +114,10 @@ def run(argv: list[str]) -> int:
 
     if sys.stdout is None:
         typer.echo("error: standard output is closed", err=True)
+        return 2
+    empty = _empty_path_option(argv)
+    if empty is not None:
+        typer.echo(f"error: {empty}: must not be an empty path (got '')", err=True)
         return 2
     try:
         rc = app(prog_name="schedopt", args=argv, standalone_mode=False)
@@ -104,6 +144,33 @@ def run(argv: list[str]) -> int:
         typer.echo(f"error: cannot write to standard output: {exc.strerror or exc}", err=True)
         return 2
     return rc if isinstance(rc, int) else 0
+
+
+def _empty_path_option(argv: list[str]) -> str | None:
+    """The first path option given an empty value (``--out ''`` or ``--out=``), if any.
+
+    A command sees an empty path as ``.``, the current folder: it is refused before the command
+    runs instead.
+    """
+    from pathlib import Path
+
+    def is_path(param: Any) -> bool:
+        described = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        return described is Path or type(getattr(param, "type", None)).__name__ == "Path"
+
+    cmd: Any = typer.main.get_command(app)
+    for word in argv:  # the (sub)command named
+        sub = getattr(cmd, "commands", {}).get(word)
+        if sub is not None:
+            cmd = sub
+    paths = {name for p in cmd.params if getattr(p, "param_type_name", "") == "option"
+             and is_path(p) for name in p.opts}
+    for i, word in enumerate(argv):
+        name, eq, value = word.partition("=")
+        if name in paths and ((eq and not value) or (not eq and i + 1 < len(argv)
+                                                       and argv[i + 1] == "")):
+            return name
+    return None
 
 
 def _silence_stdout() -> None:

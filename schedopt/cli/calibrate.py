@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 def fit_comm(
     file: Annotated[
-        list[Path], typer.Argument(help="osu_allreduce or nccl-tests all_reduce_perf output;"
+        list[Path], typer.Argument(help="osu_allreduce or nccl-tests all_reduce_perf output, or"
+                                   " a CSV bytes,time_s[,ranks];"
                                    " several runs of the same ranks are pooled (per size, the"
                                    " median over the files).")
     ],
@@ -46,7 +47,8 @@ def fit_comm(
     as_json: JsonOpt = False,
     segments: Annotated[
         str, typer.Option("--segments", help="auto (detect protocol switches: the fewest"
-                          " segments within --tolerance) or a number (1: one line).")
+                          " segments within --tolerance), a number (1: one line), or table"
+                          " (keep the measured table, interpolated).")
     ] = "auto",
     tolerance: Annotated[
         float, typer.Option("--tolerance", help="Median relative error the automatic"
@@ -136,14 +138,29 @@ def calibrate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit each cluster's link, overlap and overhead parameters to measured iteration times."""
-    from schedopt.measure.calibrate import calibrate, parse_fit, write_calibrations
+    from schedopt.measure.calibrate import (
+        MAX_STARTS,
+        calibrate,
+        calibration_files,
+        parse_fit,
+        planned_names,
+        write_calibrations,
+    )
     from schedopt.measure.measurements import read_measurements
 
     with user_errors():
+        check_int_option(starts, "--starts", 1, MAX_STARTS)
+        check_int_option(seed, "--seed", 0, 2**32 - 1)
         names = parse_fit(fit)
+        calibration_files([], out)  # the folder, before reading anything
         rows = read_measurements(shipped_sample(measurements), label=str(measurements))
-        cals = calibrate(rows, names, starts=starts, seed=seed, where=measurements.name)
-        paths = write_calibrations(cals, out)
+        cluster_files, trace_files = calibration_files(planned_names(rows, names), out)
+        targets = {f"--out ({p.name})": p for p in cluster_files}
+        targets.update({f"--out (traces/{p.name})": p for mine in trace_files
+                        for p in mine.values()})
+        with output_files(targets) as files:  # every file reserved before the fit
+            cals = calibrate(rows, names, starts=starts, seed=seed, where=measurements.name)
+            paths = write_calibrations(cals, out, files)
     if as_json:
         print_json({"clusters": [{**c.to_dict(), "out": str(p)} for c, p in zip(cals, paths,
                                                                                 strict=True)]})

@@ -40,7 +40,7 @@ def emit_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Translate a policy's plan (or a saved plan) into a framework's settings."""
-    from schedopt.emit import emit
+    from schedopt.emit.registry import emit
 
     with user_errors():
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)

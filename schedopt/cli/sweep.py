@@ -57,22 +57,33 @@ def run_cmd(
         bool, typer.Option("--progress/--no-progress", help="Progress bar on stderr.")
     ] = True,
 ) -> None:
-    """Run every row of SPEC that --db lacks; each row is stored as soon as it finishes."""
-    from schedopt.study.sweep.run import run_sweep
-    from schedopt.study.sweep.spec import load_spec
+    """Run every row of SPEC that --db lacks; each row is stored as soon as it finishes.
+
+    A row whose worker process dies is left pending (a rerun runs it; exit status 1); SIGTERM
+    and SIGHUP stop the sweep and its workers as Ctrl-C does.
+    """
+    from schedopt.model.limits import check_int_option
+    from schedopt.study.sweep.run import Terminated, run_sweep
+    from schedopt.study.sweep.spec import MAX_WORKERS, load_spec
 
     with _user_errors():
         if executor not in ("local", "ray"):
             raise SchedoptError("must be local or ray", "--executor", executor)
+        check_int_option(workers, "--workers", 1, MAX_WORKERS)
         sweep = load_spec(spec)
         try:
             s = run_sweep(sweep, db, executor=executor, workers=workers,  # type: ignore[arg-type]
                           ray_address=ray_address, retry_failed=retry_failed, progress=progress)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
             typer.echo("interrupted: finished rows are stored; rerun to resume", err=True)
-            raise typer.Exit(130) from None
-    typer.echo(f"{s.total} rows: {s.skipped} already stored, {s.done} done, {s.failed} failed "
-               f"in {s.wall_s:.1f} s -> {db}")
+            raise typer.Exit(128 + exc.signum if isinstance(exc, Terminated) else 130) from None
+    typer.echo(f"{s.total} rows: {s.skipped} already stored, {s.done} done, {s.failed} failed"
+               + (f", {s.pending} pending" if s.pending else "")
+               + f" in {s.wall_s:.1f} s -> {db}")
+    if s.pending:
+        typer.echo(f"{s.pending} rows left pending: their worker process died; rerun to run "
+                   "them", err=True)
+        raise typer.Exit(1)
 
 
 def _speedup_table(rows: list[dict[str, Any]]) -> Table:
@@ -164,18 +175,23 @@ def report_cmd(
         Path | None, typer.Option("--plot", help="Write speedup.png and efficiency.png here.")
     ] = None,
 ) -> None:
-    """Tables (and plots) of a sweep database: speedups, near-optimal policies, best knobs."""
-    from schedopt.study.sweep.report import write_plots
+    """Tables (and plots) of a sweep database: speedups, near-optimal policies, best knobs.
+
+    The database is opened read-only; a file that is not a sweep database is refused. A stored
+    row with an odd cell (a NaN, infinite or zero time, JSON that does not decode) is named on
+    stderr, counted as failed and left out of the figures.
+    """
+    from schedopt.study.sweep.report import check_rows, write_plots
     from schedopt.study.sweep.store import Store
 
     with _user_errors():
-        if not db.is_file():
-            raise SchedoptError("file not found", "--db", str(db))
-        with Store(db) as store:
-            rows = store.rows()
+        with Store(db, readonly=True) as store:
+            rows, notes = check_rows(store.rows())
+        for note in notes:
+            typer.echo(f"warning: {note}", err=True)
         paths = write_plots(rows, plot) if plot is not None else []
     if as_json:
-        sys.stdout.write(json.dumps(rows) + "\n")
+        sys.stdout.write(json.dumps(rows, allow_nan=False) + "\n")
         return
     failed = sum(r["error"] is not None for r in rows)
     typer.echo(f"{len(rows)} rows ({failed} failed) in {db}")

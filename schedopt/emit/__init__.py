@@ -1,75 +1,44 @@
 """Plan -> framework configs: PyTorch DDP, FSDP2, Horovod, DeepSpeed, Megatron-Core, plan JSON.
 
 Every emitter is ``emit_X(trace, cluster, plan) -> Emitted`` (``cluster`` may be None);
-:data:`EMITTERS` maps the target names to them and :func:`emit` dispatches by name.
-docs/emit.md says, per target, what is exact and what is approximated. Sharded plans go to
-``fsdp``, ``deepspeed`` (ZeRO stage 3) and ``json`` only (:data:`SHARDED_TARGETS`); ``fsdp``
-needs one. :mod:`schedopt.emit.ddp_torch` and :mod:`schedopt.emit.fsdp_torch` apply a plan to
-a PyTorch model.
+:data:`~schedopt.emit.registry.EMITTERS` maps the target names to them and :func:`emit`
+dispatches by name (:mod:`schedopt.emit.registry`). docs/emit.md says, per target, what is exact
+and what is approximated. Sharded plans go to ``fsdp``, ``deepspeed`` (ZeRO stage 3) and
+``json`` only (``SHARDED_TARGETS``); ``fsdp`` needs one. :mod:`schedopt.emit.ddp_torch` and
+:mod:`schedopt.emit.fsdp_torch` apply a plan to a PyTorch model. The names below load on first
+use.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from schedopt.emit.common import Emitted as Emitted
-from schedopt.emit.ddp import ddp_caps as ddp_caps
-from schedopt.emit.ddp import emit_ddp as emit_ddp
-from schedopt.emit.deepspeed import emit_deepspeed as emit_deepspeed
-from schedopt.emit.fsdp import emit_fsdp as emit_fsdp
-from schedopt.emit.horovod import emit_horovod as emit_horovod
-from schedopt.emit.megatron import emit_megatron as emit_megatron
-from schedopt.emit.plan_json import emit_json as emit_json
-from schedopt.errors import SchedoptError
-from schedopt.model.cluster import Cluster
-from schedopt.model.plan import Plan
-from schedopt.model.trace import Trace
+if TYPE_CHECKING:  # pragma: no cover
+    from schedopt.emit.common import Emitted as Emitted
+    from schedopt.emit.ddp import ddp_caps as ddp_caps
+    from schedopt.emit.ddp import emit_ddp as emit_ddp
+    from schedopt.emit.deepspeed import emit_deepspeed as emit_deepspeed
+    from schedopt.emit.fsdp import emit_fsdp as emit_fsdp
+    from schedopt.emit.horovod import emit_horovod as emit_horovod
+    from schedopt.emit.megatron import emit_megatron as emit_megatron
+    from schedopt.emit.plan_json import emit_json as emit_json
+    from schedopt.emit.registry import EMITTERS as EMITTERS
+    from schedopt.emit.registry import SHARDED_ONLY_TARGETS as SHARDED_ONLY_TARGETS
+    from schedopt.emit.registry import SHARDED_TARGETS as SHARDED_TARGETS
+    from schedopt.emit.registry import emit as emit
 
-EmitFn = Callable[..., Emitted]
-
-#: Targets that can express a sharded plan.
-SHARDED_TARGETS = ("fsdp", "deepspeed", "json")
-#: Targets that need a sharded plan.
-SHARDED_ONLY_TARGETS = ("fsdp",)
-
-#: Every emitter by target name.
-EMITTERS: dict[str, EmitFn] = {
-    "ddp": emit_ddp,
-    "horovod": emit_horovod,
-    "deepspeed": emit_deepspeed,
-    "fsdp": emit_fsdp,
-    "megatron": emit_megatron,
-    "json": emit_json,
-}
+_EXPORTS = {"Emitted": "common", "ddp_caps": "ddp", "emit_ddp": "ddp",
+            "emit_deepspeed": "deepspeed", "emit_fsdp": "fsdp", "emit_horovod": "horovod",
+            "emit_megatron": "megatron", "emit_json": "plan_json", "EMITTERS": "registry",
+            "SHARDED_ONLY_TARGETS": "registry", "SHARDED_TARGETS": "registry",
+            "emit": "registry"}
 
 
-def emit(trace: Trace, cluster: Cluster | None, plan: Plan, target: str) -> Emitted:
-    """Emit ``plan`` for ``target`` (one of :data:`EMITTERS`).
-
-    Raises
-    ------
-    SchedoptError
-        Unknown target, or a plan that does not fit the trace or cluster.
-    """
-    if target not in EMITTERS:
-        raise SchedoptError(f"unknown target (known: {', '.join(EMITTERS)})", "target", target)
-    if plan.sharding is not None and target not in SHARDED_TARGETS:
-        raise SchedoptError(f"a sharded plan needs one of {', '.join(SHARDED_TARGETS)}",
-                            "target", target)
-    return EMITTERS[target](trace, cluster, plan)
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"schedopt.emit.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module 'schedopt.emit' has no attribute {name!r}")
 
 
-__all__ = [
-    "EMITTERS",
-    "SHARDED_ONLY_TARGETS",
-    "SHARDED_TARGETS",
-    "Emitted",
-    "ddp_caps",
-    "emit",
-    "emit_ddp",
-    "emit_deepspeed",
-    "emit_fsdp",
-    "emit_horovod",
-    "emit_json",
-    "emit_megatron",
-]
+__all__ = sorted(_EXPORTS)

@@ -104,7 +104,7 @@ def _spec_config(spec: str, trace: Trace, cluster: Cluster) -> DdpConfig:
 
 
 def _plan_config(path: Path, plan: Plan, trace: Trace, cluster: Cluster, ref: str) -> DdpConfig:
-    from schedopt.emit import emit_ddp
+    from schedopt.emit.ddp import emit_ddp
 
     if not plan.overlap:
         return DdpConfig(f"plan:{ref}", path.name, "manual", buckets=plan.buckets)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import numpy as np
 
 from schedopt.errors import SchedoptError
+from schedopt.files import OutputFiles
 from schedopt.measure.measurements import ClusterRef, Measurement
 from schedopt.model.cluster import Cluster, ClusterFamily
 from schedopt.simulate.simulator import Model, recost, simulate, simulate_model
@@ -36,7 +37,9 @@ __all__ = [
     "RowFit",
     "ValidationReport",
     "calibrate",
+    "calibration_files",
     "parse_fit",
+    "planned_names",
     "validate",
     "write_calibrations",
 ]
@@ -58,6 +61,7 @@ class ParamSpec:
     unit: float = 1.0
     description: str = ""
     per_trace: bool = False
+    opt_in: bool = False  # fitted only when named in --fit
 
 
 PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
@@ -75,6 +79,12 @@ PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
               description="communication slowdown while compute runs (>= 1)"),
     ParamSpec("collective_overhead", ("collective_overhead_s",), "linear", 0.0, 0.05, 1e-4,
               description="fixed time per collective call (s)"),
+    ParamSpec("launch_overhead", ("launch_overhead_s",), "linear", 0.0, 0.01, 1e-5,
+              opt_in=True, description="host time to launch one collective call (s; only when "
+                                       "named in --fit)"),
+    ParamSpec("hook_overhead", ("hook_overhead_s",), "linear", 0.0, 0.01, 1e-5,
+              opt_in=True, description="host time of the reducer's hook per gradient tensor "
+                                       "(s; only when named in --fit)"),
     ParamSpec("compute_scale", (), "log", 0.2, 5.0, per_trace=True,
               description="the runs' compute time over the trace's, one per trace (only when "
                           "named in --fit)"),
@@ -100,7 +110,7 @@ def parse_fit(text: str | None) -> list[str]:
     """The ``--fit`` list (comma-separated names of :data:`PARAMS`; None: every cluster
     parameter, the per-trace ones only when named)."""
     if text is None or not text.strip():
-        return [n for n, p in PARAMS.items() if not p.per_trace]
+        return [n for n, p in PARAMS.items() if not (p.per_trace or p.opt_in)]
     names = [t.strip() for t in text.split(",") if t.strip()]
     for n in names:
         if n not in PARAMS:
@@ -192,7 +202,7 @@ class _Group:
             # a row whose costs a parameter does not change (the inter link of one node)
             # is not simulated again
             key = (i, scale, cl.comm_stages(model.plan.collective), cl.overlap_slowdown,
-                   cl.comm_slowdown)
+                   cl.comm_slowdown, cl.launch_overhead_s, cl.hook_overhead_s)
             if key not in self.cache:
                 self.cache[key] = simulate_model(recost(model, cl)).iteration_time_s
             out.append(self.cache[key])
@@ -329,6 +339,9 @@ class Calibration:
 
 
 # ----------------------------------------------------------------------------------- fitting
+#: Most starts of the search (each is one least-squares fit of every row).
+MAX_STARTS = 1000
+
 #: Exact leave-one-row-out refits up to this many rows per cluster; above, the linearised
 #: (PRESS) estimate ``r_i / (1 - h_ii)``.
 LOO_EXACT_MAX_ROWS = 20
@@ -406,6 +419,31 @@ def _solve(fun: Any, starts: list[np.ndarray], lo: np.ndarray, hi: np.ndarray) -
     return best
 
 
+#: Search variables within this fraction of their range from a bound are put on the bound:
+#: the solver stops a variable pressed against its bound anywhere in the last few ulps above it,
+#: and where exactly depends on the floating-point kernels of the machine.
+_ON_BOUND = 1e-9
+#: Singular values of the column-scaled Jacobian below this fraction of the largest are dropped
+#: from the covariance (directions the rows do not determine).
+_RCOND = 1e-10
+
+
+def _snap(x: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``x`` with every variable within :data:`_ON_BOUND` of its range from a bound on it."""
+    tol = _ON_BOUND * (hi - lo)
+    return np.where(x - lo <= tol, lo, np.where(hi - x <= tol, hi, x))
+
+
+def _gram_pinv(jac: np.ndarray) -> np.ndarray:
+    """``(J^T J)^+`` through the SVD of ``J`` with unit columns (no squared condition number)."""
+    norms = np.linalg.norm(jac, axis=0)
+    scale = np.where(norms > 0, norms, 1.0)
+    _, s, vt = np.linalg.svd(jac / scale, full_matrices=False)
+    keep = s > _RCOND * (s[0] if s.size else 0.0)
+    inner = (vt[keep].T / s[keep] ** 2) @ vt[keep]
+    return inner / np.outer(scale, scale)
+
+
 def _intervals(space: _Space, x: np.ndarray, jac: np.ndarray, resid: np.ndarray
                ) -> list[tuple[float | None, float | None]]:
     """95% confidence intervals (Student t, covariance ``s^2 (J^T J)^+``)."""
@@ -415,7 +453,7 @@ def _intervals(space: _Space, x: np.ndarray, jac: np.ndarray, resid: np.ndarray
     from scipy.stats import t as student
 
     s2 = float(resid @ resid) / (m - p)
-    cov = s2 * np.linalg.pinv(jac.T @ jac)
+    cov = s2 * _gram_pinv(jac)
     q = float(student.ppf(0.975, m - p))
     out: list[tuple[float | None, float | None]] = []
     lo_b, hi_b = space.bounds()
@@ -449,7 +487,7 @@ def _loo(group: _Group, space: _Space, x: np.ndarray, jac: np.ndarray, resid: np
             res = _solve(fun, [x], lo, hi)
             out.append(float(group.predict(space.to_values(res.x), [i])[0]))
         return out, "exact refits"
-    hat = jac @ np.linalg.pinv(jac.T @ jac) @ jac.T
+    hat = jac @ _gram_pinv(jac) @ jac.T
     h = np.clip(np.diag(hat), 0.0, 1.0)
     loo: list[float | None] = []
     for i in range(m):
@@ -495,7 +533,12 @@ def _calibrate_group(group: _Group, fit: list[str], starts: int, seed: int,
             return group.predict(space.to_values(xx)) / group.measured - 1.0
 
         res = _solve(fun, _starts(x0, space.names, prior, lo, hi, starts, seed), lo, hi)
-        x, resid, jac = res.x, res.fun, res.jac
+        # the solver's own Jacobian is scaled down for variables at a bound (to a value that
+        # depends on the last ulps of the variable): the intervals and the leverages take the
+        # plain forward-difference Jacobian at the solution instead
+        x = _snap(res.x, lo, hi)
+        resid = fun(x)
+        jac = _fd_jacobian(fun, x, resid, lo, hi)
     else:
         x, resid, jac = np.zeros(0), f0, np.zeros((len(group.rows), 0))
     values = space.to_values(x)
@@ -584,8 +627,8 @@ def calibrate(rows: list[Measurement], fit: list[str] | None = None, *, starts: 
     list of Calibration
         One per distinct cluster document, in order of first appearance.
     """
-    if starts < 1:
-        raise SchedoptError("must be a positive integer", "starts", starts)
+    if not 1 <= starts <= MAX_STARTS:
+        raise SchedoptError(f"must be between 1 and {MAX_STARTS:,}", "--starts", starts)
     names = parse_fit(None) if fit is None else fit
     groups: dict[str, list[Measurement]] = {}
     refs: dict[str, ClusterRef] = {}
@@ -596,43 +639,110 @@ def calibrate(rows: list[Measurement], fit: list[str] | None = None, *, starts: 
             for k, g in groups.items()]
 
 
-def write_calibrations(cals: list[Calibration], out_dir: str | Path) -> list[Path]:
-    """Write ``DIR/<cluster name>.json`` per calibration (a suffix ``-2`` ... on a clash),
-    and every re-timed trace as ``DIR/traces/<its file's stem>.json`` (recorded in the
-    calibration's ``trace_files``).
+def calibration_files(names: list[tuple[str, list[str]]], out_dir: str | Path
+                      ) -> tuple[list[Path], list[dict[str, Path]]]:
+    """The files of the calibrations of ``names`` under ``out_dir``.
 
-    All files are written or none (:func:`schedopt.files.output_files`).
+    Parameters
+    ----------
+    names
+        Per cluster document, in order: its name and the traces (as written) whose
+        ``compute_scale`` may be fitted.
+    out_dir
+        The ``--out`` folder.
+
+    Returns
+    -------
+    tuple
+        ``DIR/<cluster name>.json`` per document (a suffix ``-2`` ... on a clash) and, per
+        document, trace as written -> ``DIR/traces/<its file's stem>.json``. Names from the
+        input never choose a folder (:func:`schedopt.files.safe_file_stem`).
     """
-    from schedopt.files import output_files
+    from schedopt.files import safe_file_stem
 
     out = Path(out_dir)
+    if str(out_dir) == "":
+        raise SchedoptError("must not be an empty path", "--out", str(out_dir))
     if out.exists() and not out.is_dir():
         raise SchedoptError("exists and is not a folder", "--out", str(out))
     paths: list[Path] = []
     used: set[str] = set()
-    for cal in cals:
-        stem, k = cal.name, 2
+    for name, _ in names:
+        base = safe_file_stem(name, "cluster")
+        stem, k = base, 2
         while stem in used:
-            stem, k = f"{cal.name}-{k}", k + 1
+            stem, k = f"{base}-{k}", k + 1
         used.add(stem)
         paths.append(out / f"{stem}.json")
-    traces: list[tuple[Calibration, str, Path]] = []
-    for cal in cals:
-        for ref in cal.traces:
-            stem, k = Path(ref).stem, 2
+    traces: list[dict[str, Path]] = []
+    for _, refs in names:
+        mine: dict[str, Path] = {}
+        for ref in refs:
+            base = safe_file_stem(Path(ref).stem, "trace")
+            stem, k = base, 2
             while f"traces/{stem}" in used:
-                stem, k = f"{Path(ref).stem}-{k}", k + 1
+                stem, k = f"{base}-{k}", k + 1
             used.add(f"traces/{stem}")
-            traces.append((cal, ref, out / "traces" / f"{stem}.json"))
-    targets = {f"--out ({p.name})": p for p in paths}
-    targets.update({f"--out (traces/{p.name})": p for _, _, p in traces})
-    with output_files(targets) as files:
-        for cal, p in zip(cals, paths, strict=True):
-            files.write_json(p, cal.document)
-        for cal, ref, p in traces:
-            files.write_json(p, cal.traces[ref])
-            cal.trace_files[ref] = str(p)
+            mine[ref] = out / "traces" / f"{stem}.json"
+        traces.append(mine)
+    return paths, traces
+
+
+def planned_names(rows: list[Measurement], fit: list[str]) -> list[tuple[str, list[str]]]:
+    """What :func:`calibration_files` needs, from the rows before the fit: per cluster document
+    its name and, when ``compute_scale`` is fitted, its rows' traces."""
+    groups: dict[str, tuple[str, list[str]]] = {}
+    per_trace = any(PARAMS[n].per_trace for n in fit)
+    for m in rows:
+        _, refs = groups.setdefault(m.cluster_ref.key, (m.cluster_ref.name, []))
+        if per_trace and m.row.trace not in refs:
+            refs.append(m.row.trace)
+    return list(groups.values())
+
+
+def _names_of(cals: list[Calibration]) -> list[tuple[str, list[str]]]:
+    out = []
+    for cal in cals:
+        refs = [m.group(2) for m in (_PER_TRACE.match(p.name) for p in cal.params) if m]
+        out.append((cal.name, refs))
+    return out
+
+
+def write_calibrations(cals: list[Calibration], out_dir: str | Path,
+                       files: OutputFiles | None = None) -> list[Path]:
+    """Write ``DIR/<cluster name>.json`` per calibration (a suffix ``-2`` ... on a clash),
+    and every re-timed trace as ``DIR/traces/<its file's stem>.json`` (recorded in the
+    calibration's ``trace_files``); names as :func:`calibration_files`.
+
+    All files are written or none (:func:`schedopt.files.output_files`). With ``files``, the
+    paths were reserved before the fit (``calibration_files`` of ``planned_names``): they are
+    written there, and the traces whose factor was not identified are given up.
+    """
+    from schedopt.files import output_files
+
+    paths, traces = calibration_files(_names_of(cals), out_dir)
+    if files is None:
+        targets = {f"--out ({p.name})": p for p in paths}
+        targets.update({f"--out (traces/{p.name})": p for cal, mine in zip(cals, traces,
+                                                                         strict=True)
+                        for ref, p in mine.items() if ref in cal.traces})
+        with output_files(targets) as own:
+            _write(own, cals, paths, traces)
+    else:
+        _write(files, cals, paths, traces)
     return paths
+
+
+def _write(files: OutputFiles, cals: list[Calibration], paths: list[Path],
+           traces: list[dict[str, Path]]) -> None:
+    for cal, p, mine in zip(cals, paths, traces, strict=True):
+        files.write_json(p, cal.document)
+        for ref, tp in mine.items():
+            if ref in cal.traces:
+                files.write_json(tp, cal.traces[ref])
+                cal.trace_files[ref] = str(tp)
+            else:
+                files.drop(tp)
 
 
 # -------------------------------------------------------------------------------- validate

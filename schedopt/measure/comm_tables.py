@@ -10,6 +10,9 @@ Two input formats are read, and told apart automatically:
     Output of ``all_reduce_perf`` from NVIDIA's nccl-tests: rows ``size count type redop [root]
     time algbw busbw #wrong time algbw busbw #wrong``; the out-of-place time (µs) is used. The
     number of ranks is the number of ``Rank  i ... device`` lines.
+``csv``
+    A measured table with the header ``bytes,time_s`` or ``bytes,time_s,ranks`` (times in
+    seconds; ``import kineto --out-points`` writes one), one row per measurement.
 
 Fitting a cost model to the samples is :mod:`schedopt.measure.commfit`'s job.
 """
@@ -93,8 +96,11 @@ def _is_num(token: str) -> bool:
 
 
 def _detect(lines: list[str]) -> str:
-    """``nccl-tests`` or ``osu``: an OSU banner first (a comment may mention busbw), then the
-    nccl-tests headers, then the shape of the data rows."""
+    """``csv``, ``nccl-tests`` or ``osu``: a ``bytes,time_s`` header, an OSU banner (a comment
+    may mention busbw), then the nccl-tests headers, then the shape of the data rows."""
+    first = next((ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")), "")
+    if first.replace(" ", "").lower().startswith("bytes,time_s"):
+        return "csv"
     if any(_OSU_BANNER.search(line) for line in lines):
         return "osu"
     for line in lines:
@@ -191,6 +197,42 @@ def _parse_nccl(lines: list[str], where: str) -> tuple[list[int], list[float], i
     return sizes, times, (n_rank_lines or None)
 
 
+def _parse_csv(lines: list[str], where: str) -> tuple[list[int], list[float], int | None]:
+    """Rows ``bytes,time_s[,ranks]`` after the header (``#`` lines are comments)."""
+    sizes: list[int] = []
+    times: list[float] = []
+    ranks: set[int] = set()
+    header = True
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        tok = [t.strip() for t in line.split(",")]
+        if header:
+            if tok[:2] != ["bytes", "time_s"] or len(tok) > 3 or tok[2:] not in ([], ["ranks"]):
+                raise SchedoptError("expected the header bytes,time_s[,ranks]",
+                                    f"{where}:{lineno}", line)
+            header = False
+            continue
+        try:
+            size, t = int(tok[0]), float(tok[1])
+            if len(tok) > 3 or len(tok) < 2:
+                raise ValueError
+            if len(tok) == 3:
+                ranks.add(int(tok[2]))
+        except ValueError:
+            raise SchedoptError("expected a row bytes,time_s[,ranks]", f"{where}:{lineno}",
+                                line) from None
+        if not (0 < size <= MAX_BYTES and 0 < t <= MAX_SECONDS) or min(ranks, default=2) < 1:
+            raise SchedoptError("size, time or ranks not positive, not finite or too large",
+                                f"{where}:{lineno}", line)
+        sizes.append(size)
+        times.append(t)
+    if len(ranks) > 1:
+        raise SchedoptError("rows disagree on the number of ranks", where, sorted(ranks))
+    return sizes, times, (ranks.pop() if ranks else None)
+
+
 def parse_comm_text(text: str, *, where: str = "<text>", fmt: str | None = None) -> CommSamples:
     """Parse benchmark output held in a string (see :func:`parse_comm_file`).
 
@@ -209,8 +251,10 @@ def parse_comm_text(text: str, *, where: str = "<text>", fmt: str | None = None)
         sizes, times, ranks = _parse_osu(lines, where)
     elif kind == "nccl-tests":
         sizes, times, ranks = _parse_nccl(lines, where)
+    elif kind == "csv":
+        sizes, times, ranks = _parse_csv(lines, where)
     else:
-        raise SchedoptError("unknown format (known: osu, nccl-tests)", "format", fmt)
+        raise SchedoptError("unknown format (known: osu, nccl-tests, csv)", "format", fmt)
     if not sizes:
         raise SchedoptError(f"no {kind} data rows found", where, f"{len(lines)} lines")
     return CommSamples(
@@ -231,7 +275,7 @@ def parse_comm_file(path: str | Path, *, fmt: str | None = None) -> CommSamples:
     path
         The file.
     fmt
-        ``osu`` or ``nccl-tests``; None detects it.
+        ``osu``, ``nccl-tests`` or ``csv``; None detects it.
 
     Returns
     -------

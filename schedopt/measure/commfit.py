@@ -30,6 +30,7 @@ __all__ = [
     "fit_times",
     "relative_errors",
     "residual_rms",
+    "table_curve",
 ]
 
 
@@ -404,22 +405,26 @@ def relative_errors(samples: CommSamples, fit: AllReduceFit) -> np.ndarray:
 
 def fit_comm_cli(samples: CommSamples, min_bytes: int | None, segments: str,
                  tolerance: float) -> AllReduceFit:
-    """The fit of ``schedopt fit-comm``: ``segments`` is ``auto`` or a number (``1``: the
+    """The fit of ``schedopt fit-comm``: ``segments`` is ``auto``, ``table`` (the measured
+    table itself, :func:`table_curve`) or a number (``1``: the
     single line of :func:`fit_alpha_beta`; ``auto`` keeps one line when one segment suffices or
     when the curve, fitted on relative error, explains the times worse than their mean, the
     floor :data:`MIN_R2` that every fit written must pass).
     """
     text = segments.strip().lower()
+    if text == "table":
+        return table_curve(samples, min_bytes)
     if text == "auto":
         count = None
     else:
         try:
             count = int(text)
         except ValueError:
-            raise SchedoptError("must be auto or a positive integer", "--segments",
+            raise SchedoptError("must be auto, table or a positive integer", "--segments",
                                 segments) from None
         if count < 1:
-            raise SchedoptError("must be auto or a positive integer", "--segments", segments)
+            raise SchedoptError("must be auto, table or a positive integer", "--segments",
+                                segments)
     if count == 1:
         return fit_alpha_beta(samples, min_bytes)
     if not (tolerance > 0 and np.isfinite(tolerance)):
@@ -447,3 +452,59 @@ def piecewise_summary(samples: CommSamples, fit: AllReduceFit) -> dict[str, Any]
         "switches_bytes": [s["min_bytes"] for s in segs[1:]],
         "median_rel_error": float(np.median(relative_errors(samples, fit))),
     }
+
+
+def table_curve(samples: CommSamples, min_bytes: int | None = None) -> AllReduceFit:
+    """The measured table itself as the cost curve: linear interpolation between the sizes.
+
+    Per size the median time is taken, made non-decreasing in the size (a larger message never
+    costs less: a measured dip is flattened), and every interval between two consecutive sizes
+    becomes one :class:`~schedopt.model.cluster.CostSegment` through its two end points; the
+    first segment extends the first interval's line down to 0 bytes (or, where that line would
+    go negative, a line through the origin up to the first size), the last extends beyond the
+    largest size.
+
+    Parameters
+    ----------
+    samples
+        Measured sizes and times.
+    min_bytes
+        Smallest size used (default 0: every size).
+
+    Returns
+    -------
+    AllReduceFit
+        ``segments`` hold the interpolation; ``alpha_s`` and ``beta_s_per_byte`` are the least
+        squares line over the sizes (for consumers of one line); ``r2`` is None.
+
+    Raises
+    ------
+    SchedoptError
+        Fewer than two distinct sizes at or above ``min_bytes``.
+    """
+    lo = 0 if min_bytes is None else int(min_bytes)
+    keep = samples.sizes >= lo
+    sizes = np.unique(samples.sizes[keep])
+    if sizes.size < 2:
+        raise SchedoptError(
+            f"fewer than two distinct message sizes at or above it in {samples.source or 'data'}",
+            "min_bytes", lo)
+    times = np.array([float(np.median(samples.times[keep][samples.sizes[keep] == n]))
+                      for n in sizes])
+    times = np.maximum.accumulate(times)
+    x = sizes.astype(float)
+    segs: list[CostSegment] = []
+    for i in range(sizes.size - 1):
+        beta = (times[i + 1] - times[i]) / (x[i + 1] - x[i])
+        alpha = float(times[i] - beta * x[i])
+        start = int(sizes[i]) if i else 0
+        if i == 0 and alpha < 0:
+            segs.append(CostSegment(min_bytes=0, alpha_s=0.0,
+                                    beta_s_per_byte=float(times[0] / x[0])))
+            start = int(sizes[0])
+        segs.append(CostSegment(min_bytes=start, alpha_s=alpha, beta_s_per_byte=float(beta)))
+    slope, icept = np.polyfit(x, times, 1)
+    if not slope * x[-1] > 1e-3 * times[-1]:  # flat: the line through 0 and the largest size
+        slope, icept = float(times[-1] / x[-1]), 0.0
+    return AllReduceFit(alpha_s=max(float(icept), 0.0), beta_s_per_byte=float(slope), r2=None,
+                        min_bytes=int(sizes[0]), max_bytes=int(sizes[-1]), segments=tuple(segs))

@@ -6,12 +6,19 @@ Each row names one run: a trace and a cluster (paths, relative to the CSV's fold
 names; a cluster may be a family), an optional node count, the plan that ran (a policy spec such as
 ``ddp:bucket_cap_mb=5`` or ``plan:PATH``) and the measured iteration time in seconds. A bad row
 raises a one-line :class:`~schedopt.errors.SchedoptError` naming the file, the row and the column.
+
+The file is read as strictly as every other input: UTF-8 text of at most
+:data:`MAX_FILE_BYTES` bytes and :data:`MAX_ROWS` data rows, one row per line (a cell holds no line
+break and no control character, and at most :data:`MAX_CELL_CHARS` characters), plain decimal
+numbers (no ``nan``, ``inf``, ``true`` or ``1_000``), node counts up to
+:data:`~schedopt.model.limits.MAX_NODES` and iteration times between :data:`MIN_TIME_S` and
+:data:`~schedopt.model.limits.MAX_SECONDS` seconds.
 """
 
 from __future__ import annotations
 
 import csv
-import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,13 +26,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schedopt.errors import SchedoptError, from_validation_error
-from schedopt.files import instances_dir, load_json, load_plan, load_trace
+from schedopt.files import instances_dir, load_json, load_plan, load_trace, read_text
 from schedopt.model.cluster import Cluster, ClusterFamily
+from schedopt.model.limits import MAX_COUNT, MAX_NODES, MAX_SECONDS
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
 
 __all__ = [
+    "MAX_CELL_CHARS",
+    "MAX_FILE_BYTES",
+    "MAX_ROWS",
+    "MIN_TIME_S",
     "OPTIONAL_COLUMNS",
     "REQUIRED_COLUMNS",
     "ClusterRef",
@@ -36,6 +48,19 @@ __all__ = [
 
 REQUIRED_COLUMNS = ("trace", "cluster", "nodes", "policy", "iteration_time_s")
 OPTIONAL_COLUMNS = ("iteration_time_std_s", "samples", "source")
+
+#: Largest measurements file (bytes).
+MAX_FILE_BYTES = 16 * 2**20
+#: Most data rows in one file.
+MAX_ROWS = 10_000
+#: Longest cell (characters; a path is at most 4,096 bytes on Linux).
+MAX_CELL_CHARS = 4096
+#: Shortest measured iteration time (seconds): a microsecond, far below any real step.
+MIN_TIME_S = 1e-6
+
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+_INTEGER = re.compile(r"\+?[0-9]{1,18}")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class MeasurementRow(BaseModel):
@@ -121,12 +146,17 @@ class Measurement:
 def _cluster_path(ref: str) -> Path:
     """A cluster file, or the shipped cluster of that name."""
     p = Path(ref)
-    if p.suffix == ".json" or p.exists():
-        if not p.exists():
+    try:
+        exists = p.exists()
+        shipped = instances_dir() / "clusters" / f"{ref}.json"
+        shipped_exists = not exists and p.suffix != ".json" and shipped.exists()
+    except OSError as exc:
+        raise SchedoptError(f"cannot read file: {exc.strerror or exc}", "cluster", ref) from None
+    if p.suffix == ".json" or exists:
+        if not exists:
             raise SchedoptError("file not found", "cluster", ref)
         return p
-    shipped = instances_dir() / "clusters" / f"{ref}.json"
-    if shipped.exists():
+    if shipped_exists:
         return shipped
     raise SchedoptError("unknown cluster: neither a file nor a shipped name (see `schedopt "
                         "list`)", "cluster", ref)
@@ -139,8 +169,11 @@ def _err(where: str, line: int, column: str, message: str, value: Any) -> Schedo
 def _resolve_path(value: str, base: Path) -> str:
     """A relative path that exists next to the CSV is taken from there."""
     p = Path(value)
-    if not p.is_absolute() and (base / p).exists():
-        return str(base / p)
+    try:
+        if not p.is_absolute() and (base / p).exists():
+            return str(base / p)
+    except OSError:  # a name too long for the file system: the loader reports it
+        pass
     return value
 
 
@@ -154,6 +187,8 @@ def _parse_row(raw: dict[str, str | None], where: str, line: int) -> Measurement
     out: dict[str, Any] = {}
     for col in REQUIRED_COLUMNS + OPTIONAL_COLUMNS:
         text = _cell(raw, col)
+        if len(text) > MAX_CELL_CHARS:
+            raise _err(where, line, col, f"cell longer than {MAX_CELL_CHARS:,} characters", text)
         if col in ("trace", "cluster", "policy"):
             if not text:
                 raise _err(where, line, col, "must not be empty", text)
@@ -162,25 +197,21 @@ def _parse_row(raw: dict[str, str | None], where: str, line: int) -> Measurement
             out[col] = text
         elif col in ("nodes", "samples"):
             if text:
-                try:
-                    out[col] = int(text)
-                except ValueError:
-                    raise _err(where, line, col, "must be an integer", text) from None
-                if out[col] < 1:
-                    raise _err(where, line, col, "must be a positive integer", text)
+                high = MAX_NODES if col == "nodes" else MAX_COUNT
+                if not _INTEGER.fullmatch(text) or not 1 <= int(text) <= high:
+                    raise _err(where, line, col, f"must be an integer between 1 and {high:,}",
+                               text)
+                out[col] = int(text)
         else:  # times
             if not text:
                 if col == "iteration_time_s":
                     raise _err(where, line, col, "must not be empty", text)
                 continue
-            try:
-                value = float(text)
-            except ValueError:
-                raise _err(where, line, col, "must be a number (seconds)", text) from None
-            if not math.isfinite(value) or value < 0 or (col == "iteration_time_s"
-                                                         and value == 0):
-                raise _err(where, line, col, "must be a finite positive number (seconds)"
-                           if col == "iteration_time_s" else "must be finite and >= 0", text)
+            low = MIN_TIME_S if col == "iteration_time_s" else 0.0
+            value = float(text) if _NUMBER.fullmatch(text) else None
+            if value is None or not low <= value <= MAX_SECONDS:
+                raise _err(where, line, col, f"must be a number of seconds between {low:g} and "
+                           f"{MAX_SECONDS:g}", text)
             out[col] = value
     return MeasurementRow.model_validate(out)
 
@@ -248,6 +279,35 @@ def _header(fields: list[str] | None, where: str) -> None:
         raise _err(where, 1, dup, "column repeated in the header", dup)
 
 
+def _split_rows(lines: list[str], where: str) -> list[tuple[int, list[str]]]:
+    """``(line number, cells)`` of every line that is not blank or a comment.
+
+    Each line is one row: a quoted cell that does not end on its line (a line break inside a
+    cell), a control character or an over-long line is refused, naming the line.
+    """
+    limit = MAX_CELL_CHARS * (len(REQUIRED_COLUMNS) + len(OPTIONAL_COLUMNS))
+    rows = []
+    for number, raw in enumerate(lines, start=1):
+        ln = raw.removesuffix("\r")
+        if not ln.strip() or ln.lstrip().startswith("#"):
+            continue
+        if len(ln) > limit:
+            raise SchedoptError(f"line longer than {limit:,} characters", f"{where}:{number}",
+                                ln)
+        bad = _CONTROL.search(ln)
+        if bad is not None:
+            raise SchedoptError(f"control character {bad.group()!r} in a cell (one row per "
+                                "line; cells hold no line breaks)", f"{where}:{number}", ln)
+        try:
+            cells = next(csv.reader([ln], strict=True))
+        except csv.Error as exc:
+            why = ("a quoted cell does not end on its line (cells hold no line breaks)"
+                   if "end of data" in str(exc) else f"not a CSV row ({exc})")
+            raise SchedoptError(why, f"{where}:{number}", ln) from None
+        rows.append((number, cells))
+    return rows
+
+
 def read_measurements(path: str | Path, *, label: str | None = None) -> list[Measurement]:
     """Read and check a measurements CSV; load every trace, cluster and plan it names.
 
@@ -270,23 +330,20 @@ def read_measurements(path: str | Path, *, label: str | None = None) -> list[Mea
     """
     p = Path(path)
     where = label or str(p)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SchedoptError(f"cannot read file: {exc.strerror or exc}", "measurements",
-                            where) from None
-    lines = text.splitlines()
-    body = [(i + 1, ln) for i, ln in enumerate(lines) if ln.strip() and not ln.lstrip()
-            .startswith("#")]
-    if not body:
+    text = read_text(p, "measurements", MAX_FILE_BYTES)
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    rows = _split_rows(lines, where)
+    if not rows:
         _header(None, where)
-    reader = csv.reader([ln for _, ln in body])
-    rows = list(reader)
-    header = [c.strip() for c in rows[0]]
+    header = [c.strip() for c in rows[0][1]]
     _header(header, where)
+    if len(rows) - 1 > MAX_ROWS:
+        raise SchedoptError(f"more than {MAX_ROWS:,} data rows", where, f"{len(rows) - 1:,} rows")
     loader = _Loader(p.parent, where)
     out: list[Measurement] = []
-    for (line, _), cells in zip(body[1:], rows[1:], strict=True):
+    for line, cells in rows[1:]:
         if len(cells) > len(header):
             raise _err(where, line, f"#{len(header) + 1}", f"row has {len(cells)} cells, the "
                        f"header {len(header)}", cells[len(header)])

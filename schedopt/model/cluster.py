@@ -41,6 +41,8 @@ __all__ = [
 ]
 
 Collective = Literal["ring", "tree", "hierarchical", "ps"]
+#: Largest per-call host cost (s): anything above is a unit mistake, not a measurement.
+MAX_CALL_S = 1.0
 PositiveFinite = Field(gt=0.0, allow_inf_nan=False)
 
 
@@ -184,6 +186,9 @@ class Cluster(BaseModel):
         backend's threads sharing CPU cores; 1 on GPUs; docs/model.md).
     collective_overhead_s
         Fixed time added to every bucket's communication (one per collective call).
+    launch_overhead_s, hook_overhead_s
+        Host side: time of the launching thread per collective call and per gradient tensor
+        (docs/model.md, "Host side"; at most 1 s each).
     shared_pcie
         When true, the batch copy (h2d) and intra-node gradient traffic share one resource.
     pipelined_hierarchical
@@ -216,6 +221,14 @@ class Cluster(BaseModel):
     collective_overhead_s: Seconds = Field(
         0.0,
         description="Fixed time (s) added to every bucket's communication.")
+    launch_overhead_s: Number = Field(
+        0.0, ge=0.0, le=MAX_CALL_S,
+        description="Host time (s) to launch one collective call (framework + library), paid "
+        "on the launching thread before the call can start (docs/model.md, 'Host side').")
+    hook_overhead_s: Number = Field(
+        0.0, ge=0.0, le=MAX_CALL_S,
+        description="Host time (s) of the reducer's hook per gradient tensor, on the launching "
+        "thread after its layer's backward launch.")
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
@@ -249,12 +262,20 @@ class Cluster(BaseModel):
             exclude["comm_slowdown"] = True
         if self.collective_overhead_s == 0.0:
             exclude["collective_overhead_s"] = True
+        for key in ("launch_overhead_s", "hook_overhead_s"):
+            if getattr(self, key) == 0.0:
+                exclude[key] = True
         if self.allreduce is not None and self.allreduce.segments is None:
             exclude["allreduce"] = {"segments": True}
         if not exclude:
             return fingerprint(self)
         text = self.model_dump_json(exclude=exclude)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def has_host(self) -> bool:
+        """Whether the cluster gives any host-side cost (docs/model.md, "Host side")."""
+        return bool(self.launch_overhead_s or self.hook_overhead_s)
 
     def with_size(self, nodes: int | None = None, gpus_per_node: int | None = None) -> Cluster:
         """Return this cluster at another size (drops a fitted ``allreduce``)."""

@@ -99,6 +99,18 @@ class Contention:
         self.dirty = True
         self._start()
 
+    def release_at(self, key: Hashable, at: float) -> None:
+        """Release ``key`` at time ``at`` (later than now): it starts then, or once its
+        resources reach it."""
+        task = self.tasks[key]
+        if at <= self.now:
+            self.release(key)
+            return
+        if task.at == -math.inf:
+            self.timed.append(key)
+        task.at = float(at)
+        self.dirty = True
+
     def end_of(self, key: Hashable) -> float | None:
         """End of a finished task, or None."""
         return self.ends.get(key)

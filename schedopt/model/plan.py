@@ -11,6 +11,7 @@ import numpy as np
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from schedopt.errors import SchedoptError
+from schedopt.model.cluster import Cluster
 from schedopt.model.limits import Bool, Int, check_depth, check_pieces, strict_int
 from schedopt.model.trace import PIECE_SEPARATOR, SCHEMA_VERSION, Dtype, Trace
 
@@ -215,7 +216,7 @@ class Plan(BaseModel):
         return self
 
     # ------------------------------------------------------------------ checks
-    def check_against(self, trace: Trace, cluster: Any | None = None) -> Members:
+    def check_against(self, trace: Trace, cluster: Cluster | None = None) -> Members:
         """Check that the plan covers ``trace`` exactly and return its member arrays.
 
         Every tensor must appear exactly once, or all its pieces exactly once; the hashes, when
@@ -249,7 +250,7 @@ class Plan(BaseModel):
                                     " in backward order", "plan.buckets", self.buckets)
         return self.members(trace)
 
-    def check_stage_orders(self, cluster: Any) -> None:
+    def check_stage_orders(self, cluster: Cluster) -> None:
         """Refuse stage orders for stages ``cluster`` does not have (for plans read from files;
         a policy may order a stage that only some clusters have)."""
         stages = len(cluster.comm_stages(self.collective))
@@ -313,10 +314,6 @@ class Plan(BaseModel):
     def bucket_bytes(self, trace: Trace) -> np.ndarray:
         """Bytes of every bucket (float array, launch order)."""
         return self.members(trace).bucket_bytes()
-
-    def bucket_ready_layer(self, trace: Trace) -> np.ndarray:
-        """Smallest owning layer of every bucket: its readiness and its first use (int array)."""
-        return self.members(trace).ready_layer()
 
     def stage_order(self, stage: int) -> list[int]:
         """Launch order (bucket indices) of one communication stage."""
@@ -384,12 +381,13 @@ class Breakdown:
     update_s: float
     exposed_comm_s: float
     io_stall_s: float
+    host_stall_s: float = 0.0  # the compute stream waiting for launches (docs/model.md)
 
     @property
     def total_s(self) -> float:
         """Sum of the parts (the iteration time)."""
         return self.forward_s + self.backward_s + self.update_s + self.exposed_comm_s + (
-            self.io_stall_s
+            self.io_stall_s + self.host_stall_s
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -400,6 +398,7 @@ class Breakdown:
             "update_s": self.update_s,
             "exposed_comm_s": self.exposed_comm_s,
             "io_stall_s": self.io_stall_s,
+            **({"host_stall_s": self.host_stall_s} if self.host_stall_s else {}),
         }
 
 

@@ -106,6 +106,20 @@ class Layer(BaseModel):
     forward_s: Seconds = Field(description="Forward time in seconds (one GPU, per-GPU batch).")
     backward_s: Seconds = Field(description="Backward time in seconds.")
     tensors: list[Tensor] = Field(default_factory=list, description="Gradient tensors.")
+    host_forward_s: Seconds = Field(
+        0.0, description="Host time to launch the layer's forward (CPU time of the launching "
+        "thread; 0: never host-bound).")
+    host_backward_s: Seconds = Field(
+        0.0, description="Host time to launch the layer's backward (0: never host-bound).")
+
+    @model_serializer(mode="wrap")
+    def _drop_zero_host(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):  # added later: left out at 0 so traces keep their hashes
+            for key in ("host_forward_s", "host_backward_s"):
+                if data.get(key) == 0.0:
+                    data.pop(key)
+        return data
 
 
 class Trace(BaseModel):
@@ -118,6 +132,9 @@ class Trace(BaseModel):
     io_s, h2d_s, update_s
         Iteration-level costs: read and decode a batch, copy it to the GPU, optimizer step for all
         parameters (a bucket's share is proportional to its bytes).
+    host_update_s
+        Host time of the optimizer step (launching its kernels); the step cannot start on the
+        device before it ends (docs/model.md, "Host side"). Default 0.
     grad_ready_order
         Optional explicit gradient-ready order (tensor names); it may only refine the order among
         tensors of equal ready time.
@@ -132,10 +149,18 @@ class Trace(BaseModel):
     io_s: Seconds = Field(0.0, description="Read and decode one batch (CPU).")
     h2d_s: Seconds = Field(0.0, description="Copy one batch to the GPU (PCIe).")
     update_s: Seconds = Field(0.0, description="Optimizer step for all parameters.")
+    host_update_s: Seconds = Field(0.0, description="Host time of the optimizer step.")
     layers: list[Layer] = Field(min_length=1, description="Layers in forward order.")
     grad_ready_order: list[str] | None = Field(
         None, description="Optional gradient-ready order of tensor names."
     )
+
+    @model_serializer(mode="wrap")
+    def _drop_zero_host(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("host_update_s") == 0.0:
+            data.pop("host_update_s")  # added later: left out at 0 (hashes unchanged)
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> Trace:
@@ -259,6 +284,21 @@ class Trace(BaseModel):
     def backward(self) -> np.ndarray:
         """Backward times of the layers (float array)."""
         return np.array([la.backward_s for la in self.layers], dtype=float)
+
+    @cached_property
+    def host_forward(self) -> np.ndarray:
+        """Host launch times of the layers' forwards (float array)."""
+        return np.array([la.host_forward_s for la in self.layers], dtype=float)
+
+    @cached_property
+    def host_backward(self) -> np.ndarray:
+        """Host launch times of the layers' backwards (float array)."""
+        return np.array([la.host_backward_s for la in self.layers], dtype=float)
+
+    @property
+    def has_host(self) -> bool:
+        """Whether any host time is given (docs/model.md, "Host side")."""
+        return bool(self.host_update_s or self.host_forward.any() or self.host_backward.any())
 
     @property
     def num_tensors(self) -> int:

@@ -4,14 +4,34 @@
 >>> opts = SolveOptions(next_forward="per-layer", reorder=True)
 >>> res = solve(trace, cluster, opts)  # doctest: +SKIP
 
-See docs/formulation.md for the model and :func:`solve` for the method chosen per class.
+See docs/formulation.md for the model and :func:`solve` for the method chosen per class. The
+names below load on first use, so that importing the package does not load OR-Tools.
 """
 
-from schedopt.optimize.options import SolveOptions as SolveOptions
-from schedopt.optimize.result import BaselineRow as BaselineRow
-from schedopt.optimize.result import Method as Method
-from schedopt.optimize.result import SolveResult as SolveResult
-from schedopt.optimize.result import Status as Status
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# `solve` is also a module's name: bound here so that it stays the function.
 from schedopt.optimize.solve import solve as solve
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schedopt.optimize.options import SolveOptions as SolveOptions
+    from schedopt.optimize.result import BaselineRow as BaselineRow
+    from schedopt.optimize.result import Method as Method
+    from schedopt.optimize.result import SolveResult as SolveResult
+    from schedopt.optimize.result import Status as Status
+
+_EXPORTS = {"SolveOptions": "schedopt.optimize.options", "BaselineRow": "schedopt.optimize.result",
+            "Method": "schedopt.optimize.result", "SolveResult": "schedopt.optimize.result",
+            "Status": "schedopt.optimize.result", "solve": "schedopt.optimize.solve"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'schedopt.optimize' has no attribute {name!r}")
+
 
 __all__ = ["BaselineRow", "Method", "SolveOptions", "SolveResult", "Status", "solve"]

@@ -35,12 +35,10 @@ hide (:func:`unhidden_share`), as the forward programme does.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from schedopt.optimize.unimodal import _Tables
+from schedopt.optimize.unimodal_tables import UnimodalTables
 
 __all__ = ["INFEASIBLE_NEED", "Needs", "cells_bound", "pair_makespan", "unhidden_share"]
 
@@ -98,7 +96,7 @@ class Needs:
         then unknown).
     """
 
-    def __init__(self, t: _Tables, lam: int, step: int, first_live: np.ndarray,
+    def __init__(self, t: UnimodalTables, lam: int, step: int, first_live: np.ndarray,
                  deadline: float | None = None, pairs: bool = True,
                  max_cells: int | None = None) -> None:
         n = t.n
@@ -325,7 +323,7 @@ def unhidden_share(s_a: np.ndarray, work_after: np.ndarray | np.int64 | int,
     return np.maximum(0, s_a - np.maximum(0, np.asarray(work_after) - np.asarray(least_update)))
 
 
-def cells_bound(t: _Tables, lam: int, step: int, first_live: np.ndarray) -> int:
+def cells_bound(t: UnimodalTables, lam: int, step: int, first_live: np.ndarray) -> int:
     """The grid values :class:`Needs` computes at most (every live bucket at every cell of
     its row, and the buckets that stay in a layer at every level): the cost of the needs,
     known before they are computed."""
@@ -341,7 +339,7 @@ def cells_bound(t: _Tables, lam: int, step: int, first_live: np.ndarray) -> int:
     return int((leave + stay).sum())
 
 
-def _layout(t: _Tables, lam: int, step: int) -> tuple[np.ndarray, np.ndarray]:
+def _layout(t: UnimodalTables, lam: int, step: int) -> tuple[np.ndarray, np.ndarray]:
     """The first cell and the number of cells of every row: row ``j + 1`` (cut ``j``) from
     the release of unit ``j + 1`` (below it, the same need) to the latest end of the early
     chain that the later units' deadlines allow (``lam + edf``)."""
@@ -357,7 +355,7 @@ def _last_ends(first_live: np.ndarray) -> np.ndarray:
     return np.searchsorted(first_live, np.arange(n + 1), side="right") - 1
 
 
-def _first_end(t: _Tables, row: int) -> int:
+def _first_end(t: UnimodalTables, row: int) -> int:
     """The first unit the bucket after cut ``row - 1`` can end at and leave its layer: a
     cut inside a layer leaves it only with a bucket ending in a later layer (the buckets
     that stay are :meth:`Needs._stay`'s)."""

@@ -19,10 +19,10 @@ from schedopt.model.trace import Trace
 from schedopt.optimize.instance import Instance, Segments
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.result import BaselineRow
-from schedopt.policies import POLICIES, make_plan
+from schedopt.policies import make_plan
 from schedopt.simulate.simulator import simulate
 
-__all__ = ["Baseline", "evaluate_baseline", "evaluate_baselines", "expressible"]
+__all__ = ["Baseline", "evaluate_baseline", "expressible"]
 
 log = logging.getLogger("schedopt.optimize")
 
@@ -74,10 +74,3 @@ def evaluate_baseline(name: str, trace: Trace, cluster: Cluster, opts: SolveOpti
     row = BaselineRow(policy=name, iteration_time_s=sched.iteration_time_s,
                       expressible=segs is not None, reason=reason)
     return Baseline(row, plan, segs)
-
-
-def evaluate_baselines(trace: Trace, cluster: Cluster, opts: SolveOptions,
-                       inst: Instance) -> list[Baseline]:
-    """Every registered policy that applies (:func:`evaluate_baseline`)."""
-    out = (evaluate_baseline(name, trace, cluster, opts, inst) for name in POLICIES)
-    return [b for b in out if b is not None]

@@ -21,11 +21,12 @@ from schedopt.model.cluster import Cluster, CommStage
 from schedopt.model.plan import Plan, interleave
 from schedopt.model.trace import Trace
 from schedopt.optimize.options import SolveOptions
-from schedopt.optimize.period import BucketTimes, Consts, PeriodTerms, period_terms
+from schedopt.optimize.period import PeriodTerms, period_terms
+from schedopt.optimize.times import BucketTimes, Consts
 from schedopt.optimize.units import Segments, Units, build_units
 from schedopt.simulate.simulator import chain_ends, serve_in_sequence
 
-__all__ = ["Consts", "Evaluation", "Instance", "Segments", "build_instance", "choose_tick"]
+__all__ = ["Evaluation", "Instance", "Segments", "build_instance", "choose_tick"]
 
 #: Largest model error, as a fraction of the lower bound, that the tick may cause.
 TICK_BUDGET = 5e-4

@@ -39,7 +39,7 @@ class SolveOptions(BaseModel):
         Deterministic work limit of the search steps (deterministic seconds: CP-SAT's
         deterministic time and the steps' fixed charges, docs/formulation.md). The same
         inputs, seed, one worker and work limit give the same plan and bound on any machine.
-        None: a fraction of ``time_limit_s`` (``solve.WORK_FRACTION``).
+        None: a fraction of ``time_limit_s`` (``budget.WORK_FRACTION``).
     workers
         CP-SAT search workers (1 is deterministic for a fixed seed).
     seed

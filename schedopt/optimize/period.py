@@ -1,7 +1,8 @@
 """The period terms of each next-forward mode, defined once (docs/formulation.md).
 
 Times are measured from the start of the backward of one iteration; ``ends`` are the ends of
-the buckets' (last) communication, in launch order. With the constants of :class:`Consts`:
+the buckets' (last) communication, in launch order. With the constants of
+:class:`~.times.Consts`:
 
 * wait-for-all (:class:`WaitForAll`): with ``M = max(B, max ends)``, ``C = F + M + U`` and the
   period is ``C + io + h2d`` (prefetch 0) or ``max(C, io, h2d, (C + io + h2d) / 2)`` (prefetch 1);
@@ -32,50 +33,104 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-if TYPE_CHECKING:
-    from schedopt.optimize.instance import Instance
-    from schedopt.optimize.variables import ModelVariables
+from schedopt.optimize.times import BucketTimes, Consts
 
-__all__ = ["BucketTails", "Consts", "Deadlines", "PerLayer", "PeriodTerms", "WaitForAll",
-           "period_terms"]
-
-T = TypeVar("T", int, float)
+__all__ = ["BucketTails", "Deadlines", "PerLayer", "PeriodData", "PeriodTerms",
+           "PeriodVariables", "WaitForAll", "period_terms"]
 
 
-@dataclass(frozen=True)
-class Consts(Generic[T]):
-    """Iteration constants, in ticks (``Consts[int]``) or seconds (``Consts[float]``).
-
-    Attributes
-    ----------
-    F, B
-        Sum of forward times, sum of backward times.
-    U
-        The update step of all parameters (ticks: the sum of the units' rounded shares).
-    io, h2d
-        Read and decode one batch; copy it to the GPU.
-    """
-
-    F: T
-    B: T
-    U: T
-    io: T
-    h2d: T
+class PeriodData(Protocol):
+    """What the period terms read of an instance (:class:`.instance.Instance`): its counts
+    and flags, the iteration constants, and per-unit data in ticks and seconds."""
 
     @property
-    def data(self) -> T:
-        """The data path of one batch, ``io + h2d``."""
-        return self.io + self.h2d  # type: ignore[operator,no-any-return]
+    def n(self) -> int:
+        """Number of units."""
 
     @property
-    def k0(self) -> T:
-        """The compute of one iteration, ``B + F + U``."""
-        return self.B + self.F + self.U  # type: ignore[operator,no-any-return]
+    def per_layer(self) -> bool:
+        """Layer ``l`` of the next forward waits for its own buckets only."""
+
+    @property
+    def prefetch(self) -> int:
+        """Batches read ahead (0 or 1)."""
+
+    @property
+    def pcie_coupled(self) -> bool:
+        """The copy of a batch to the GPU shares the link with the communication."""
+
+    @property
+    def first_layer_units(self) -> int | None:
+        """First unit of layer 0, None when layer 0 has no units."""
+
+    @property
+    def layer(self) -> np.ndarray:
+        """Gating layer of every unit."""
+
+    @property
+    def layer_first_unit(self) -> np.ndarray:
+        """First unit of every unit's layer."""
+
+    @property
+    def consts(self) -> Consts[int]:
+        """Iteration constants in ticks."""
+
+    @property
+    def consts_s(self) -> Consts[float]:
+        """Iteration constants in seconds."""
+
+    @property
+    def upd_prefix(self) -> np.ndarray:
+        """Update share of units ``0 .. i`` (ticks)."""
+
+    @property
+    def upd_prefix_s(self) -> np.ndarray:
+        """Update share of units ``0 .. i`` (seconds)."""
+
+    @property
+    def fwd_from(self) -> np.ndarray:
+        """Forward time from every layer on (ticks)."""
+
+    @property
+    def forward_from_s(self) -> np.ndarray:
+        """Forward time from every layer on (seconds)."""
+
+
+class PeriodVariables(Protocol):
+    """The CP-SAT variables the period terms constrain (:class:`.variables.ModelVariables`)."""
+
+    @property
+    def start(self) -> list[cp_model.IntVar]:
+        """Start of every unit's communication."""
+
+    @property
+    def done(self) -> list[cp_model.IntVar]:
+        """End of every unit's last communication stage."""
+
+    @property
+    def period(self) -> cp_model.IntVar:
+        """The period (ticks)."""
+
+    @property
+    def makespan(self) -> cp_model.IntVar | None:
+        """End of the communication and the backward (wait-for-all mode)."""
+
+    @property
+    def link_free(self) -> cp_model.IntVar | None:
+        """When the link is free of the next batch's copy; None without a shared link."""
+
+    @property
+    def upd_before(self) -> list[cp_model.IntVar]:
+        """Update ticks of the units before the last cut before every unit."""
+
+    @property
+    def fwd_start(self) -> dict[int, cp_model.IntVar]:
+        """Start of the next forward of every layer that owns units."""
 
 
 def _ceil_half(x: Any) -> Any:
@@ -84,26 +139,6 @@ def _ceil_half(x: Any) -> Any:
 
 def _half(x: Any) -> Any:
     return x / 2
-
-
-@dataclass(frozen=True)
-class BucketTimes:
-    """One plan's communication as the period terms need it (ticks or seconds).
-
-    Attributes
-    ----------
-    lo, hi
-        First and last unit of every bucket (launch order).
-    dur
-        Duration of every bucket on the link (one stage).
-    ends
-        End of every bucket's (last) communication, from the start of the backward.
-    """
-
-    lo: np.ndarray
-    hi: np.ndarray
-    dur: np.ndarray
-    ends: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -152,7 +187,7 @@ class Deadlines:
 class PeriodTerms(ABC):
     """The period of one next-forward mode: value, constraints, warm start and bound."""
 
-    def __init__(self, inst: Instance) -> None:
+    def __init__(self, inst: PeriodData) -> None:
         self.inst = inst
 
     def _arith(self, seconds: bool) -> tuple[Consts[Any], Callable[[Any], Any]]:
@@ -189,7 +224,7 @@ class PeriodTerms(ABC):
         """The period of the plan (ticks, or seconds with ``seconds``)."""
 
     # ------------------------------------------------------------------------ CP-SAT
-    def add_to(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+    def add_to(self, m: cp_model.CpModel, v: PeriodVariables, *, reorder: bool) -> None:
         """Tie ``v.period`` to the schedule (the mode's terms, and the shared link's)."""
         c = self.inst.consts
         lf = v.link_free
@@ -201,11 +236,11 @@ class PeriodTerms(ABC):
         self._add_terms(m, v, reorder=reorder)
 
     @abstractmethod
-    def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+    def _add_terms(self, m: cp_model.CpModel, v: PeriodVariables, *, reorder: bool) -> None:
         """The mode's own constraints."""
 
     @abstractmethod
-    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+    def add_prefix_bound(self, m: cp_model.CpModel, v: PeriodVariables, lo: int,
                          ends_by: Any) -> None:
         """A redundant bound: some bucket holding a unit of ``lo``'s layer or an earlier one
         ends no earlier than ``ends_by`` (an expression, ticks)."""
@@ -263,7 +298,7 @@ class WaitForAll(PeriodTerms):
         """The copy of the next batch waits for the data path and the update too."""
         return max(c.data + c.U + work, c.h2d + work) if self.shared else 0
 
-    def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+    def _add_terms(self, m: cp_model.CpModel, v: PeriodVariables, *, reorder: bool) -> None:
         """``makespan = max(B, end[i])``; with ``C = F + makespan + U``, ``period >= C + io +
         h2d`` (prefetch 0) or ``period >= C, io, h2d`` and ``2 period >= C + io + h2d``."""
         inst, c = self.inst, self.inst.consts
@@ -282,7 +317,7 @@ class WaitForAll(PeriodTerms):
             m.add(v.link_free >= v.makespan + c.U + c.data - v.period)
             m.add(v.period >= v.link_free + c.F)
 
-    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+    def add_prefix_bound(self, m: cp_model.CpModel, v: PeriodVariables, lo: int,
                          ends_by: Any) -> None:
         """The makespan follows it."""
         assert v.makespan is not None
@@ -380,7 +415,7 @@ class PerLayer(PeriodTerms):
                 last_first = int(ok[-1]) if len(ok) else -1
         return Deadlines(lam - self.unit_tails, last_first)
 
-    def _add_terms(self, m: cp_model.CpModel, v: ModelVariables, *, reorder: bool) -> None:
+    def _add_terms(self, m: cp_model.CpModel, v: PeriodVariables, *, reorder: bool) -> None:
         """``period >= B + F + U``, ``period >= end[i] + tail`` (exact without an update step;
         with one, the update windows of :class:`~.constraints.Constraints` give the exact value
         and this family is redundant), and the data path with ``U0``, the updates that run
@@ -417,7 +452,7 @@ class PerLayer(PeriodTerms):
             m.add(v.link_free >= c.B + c.data - v.period)
             m.add(v.period >= v.link_free + first_fwd)
 
-    def add_prefix_bound(self, m: cp_model.CpModel, v: ModelVariables, lo: int,
+    def add_prefix_bound(self, m: cp_model.CpModel, v: PeriodVariables, lo: int,
                          ends_by: Any) -> None:
         """The period follows it by at least the tail of ``lo``'s layer: its forward on, and
         the updates of the buckets before ``lo`` when the update step is modelled."""
@@ -464,6 +499,6 @@ class PerLayer(PeriodTerms):
                            last=np.r_[inst.layer[1:] != inst.layer[:-1], True])
 
 
-def period_terms(inst: Instance) -> PeriodTerms:
+def period_terms(inst: PeriodData) -> PeriodTerms:
     """The period terms of ``inst``'s next-forward mode."""
     return PerLayer(inst) if inst.per_layer else WaitForAll(inst)

@@ -43,12 +43,13 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.optimize.baselines import evaluate_baseline
+from schedopt.optimize.budget import WORK_FRACTION
 from schedopt.optimize.control import Control, Halt
 from schedopt.optimize.heuristics import schrage_order
 from schedopt.optimize.instance import Instance, Segments, build_instance
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.result import Status
-from schedopt.optimize.solve import WORK_FRACTION, solve
+from schedopt.optimize.solve import solve
 from schedopt.policies import POLICIES
 from schedopt.simulate.scenarios import (
     DIMENSIONS,
@@ -440,7 +441,7 @@ def _climb(state: _Robust) -> _Climb:
 
 def _nominal_limit(opts: SolveOptions) -> float:
     """The limit (s) the deterministic shares are taken of: the time limit, or the work limit
-    as the time limit it is :data:`.solve.WORK_FRACTION` of."""
+    as the time limit it is :data:`.budget.WORK_FRACTION` of."""
     if opts.work_limit_s is None:
         return opts.time_limit_s
     return opts.work_limit_s / WORK_FRACTION

@@ -6,7 +6,7 @@ Method by class (``method="auto"``):
 * one stage, wait-for-all: the exact O(n) dynamic programme (:mod:`.dp`); reordering and
   partitioning cannot help in this class.
 * one stage, per-layer, readiness order, no update step: the exact bisected programme.
-* one stage, per-layer otherwise: a portfolio (:data:`SEARCH`) run under a :class:`Budget`:
+* one stage, per-layer otherwise: a portfolio (:data:`SEARCH`) run under a :class:`~.budget.Budget`:
   the local search (:mod:`.heuristics`), the unimodal programme (:mod:`.unimodal`, exact
   without update step and data path, a bound otherwise), the windowed LNS (:mod:`.lns`) on
   large instances and CP-SAT (:mod:`.model`) warm-started from the best plan so far; the bound
@@ -43,6 +43,7 @@ from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
 from schedopt.optimize.bounds import constant_bound, lower_bound, stage_bound
+from schedopt.optimize.budget import AGREE, Budget, Share
 from schedopt.optimize.coarse import coarse_programme
 from schedopt.optimize.control import Control, Halt, StepTimeout
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
@@ -64,7 +65,7 @@ from schedopt.optimize.unimodal import unimodal_exact
 from schedopt.policies import POLICIES
 from schedopt.simulate.simulator import simulate
 
-__all__ = ["Budget", "Progress", "Share", "solve"]
+__all__ = ["Progress", "solve"]
 
 log = logging.getLogger("schedopt.optimize")
 
@@ -84,9 +85,6 @@ FULL_MODEL_UNITS = 2000
 #: Largest instance for the DP lower bound over bucketings (O(n^2) per bisection step).
 BOUND_DP_UNITS = 6000
 
-#: Relative tolerance of "objective and simulation agree".
-AGREE = 1e-3
-
 #: A search step needs at least this much time (s) to be worth starting.
 MIN_STEP_S = 0.05
 
@@ -99,15 +97,7 @@ Progress = Callable[[float, float, float], None]
 HEARTBEAT_S = 0.5
 
 
-# ------------------------------------------------------------------------------------ budget
-@dataclass(frozen=True)
-class Share:
-    """A step's share of the time left: ``min(cap_s, fraction * left)`` seconds."""
-
-    fraction: float
-    cap_s: float = float("inf")
-
-
+# ------------------------------------------------------------------------------------ shares
 #: The baselines may use this share of the whole limit (the rest is the search's).
 BASELINES = Share(0.5)
 #: The local search over cuts, before the programmes.
@@ -130,10 +120,6 @@ LAST_PASS = Share(1.0)
 #: unimodal pass with relaxed update tails before it (without the programme).
 UNIMODAL_PASS, RELAXED_UNIMODAL_PASS = Share(0.5), Share(0.4)
 
-
-#: The deterministic work of the search steps, as a fraction of the time limit (the rest
-#: covers what the work measures leave out: building models, judging plans, the baselines).
-WORK_FRACTION = 0.7
 
 #: Deterministic charge (s) of one candidate plan of the local search, per unit (measured:
 #: 1,726 candidates of 580 units in 0.234 s).
@@ -165,59 +151,6 @@ MODEL_S_PER_UNIT = 2.5e-4
 STATE_S = 4e-7
 
 
-class Budget:
-    """The time limit of one solve and the shares its steps get.
-
-    Every search step runs under a deterministic limit, a share of the work left
-    (:meth:`work`): CP-SAT's deterministic time, the candidates of the local search, the
-    states of the unimodal programme. The same inputs, seed and one worker thus give the same
-    result whatever the machine's load. The wall clock (``deadline``) is only a safety stop.
-
-    Parameters
-    ----------
-    limit_s
-        The time limit (s), counted from construction.
-    work_limit_s
-        The search's deterministic work (s); None: :data:`WORK_FRACTION` of ``limit_s``.
-    """
-
-    def __init__(self, limit_s: float, work_limit_s: float | None = None) -> None:
-        self.t0 = time.perf_counter()
-        self.limit_s = limit_s
-        self.deadline = self.t0 + limit_s
-        self.work_limit_s = WORK_FRACTION * limit_s if work_limit_s is None else work_limit_s
-        self.work_used_s = 0.0
-
-    def work_left(self) -> float:
-        """Deterministic seconds left for the search."""
-        return max(0.0, self.work_limit_s - self.work_used_s)
-
-    def work(self, share: Share) -> float:
-        """Deterministic seconds of a step taking ``share`` of the work left."""
-        return min(share.cap_s, share.fraction * self.work_left())
-
-    def spend(self, work_s: float) -> None:
-        """Count ``work_s`` deterministic seconds as done."""
-        self.work_used_s += max(0.0, work_s)
-
-    def elapsed(self) -> float:
-        """Seconds since the start."""
-        return time.perf_counter() - self.t0
-
-    def left(self) -> float:
-        """Seconds left (negative once the limit has passed)."""
-        return self.deadline - time.perf_counter()
-
-    def until(self, share: Share) -> float:
-        """The ``perf_counter`` deadline of a step taking ``share`` of the time left."""
-        now = time.perf_counter()
-        return now + min(share.cap_s, share.fraction * (self.deadline - now))
-
-    def of_limit(self, share: Share) -> float:
-        """The ``perf_counter`` deadline of ``share`` of the whole limit, from the start."""
-        return self.t0 + min(share.cap_s, share.fraction * self.limit_s)
-
-
 # ---------------------------------------------------------------------------------- the best
 @dataclass
 class Best:
@@ -237,7 +170,7 @@ class Best:
 
 
 @dataclass
-class Search:
+class SolveState:
     """State of one solve: options, budget, stop control, baselines and the best plan."""
 
     trace: Trace
@@ -355,7 +288,7 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
         return solve_sharded(trace, cluster, opts, progress)
     budget = Budget(opts.time_limit_s, opts.work_limit_s)
     with Control(budget.deadline) as control:
-        search = Search(trace, cluster, opts, budget, control, progress)
+        search = SolveState(trace, cluster, opts, budget, control, progress)
         control.heartbeat = search.heartbeat
         try:
             _search(search)
@@ -377,7 +310,7 @@ def solve(trace: Trace, cluster: Cluster, options: SolveOptions | None = None, *
             return _result(search)
 
 
-def _search(search: Search) -> None:
+def _search(search: SolveState) -> None:
     """Prepare and run the method of the instance's class until done or stopped."""
     control = search.control
     try:
@@ -390,7 +323,7 @@ def _search(search: Search) -> None:
         control.searching = False
 
 
-def _prepare(search: Search) -> None:
+def _prepare(search: SolveState) -> None:
     """The fine instance and the baselines (within their share of the limit)."""
     opts = search.opts
     search.fine = build_instance(search.trace, search.cluster, opts, merge=False)
@@ -412,7 +345,7 @@ def _prepare(search: Search) -> None:
                             f"the time limit ({BASELINES.fraction:.0%}) was spent")
 
 
-def _dispatch(search: Search) -> None:
+def _dispatch(search: SolveState) -> None:
     """Run the method of the instance's class."""
     fine = search.fine
     assert fine is not None
@@ -428,7 +361,7 @@ def _dispatch(search: Search) -> None:
         _solve_single(search)
 
 
-def _partitions(search: Search) -> bool:
+def _partitions(search: SolveState) -> bool:
     """Whether ``partition_bytes`` cuts some tensor in a class where pieces can help."""
     fine = search.fine
     assert fine is not None
@@ -439,7 +372,7 @@ def _partitions(search: Search) -> bool:
     return len(fine.base_tensor) > search.trace.num_tensors
 
 
-def _solve_unpartitioned(search: Search) -> None:
+def _solve_unpartitioned(search: SolveState) -> None:
     """Solve the unpartitioned class first, within :data:`UNPARTITIONED` of the work left;
     its plan (expressible with pieces) becomes a starting plan of the partitioned search, so
     that partitioning never returns a worse plan."""
@@ -449,8 +382,8 @@ def _solve_unpartitioned(search: Search) -> None:
     sub_budget.work_used_s = budget.work_used_s
     sub_budget.work_limit_s = budget.work_used_s + budget.work(UNPARTITIONED)
     plain = search.opts.model_copy(update={"partition_bytes": None})
-    sub = Search(search.trace, search.cluster, plain, sub_budget, search.control,
-                 baselines=search.baselines)
+    sub = SolveState(search.trace, search.cluster, plain, sub_budget, search.control,
+                     baselines=search.baselines)
     sub.fine = build_instance(search.trace, search.cluster, plain, merge=False)
     try:
         _dispatch(sub)
@@ -462,7 +395,7 @@ def _solve_unpartitioned(search: Search) -> None:
             search.plain = (best.inst.to_plan(best.segs), best.value * best.inst.tick)
 
 
-def _fallback(search: Search) -> None:
+def _fallback(search: SolveState) -> None:
     """Stopped before any plan: the best expressible baseline so far, else one bucket."""
     inst = search.fine
     if inst is None:  # stopped while cutting tensors: whole tensors are a valid plan too
@@ -482,7 +415,7 @@ def _fallback(search: Search) -> None:
 
 
 # ----------------------------------------------------------------------------------- methods
-def _solve_single(search: Search) -> None:
+def _solve_single(search: SolveState) -> None:
     """One communication stage: the DP where it is exact, the search portfolio otherwise."""
     trace, cluster, opts, fine = search.trace, search.cluster, search.opts, search.fine
     assert fine is not None
@@ -515,7 +448,7 @@ def _solve_single(search: Search) -> None:
     _portfolio(search, inst, segs)
 
 
-def _starts(search: Search, inst: Instance, dp_segs: Segments, with_hint: bool
+def _starts(search: SolveState, inst: Instance, dp_segs: Segments, with_hint: bool
             ) -> list[tuple[Segments, Method]]:
     """The starting plans: the DP's, the hint's and, with reordering, the DP buckets by
     Schrage's rule, each also in unimodal order."""
@@ -534,7 +467,7 @@ def _starts(search: Search, inst: Instance, dp_segs: Segments, with_hint: bool
     return cands
 
 
-def _plain_segs(search: Search, inst: Instance) -> Segments:
+def _plain_segs(search: SolveState, inst: Instance) -> Segments:
     """The unpartitioned class's best plan as segments of ``inst`` (empty without one)."""
     if search.plain is None:
         return []
@@ -542,7 +475,7 @@ def _plain_segs(search: Search, inst: Instance) -> Segments:
     return segs
 
 
-def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
+def _portfolio(search: SolveState, inst: Instance, dp_segs: Segments, *,
                with_hint: bool = True) -> None:
     """Start from the best of the DP plan, the hint and list scheduling, prove the closed-form
     bounds, then run the steps of :data:`SEARCH` that apply while the plan misses the bound.
@@ -579,14 +512,14 @@ def _portfolio(search: Search, inst: Instance, dp_segs: Segments, *,
 @dataclass(frozen=True)
 class Step:
     """One method of the portfolio: when it applies, and how it runs (it offers plans and
-    proves bounds through the :class:`Search`)."""
+    proves bounds through the :class:`SolveState`)."""
 
     method: Method
-    applies: Callable[[Search, Instance], bool]
-    run: Callable[[Search, Instance], None]
+    applies: Callable[[SolveState, Instance], bool]
+    run: Callable[[SolveState, Instance], None]
 
 
-def _run_local_search(search: Search, inst: Instance) -> None:
+def _run_local_search(search: SolveState, inst: Instance) -> None:
     """Hill-climb on the cuts, launched by Schrage's rule; then the unimodal order."""
     best = search.best
     assert best is not None
@@ -604,8 +537,8 @@ def _run_local_search(search: Search, inst: Instance) -> None:
     search.offer(segs, val, Method.LOCAL_SEARCH)
 
 
-def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool, share: Share,
-                  keep: Callable[[Segments, int], None],
+def _local_search(search: SolveState, inst: Instance, segs: Segments, reorder: bool,
+                  share: Share, keep: Callable[[Segments, int], None],
                   order: Callable[[Segments], Segments] | None = None,
                   per_unit_s: float = EVAL_S_PER_UNIT) -> tuple[int, Segments]:
     """:func:`.heuristics.local_search` within ``share`` of the work left (candidates
@@ -621,7 +554,7 @@ def _local_search(search: Search, inst: Instance, segs: Segments, reorder: bool,
     return out
 
 
-def _run_shared_link(search: Search, inst: Instance) -> None:
+def _run_shared_link(search: SolveState, inst: Instance) -> None:
     """A link shared with the batch copy (:mod:`.shared_link`): the bound of its work, then
     plans of fewer buckets while that work paces the best plan, within :data:`LOCAL_SEARCH`.
     After the unimodal programme, whose relaxation leaves the link's work out (a higher bound
@@ -641,7 +574,7 @@ def _run_shared_link(search: Search, inst: Instance) -> None:
     search.offer(segs, val, Method.SHARED_LINK)
 
 
-def _run_unimodal(search: Search, inst: Instance) -> None:
+def _run_unimodal(search: SolveState, inst: Instance) -> None:
     """The unimodal programme between the bound and the best plan."""
     best = search.best
     assert best is not None
@@ -659,7 +592,7 @@ def _run_unimodal(search: Search, inst: Instance) -> None:
         search.offer(res.segs, val, Method.UNIMODAL)
 
 
-def _run_coarse(search: Search, inst: Instance) -> None:
+def _run_coarse(search: SolveState, inst: Instance) -> None:
     """The unimodal programme on runs of whole layers (:mod:`.coarse`): plans only (its
     bound holds for the restricted class alone)."""
     best = search.best
@@ -675,7 +608,7 @@ def _run_coarse(search: Search, inst: Instance) -> None:
                                 "plan")
 
 
-def _run_lns(search: Search, inst: Instance) -> None:
+def _run_lns(search: SolveState, inst: Instance) -> None:
     """The windowed LNS from the best plan."""
     best = search.best
     assert best is not None
@@ -707,7 +640,7 @@ class Pass:
     valid: bool
 
 
-def _passes(search: Search, inst: Instance) -> list[Pass]:
+def _passes(search: SolveState, inst: Instance) -> list[Pass]:
     """The CP-SAT passes: one model, or with relaxed update tails (reordering, per-layer, an
     update step) the unimodal model then the general one."""
     reorder = search.opts.reorder
@@ -719,7 +652,7 @@ def _passes(search: Search, inst: Instance) -> list[Pass]:
             Pass("any", True, LAST_PASS, True)]
 
 
-def _run_cp_sat(search: Search, inst: Instance) -> None:
+def _run_cp_sat(search: SolveState, inst: Instance) -> None:
     """The full CP-SAT model, warm-started from the best plan, pass by pass."""
     best = search.best
     assert best is not None
@@ -736,7 +669,7 @@ def _run_cp_sat(search: Search, inst: Instance) -> None:
             break
 
 
-def _run_model(search: Search, inst: Instance, cm: CommModel, share: Share,
+def _run_model(search: SolveState, inst: Instance, cm: CommModel, share: Share,
                stop_at: int) -> Any:
     """Solve ``cm`` for ``share`` of the time left; offer every better plan on the way."""
     opts = search.opts
@@ -754,7 +687,7 @@ def _run_model(search: Search, inst: Instance, cm: CommModel, share: Share,
     return sol
 
 
-def _use_lns(search: Search, inst: Instance) -> bool:
+def _use_lns(search: SolveState, inst: Instance) -> bool:
     use = search.opts.lns if search.opts.lns is not None else inst.n > LNS_UNITS
     return bool(use)
 
@@ -774,7 +707,7 @@ SEARCH: tuple[Step, ...] = (
 
 
 # ------------------------------------------------------------------------------ multi-stage
-def _solve_multi_stage(search: Search) -> None:
+def _solve_multi_stage(search: SolveState) -> None:
     """Several stages: the one-stage DP on the summed cost; where the period formula is exact
     (no PCIe link shared with the batch copy) the flow-shop view (:mod:`.flowshop`): plans of
     the bottleneck stages' programmes and per-resource bounds that count every stage, then
@@ -824,7 +757,7 @@ def _solve_multi_stage(search: Search) -> None:
             search.prove(sol.bound, Method.CP_SAT)
 
 
-def _stages_starts(search: Search, inst: Instance, segs: Segments) -> None:
+def _stages_starts(search: SolveState, inst: Instance, segs: Segments) -> None:
     """The DP plan on the summed costs, the hint, the unpartitioned class's plan and the
     plans paced by each resource (:func:`.flowshop.bottleneck_plans`), judged by the exact
     multi-stage period."""
@@ -843,7 +776,7 @@ def _stages_starts(search: Search, inst: Instance, segs: Segments) -> None:
     search.budget.spend(FLOW_SHOP_PLAN_S * inst.n ** 2 * len(inst.stages))
 
 
-def _stages_flow_shop_bound(search: Search, inst: Instance) -> None:
+def _stages_flow_shop_bound(search: SolveState, inst: Instance) -> None:
     """The per-resource bounds of the flow-shop view, between the bound and the best plan."""
     best = search.best
     assert best is not None
@@ -857,7 +790,7 @@ def _stages_flow_shop_bound(search: Search, inst: Instance) -> None:
     search.prove(bound, Method.FLOW_SHOP)
 
 
-def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
+def _stages_local_search(search: SolveState, inst: Instance, model: bool) -> None:
     """The local search over bucketings (and, with reordering, launch orders) judged by the
     exact multi-stage period, from the best plan."""
     best = search.best
@@ -877,7 +810,7 @@ def _stages_local_search(search: Search, inst: Instance, model: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------ result
-def _result(search: Search) -> SolveResult:
+def _result(search: SolveState) -> SolveResult:
     """Simulate the best plan; fall back to the hint when it simulates better."""
     best, opts = search.best, search.opts
     assert best is not None

@@ -73,6 +73,7 @@ import numpy as np
 
 from schedopt.optimize.backward import Needs, cells_bound, pair_makespan, unhidden_share
 from schedopt.optimize.instance import Instance, Segments
+from schedopt.optimize.unimodal_tables import UnimodalTables
 
 __all__ = ["Outcome", "Promise", "UnimodalResult", "UnknownError", "feasibility",
            "pair_makespan", "unhidden_share", "unimodal_exact", "unimodal_feasible"]
@@ -308,40 +309,6 @@ class Outcome(Enum):
     TIMEOUT = "timeout"
 
 
-@dataclass(frozen=True)
-class _Tables:
-    """What the tests need of the instance, independent of ``lam`` (ticks; docs above)."""
-
-    n: int
-    r: np.ndarray  # release of every unit
-    q: np.ndarray  # forward tail of every unit's layer
-    pp: np.ndarray  # prefix of bandwidth parts (length n + 1)
-    p: np.ndarray  # bandwidth part of every unit
-    a: np.int64  # start-up cost of a bucket
-    rest: np.ndarray  # least work still to come after unit k
-    r_last: np.int64  # release of the last unit
-    peak_min: np.int64  # the peak ends no earlier
-    fit: np.ndarray  # the whole communication ends no earlier (max over later units)
-    upd_in: np.ndarray  # update part of a tail opened at unit k (maybe rounded to levels)
-    upd_own: np.ndarray  # exact update prefix (length n + 1)
-    layer: np.ndarray
-    first: np.ndarray  # first unit of every unit's layer
-    peak_need: np.int64  # the peak's work and tail beyond max(e, r_last)
-    inside: np.ndarray  # a cut after k splits a layer
-    one_left: np.ndarray  # ... and leaves one unit of it
-    rest_max: np.ndarray  # most work of buckets in the units of k's layer after k
-    rest_min_upd: np.ndarray  # least update of one unit of k's layer after k
-    q_env: np.ndarray  # lower envelope of the forward tails from k on
-    late_fit: np.ndarray  # least fit[k'] + pp[k' + 1] over the late buckets ending at k' >= k
-    edf: np.ndarray  # an early chain ending after lam + edf[j] leaves a later unit too late
-    peak_upd: np.ndarray  # least update part of the peak's tail beyond its own last unit
-    pe_key: np.ndarray  # pp[k + 1] + peak_upd[k + 1] (non-decreasing)
-    pr_key: np.ndarray  # r[k] + pp[k + 1] + peak_upd[k + 1] (non-decreasing)
-    e_key: np.ndarray  # pp[k + 1] + q_env[k] (non-decreasing)
-    r_key: np.ndarray  # r[k] + pp[k + 1] + q_env[k] (non-decreasing: releases in ready order)
-    layer_last: np.ndarray  # last unit of every unit's layer
-
-
 def _peak_upd(upd_in: np.ndarray, upd_own: np.ndarray, first_last: int) -> np.ndarray:
     """The least update part of the peak's tail (beyond its last unit's own share) over the
     plans from a cut before unit ``j``, for every ``j`` in ``0..n``.
@@ -362,7 +329,7 @@ def _peak_upd(upd_in: np.ndarray, upd_own: np.ndarray, first_last: int) -> np.nd
     return out
 
 
-def _tables(inst: Instance, levels: int) -> _Tables:
+def _tables(inst: Instance, levels: int) -> UnimodalTables:
     """The lam-independent data of the tests (``levels``: update parts rounded down)."""
     n = inst.n
     r = inst.r.astype(np.int64)
@@ -397,7 +364,7 @@ def _tables(inst: Instance, levels: int) -> _Tables:
     peak_upd = (_peak_upd(upd_in, upd_own, int(inst.layer_first_unit[n - 1])) if PEAK_UPDATES
                 else upd_in)
     fit = np.r_[np.maximum.accumulate((r + suffix_p)[::-1])[::-1][1:], 0] + a
-    return _Tables(
+    return UnimodalTables(
         n=n, r=r, q=q, pp=pp, p=p, a=a,
         rest=np.r_[np.cumsum(p[::-1])[::-1][1:], 0].astype(np.int64) + a,
         r_last=r[n - 1], peak_min=r[n - 1] + a + np.int64(p[-1]),
@@ -499,7 +466,7 @@ def _split(live: _Live, mask: np.ndarray) -> tuple[_Live, _Live]:
 _EMPTY = _Live(*[np.zeros(0, dtype=np.int64) for _ in _LIVE_FIELDS])
 
 
-def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
+def _first_live(t: UnimodalTables, lam: int, k: int, first_live: int) -> int:
     """Advance the first cut position that can still start a bucket ending at ``k``: a bucket
     ``j+1..k`` is too long once it can be neither early nor late (both tests grow in k)."""
     while first_live < k:
@@ -510,7 +477,7 @@ def _first_live(t: _Tables, lam: int, k: int, first_live: int) -> int:
     return first_live
 
 
-def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
+def _death(t: UnimodalTables, lam: int, k: int, fl: np.ndarray, live: _Live
            ) -> tuple[np.ndarray, np.ndarray]:
     """The first step at which each state, taken in at step ``k``, can start no bucket ending
     then or later (every test below only grows with the step): a bucket too long (``fl``,
@@ -570,7 +537,7 @@ def _death(t: _Tables, lam: int, k: int, fl: np.ndarray, live: _Live
     return death, at_peak
 
 
-def _first_lives(t: _Tables, lam: int) -> np.ndarray:
+def _first_lives(t: UnimodalTables, lam: int) -> np.ndarray:
     """:func:`_first_live` at every step (non-decreasing)."""
     out = np.zeros(t.n, dtype=np.int64)
     first_live = 0
@@ -595,7 +562,7 @@ class _Bucket:
     may_close_early: np.ndarray
 
 
-def _bucket(t: _Tables, k: int, live: _Live) -> _Bucket:
+def _bucket(t: UnimodalTables, k: int, live: _Live) -> _Bucket:
     """The bucket ``pos+1..k`` of every live state. A promise of early buckets forbids late
     ones; an open debt of a late one forbids closing the layer with an early one."""
     promise, pos = live.promise, live.pos
@@ -618,7 +585,7 @@ def _bucket(t: _Tables, k: int, live: _Live) -> _Bucket:
 _Side = tuple[np.ndarray, np.ndarray] | None
 
 
-def _transitions(t: _Tables, k: int, live: _Live, b: _Bucket, pairs: bool
+def _transitions(t: UnimodalTables, k: int, live: _Live, b: _Bucket, pairs: bool
                  ) -> list[tuple[Promise, _Side, _Side]]:
     """Per promise of the cut after ``k``: the early side and the late side (None: not this
     side).
@@ -649,7 +616,7 @@ def _transitions(t: _Tables, k: int, live: _Live, b: _Bucket, pairs: bool
             (Promise.STAY_LATE, None, (q_late_stay, b.may_late))]
 
 
-def _extend(store: _Store, t: _Tables, lam: int, k: int, live: _Live, b: _Bucket,
+def _extend(store: _Store, t: UnimodalTables, lam: int, k: int, live: _Live, b: _Bucket,
             transitions: list[tuple[Promise, _Side, _Side]], grid: int) -> None:
     """Append the Pareto front of the states after a cut at ``k``, per promise.
 
@@ -726,7 +693,7 @@ class _Pools:
     :meth:`_dominate`). Every state gets its death step when taken in (:func:`_death`); a
     pool drops its dead states when a step examines it."""
 
-    def __init__(self, t: _Tables, store: _Store, lam: int, roles: bool) -> None:
+    def __init__(self, t: UnimodalTables, store: _Store, lam: int, roles: bool) -> None:
         self.t, self.store, self.lam, self.roles = t, store, lam, roles
         self.fl = _first_lives(t, lam)
         self.needs: Needs | None = None  # the backward programme's needs (:data:`BACKWARD`)

@@ -22,7 +22,7 @@ from schedopt.model.cluster import Cluster, CommStage
 from schedopt.model.plan import Plan, parse_member, piece_name
 from schedopt.model.trace import DTYPE_BYTES, Tensor, Trace
 from schedopt.optimize.options import SolveOptions
-from schedopt.optimize.period import Consts
+from schedopt.optimize.times import Consts
 
 __all__ = ["Segments", "Units", "build_units", "merged_stage", "one_chain"]
 

@@ -11,5 +11,4 @@ from schedopt.policies.registry import POLICIES as POLICIES
 from schedopt.policies.registry import SHARDED_POLICIES as SHARDED_POLICIES
 from schedopt.policies.registry import make_plan as make_plan
 from schedopt.policies.registry import parse_spec as parse_spec
-from schedopt.policies.registry import policy_names as policy_names
 from schedopt.policies.registry import sharded_specs as sharded_specs

@@ -27,7 +27,7 @@ from schedopt.policies.sync_easgd import sync_easgd
 from schedopt.policies.tensorflow import tensorflow
 from schedopt.policies.zero3 import zero3
 
-__all__ = ["POLICIES", "SHARDED_POLICIES", "make_plan", "parse_spec", "policy_names",
+__all__ = ["POLICIES", "SHARDED_POLICIES", "check_spec", "make_plan", "parse_spec",
            "sharded_specs"]
 
 PolicyFn = Callable[..., Plan]
@@ -78,16 +78,6 @@ def sharded_specs(mode: str) -> list[str]:
 
 #: Knobs every policy accepts, applied to the plan it returns.
 COMMON_KNOBS = {"prefetch": 1}
-
-
-def register(name: str, fn: PolicyFn) -> None:
-    """Add a policy under ``name`` (used by the framework-baseline modules)."""
-    POLICIES[name] = fn
-
-
-def policy_names(*, sharded: bool = False) -> list[str]:
-    """Names of the all-reduce policies (``sharded``: of the sharded baselines)."""
-    return list(SHARDED_POLICIES if sharded else POLICIES)
 
 
 def _lookup(name: str) -> PolicyFn:
@@ -142,13 +132,25 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, knobs
 
 
-def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
-    """Build the plan of policy ``spec`` (``NAME[:key=value,...]``) for ``trace`` on ``cluster``.
+def check_spec(spec: str, **extra: Any) -> tuple[str, dict[str, Any], int]:
+    """Check what of a policy spec needs no trace: the name, the knob names and their types.
+
+    Parameters
+    ----------
+    spec
+        ``NAME[:key=value,...]``.
+    **extra
+        Knobs added by the caller (not type-checked).
+
+    Returns
+    -------
+    tuple
+        The policy name, its knobs (``prefetch`` taken out) and the prefetch depth.
 
     Raises
     ------
     SchedoptError
-        Unknown policy or knob, or a knob value the policy rejects.
+        Unknown policy or knob, or a knob value of the wrong type or out of range.
     """
     name, knobs = parse_spec(spec)
     knobs.update(extra)
@@ -168,6 +170,19 @@ def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
     if prefetch not in (0, 1):
         raise SchedoptError("must be 0 or 1", f"{name}.prefetch", common["prefetch"])
     check_knobs(name, fn, {k: v for k, v in knobs.items() if k not in extra})
+    return name, knobs, prefetch
+
+
+def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
+    """Build the plan of policy ``spec`` (``NAME[:key=value,...]``) for ``trace`` on ``cluster``.
+
+    Raises
+    ------
+    SchedoptError
+        Unknown policy or knob, or a knob value the policy rejects.
+    """
+    name, knobs, prefetch = check_spec(spec, **extra)
+    fn = _lookup(name)
     if name in ("horovod", "bytescheduler"):
         check_knob_work(name, knobs, [(t.bytes, DTYPE_BYTES[t.dtype])
                                       for t in trace.tensor_list])

@@ -25,7 +25,6 @@ __all__ = [
     "fmt_time",
     "info_table",
     "list_table",
-    "quiet_flag_metavars",
     "short_spec",
     "split_policy_specs",
     "tune_lines",
@@ -241,34 +240,14 @@ def tune_lines(results: Sequence[dict[str, Any]]) -> list[str]:
     out = []
     for r in results:
         default = "unset" if r["default"] is None else f"{r['default']:,.6g} {r['unit']}"
+        flat = ""
+        lo_hi = r.get("tied_range")
+        if lo_hi is not None and lo_hi[0] != lo_hi[1]:
+            flat = (f" (flat within 0.1% from {lo_hi[0]:,.6g} to {lo_hi[1]:,.6g} {r['unit']}; "
+                    "the default's side is recommended)")
         out.append(f"{r['framework']}: {r['knob']} (default {default}); best "
-                   f"{short_spec(r['best_spec'])}")
+                   f"{short_spec(r['best_spec'])}{flat}")
     return out
-
-
-def quiet_flag_metavars() -> None:
-    """Show no ``<bool>`` type after flags and ``SPEC...`` after repeatable options in --help.
-
-    typer labels every option with its Python type; for a flag that reads as if it took a
-    value. Idempotent.
-    """
-    try:
-        from typer.core import TyperOption
-    except ImportError:  # pragma: no cover - another typer layout: keep its help as is
-        return
-    original = getattr(TyperOption, "display_type_rich", None)
-    if original is None or getattr(original, "_schedopt", False):
-        return
-
-    def display_type_rich(self: Any, ctx: Any) -> str | None:
-        if self.metavar is None and getattr(self, "is_flag", False):
-            return None
-        if self.metavar is None and getattr(self, "multiple", False):
-            return "<str>..."
-        return original(self, ctx)  # type: ignore[no-any-return]
-
-    display_type_rich._schedopt = True  # type: ignore[attr-defined]
-    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
 
 
 class SolveProgress:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from pathlib import Path
+from collections.abc import Callable
 
 import networkx as nx
 import numpy as np
@@ -23,7 +23,7 @@ from schedopt.model.plan import Plan, Schedule
 from schedopt.model.sharded import comm_member_bytes
 from schedopt.model.trace import Trace
 
-__all__ = ["build_dag", "check_schedule", "longest_path_starts", "write_dag"]
+__all__ = ["build_dag", "check_schedule", "longest_path_starts"]
 
 Key = tuple
 
@@ -54,6 +54,44 @@ def _compute_duration(trace: Trace, key: Key, nbytes: np.ndarray, total: float) 
     if key[0] == "bwd":
         return float(trace.backward[key[2]])
     return trace.update_s if key[2] == -1 else float(trace.update_s * nbytes[key[2]] / total)
+
+
+def _host_tasks(trace: Trace, cluster: Cluster, plan: Plan, t: int, chain: list[Key],
+                fire_at: dict[int, list[int]], n_hooks: np.ndarray,
+                last_compute: dict[int, Key], add: Callable[[Key, float, tuple[str, ...]], None],
+                g: nx.DiGraph, seq: list[Key]) -> None:
+    """The launching thread of iteration ``t`` (docs/model.md, "Host side"): a launch before
+    every forward and backward, hooks after each backward launch of the last micro-batch, the
+    collective calls they fire, the optimizer step's launches; after the previous step."""
+    first = len(seq)
+    for key in chain:
+        if key[0] == "update":
+            if key[2] >= 0:  # per-layer update of t-1: launched by that step's optimizer
+                g.add_edge(("host-update", key[1]), key)
+            continue
+        lay, last = key[2], len(key) == 3
+        if key[0] == "fwd":
+            hkey, dur = ("host-fwd", *key[1:]), trace.layers[lay].host_forward_s
+        else:
+            hkey = ("host-bwd", *key[1:])
+            dur = trace.layers[lay].host_backward_s + (
+                cluster.hook_overhead_s * float(n_hooks[lay]) if last else 0.0)
+        add(hkey, dur, ("host",))
+        seq.append(hkey)
+        g.add_edge(hkey, key)
+        if key[0] == "bwd" and last:
+            for k in fire_at.get(lay, []):
+                lkey = ("launch", t, k)
+                add(lkey, cluster.launch_overhead_s, ("host",))
+                seq.append(lkey)
+                g.add_edge(lkey, ("comm", t, k, 0))
+    ukey = ("host-update", t)
+    add(ukey, trace.host_update_s, ("host",))
+    seq.append(ukey)
+    if plan.next_forward == "wait-for-all":
+        g.add_edge(ukey, ("update", t, -1))
+    if t > 0:  # the loop waits for the previous step on the device
+        g.add_edge(last_compute[t - 1], seq[first])
 
 
 def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -> nx.DiGraph:
@@ -91,6 +129,15 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
 
     comm_order = plan.comm_sequence(n_s)
     last_compute: dict[int, Key] = {}
+    host = trace.has_host or cluster.has_host
+    # the reducer fires buckets in launch order, each once it and every earlier one is complete
+    fire_at: dict[int, list[int]] = defaultdict(list)
+    lowest = len(trace.layers)
+    for s, k in comm_order:
+        if s == 0:
+            lowest = min(lowest, first_layer[k]) if plan.overlap else 0
+            fire_at[lowest].append(k)
+    n_hooks = np.bincount(trace.ready_layer, minlength=len(trace.layers))
     for t in range(iterations):
         data = [t] if (t == 0 or not plan.prefetch) else []
         if plan.prefetch:
@@ -108,6 +155,9 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
         for key in chain:
             add(key, _compute_duration(trace, key, nbytes, total), ("compute",))
         res_seq["compute"] += chain
+        if host:
+            _host_tasks(trace, cluster, plan, t, chain, fire_at, n_hooks, last_compute, add, g,
+                        res_seq["host"])
         g.add_edge(("h2d", t), chain[next(i for i, key in enumerate(chain) if key[0] == "fwd")])
         last_compute[t] = ("update", t, -1) if plan.next_forward == "wait-for-all" else (
             "bwd", t, 0)
@@ -185,12 +235,3 @@ def check_schedule(
             if min(e1, e2) - max(s1, s2) > scale:
                 problems.append(f"{r} runs {k1} and {k2} at once")
     return problems
-
-
-def write_dag(g: nx.DiGraph, path: str | Path) -> None:
-    """Export the graph as GraphML (node ids are the task keys as text)."""
-    h = nx.DiGraph()
-    for key, data in g.nodes(data=True):
-        h.add_node(str(key), duration=data["duration"], resources=",".join(data["resources"]))
-    h.add_edges_from((str(u), str(v)) for u, v in g.edges)
-    nx.write_graphml(h, str(path))

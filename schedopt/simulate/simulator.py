@@ -116,12 +116,14 @@ class Model:
     comm_sequence: np.ndarray  # (n, 2): (stage, bucket) in resource order, when shared
     chain_micro: np.ndarray | None = None  # micro-batch of every chain task (accumulate > 1)
     units: ShardedUnits | None = None  # sharded plans: the units (schedopt.model.sharded)
+    host: HostChain | None = None  # the launching thread (None: no host cost; docs/model.md)
 
     @classmethod
     def build(cls, trace: Trace, cluster: Cluster, plan: Plan) -> Model:
         """Validate ``plan`` against ``trace`` and ``cluster`` and lay out the arrays."""
         units = shard_units(trace, cluster, plan) if plan.sharding is not None else None
-        members = plan.check_against(trace, cluster)
+        # shard_units has checked a sharded plan already
+        members = plan.check_against(trace, cluster) if units is None else plan.members(trace)
         stages = cluster.comm_stages(plan.collective)
         nbytes = members.bucket_bytes()
         if plan.comm_dtype is not None:  # communicated bytes follow comm_dtype
@@ -167,6 +169,10 @@ class Model:
         chain_kind, chain_index, chain_dur, chain_micro = _accumulate(
             trace, plan.accumulate, chain_kind, chain_index, chain_dur)
         used: list[str] = [r for st in stages for r in st.resources]
+        host = None
+        if units is None and (trace.has_host or cluster.has_host):
+            host = HostChain.build(trace, cluster, plan, chain_kind, chain_index, chain_micro,
+                                   bucket_layer, perms[0] if perms else None)
         return cls(
             trace=trace,
             cluster=cluster,
@@ -186,6 +192,7 @@ class Model:
             ).reshape(-1, 2),
             chain_micro=chain_micro,
             units=units,
+            host=host,
         )
 
     @property
@@ -195,6 +202,59 @@ class Model:
         if self.chain_micro is not None:
             mask &= self.chain_micro == self.plan.accumulate - 1
         return mask
+
+
+@dataclass
+class HostChain:
+    """The launching thread of one iteration (docs/model.md, "Host side"): its tasks in program
+    order (forward launches, backward launches each followed by its layer's hooks and the
+    collective calls they fire, the optimizer step's launches), back to back."""
+
+    dur: np.ndarray  # host task durations, in host order
+    keys: list[tuple]  # host task keys without the iteration: (name, *index)
+    of_chain: np.ndarray  # per compute-chain task: its host task (-1: an update of t-1)
+    of_launch: np.ndarray  # per bucket: its launch task (-1: no collective call)
+
+    @classmethod
+    def build(cls, trace: Trace, cluster: Cluster, plan: Plan, kind: np.ndarray,
+              index: np.ndarray, micro: np.ndarray | None, bucket_layer: np.ndarray,
+              launch_order: np.ndarray | None) -> HostChain:
+        """Lay out the host tasks of one iteration of ``plan`` (``kind``, ``index``,
+        ``micro``: the compute chain)."""
+        n_l, n_b = len(trace.layers), len(bucket_layer)
+        hooks = cluster.hook_overhead_s * np.bincount(trace.ready_layer, minlength=n_l)
+        fires: dict[int, list[int]] = {}
+        if launch_order is not None:  # buckets fire in launch order, each once it is complete
+            order = np.asarray(launch_order, dtype=np.int64)
+            at = (np.minimum.accumulate(bucket_layer[order]) if plan.overlap
+                  else np.zeros(n_b, np.int64))
+            for k, lay in zip(order.tolist(), at.tolist(), strict=True):
+                fires.setdefault(int(lay), []).append(int(k))
+        last = plan.accumulate - 1
+        dur: list[float] = []
+        keys: list[tuple] = []
+        of_chain = np.full(kind.size, -1, dtype=np.int64)
+        of_launch = np.full(n_b, -1, dtype=np.int64)
+        for i, (kd, lay) in enumerate(zip(kind.tolist(), index.tolist(), strict=True)):
+            if kd == 2:
+                continue
+            mb = last if micro is None else int(micro[i])
+            tag = () if mb == last else (mb,)
+            of_chain[i] = len(dur)
+            if kd == 0:
+                dur.append(float(trace.host_forward[lay]))
+                keys.append(("host-fwd", lay, *tag))
+                continue
+            dur.append(float(trace.host_backward[lay]) + (float(hooks[lay]) if mb == last
+                                                          else 0.0))
+            keys.append(("host-bwd", lay, *tag))
+            for k in fires.get(lay, []) if mb == last else ():
+                of_launch[k] = len(dur)
+                dur.append(cluster.launch_overhead_s)
+                keys.append(("launch", k))
+        dur.append(trace.host_update_s)
+        keys.append(("host-update",))
+        return cls(np.array(dur, dtype=float), keys, of_chain, of_launch)
 
 
 def _accumulate(trace: Trace, k: int, kind: np.ndarray, index: np.ndarray, dur: np.ndarray
@@ -268,6 +328,31 @@ class _Simulator:
         self.pending_comm = np.full(len(m.bucket_bytes), _NEG)  # comm ends of iteration t-1
         self.gap_comm = 0.0
         self.gap_io = 0.0
+        self.gap_host = 0.0
+        self.host_end = 0.0  # end of the launching thread's last task
+        self.host_prev_update = _NEG  # end of the previous step's optimizer launches
+        # this iteration's host releases: per chain task, per bucket, of the update
+        self.host_chain_rel: np.ndarray | None = None
+        self.host_launch_end = np.full(len(m.bucket_bytes), _NEG)
+        self.host_update_end = _NEG
+
+    # --------------------------------------------------------------------------------- host
+    def _host(self, t: int) -> None:
+        """Run iteration ``t``'s host tasks: they start once the previous step has ended on the
+        device (the loop's synchronisation) and the host is free, and run back to back."""
+        h = self.m.host
+        if h is None:
+            return
+        start = max(self.host_end, self.compute_done.get(t - 1, 0.0))
+        ends = start + np.cumsum(h.dur)
+        rel = np.where(h.of_chain >= 0, ends[np.maximum(h.of_chain, 0)], self.host_prev_update)
+        self.host_chain_rel = rel
+        self.host_launch_end = np.where(h.of_launch >= 0, ends[np.maximum(h.of_launch, 0)], _NEG)
+        self.host_prev_update = self.host_update_end = float(ends[-1])
+        self.host_end = float(ends[-1])
+        if self.record:
+            for key, d, e in zip(h.keys, h.dur.tolist(), ends.tolist(), strict=True):
+                self._rec((key[0], t, *key[1:]), e - d, e, ("host",))
 
     # --------------------------------------------------------------------------------- data
     def _data(self, t: int) -> None:
@@ -292,13 +377,19 @@ class _Simulator:
 
     # ------------------------------------------------------------------------------ compute
     def _chain(self, t: int, dur: np.ndarray, rel: np.ndarray, kind: np.ndarray,
-               index: np.ndarray, micro: np.ndarray | None = None) -> np.ndarray:
+               index: np.ndarray, micro: np.ndarray | None = None,
+               host: np.ndarray | None = None) -> np.ndarray:
         """Run a compute-stream segment and attribute its idle gaps (``micro``: the tasks'
-        micro-batches, recorded as a fourth key element for all but the last)."""
-        ends = chain_ends(self.compute_free, dur, rel)
+        micro-batches, recorded as a fourth key element for all but the last; ``host``: the
+        tasks' host launch ends, whose waits count as host stall first)."""
+        ends = chain_ends(self.compute_free, dur, rel if host is None else np.maximum(rel, host))
         starts = ends - dur
         prev = np.r_[self.compute_free, ends[:-1]]
         gaps = starts - prev
+        if host is not None:
+            h_gap = np.clip(host - prev, 0.0, gaps)
+            self.gap_host += float(h_gap.sum())
+            gaps = gaps - h_gap
         io_gap = float(gaps[kind == 0].sum())  # only fwd_0 carries a release among forwards
         self.gap_io += io_gap
         self.gap_comm += float(gaps.sum()) - io_gap
@@ -329,6 +420,7 @@ class _Simulator:
             self._data(t)
         if m.plan.prefetch:
             self._data(t + 1)
+        self._host(t)
         dur = m.chain_dur.copy()
         rel = np.full(dur.size, _NEG)
         kind, index = m.chain_kind, m.chain_index
@@ -339,13 +431,15 @@ class _Simulator:
             rel[upd] = self.pending_comm[index[upd]]
         first_fwd = int(np.flatnonzero(kind == 0)[0])
         rel[first_fwd] = self.h2d_end[t]
-        ends = self._chain(t, dur, rel, kind, index, m.chain_micro)
+        ends = self._chain(t, dur, rel, kind, index, m.chain_micro, self.host_chain_rel)
         bwd_end = np.empty(n_l)
         last = m.readies
         bwd_end[index[last]] = ends[last]
         ready = bwd_end[m.bucket_layer] if m.plan.overlap else np.full(
             len(m.bucket_layer), bwd_end[0]
         )
+        if m.host is not None and m.stages:
+            ready = np.maximum(ready, self.host_launch_end)
         comm_end = self._comm(t, ready)
         if t == 0:
             self.first_done = max(float(comm_end.max(initial=_NEG)), float(bwd_end[0]))
@@ -355,7 +449,8 @@ class _Simulator:
             u_rel = float(comm_end.max()) if comm_end.size else _NEG
             # the wait-for-all update is one task (index -1) of this iteration
             self._chain(t, np.array([m.trace.update_s]), np.array([u_rel]), np.array([2]),
-                        np.array([-1]))
+                        np.array([-1]), None,
+                        None if m.host is None else np.array([self.host_update_end]))
         self.compute_done[t] = self.compute_free
 
     def _comm(self, t: int, ready: np.ndarray) -> np.ndarray:
@@ -423,6 +518,8 @@ class _Simulator:
     def state(self) -> np.ndarray:
         """Everything the future depends on, relative to the end of the current compute."""
         parts = [np.array([v for _, v in sorted(self.free.items())])]
+        if self.m.host is not None:
+            parts.append(np.array([self.host_end]))
         if self.m.plan.next_forward == "per-layer":
             parts.append(self.pending_comm)
         if self.m.plan.prefetch:
@@ -433,7 +530,7 @@ class _Simulator:
         """Simulate until the normalised state repeats; return the schedule."""
         m = self.m
         ends: list[float] = []
-        gaps: list[tuple[float, float]] = []
+        gaps: list[tuple[float, float, float]] = []
         states: list[np.ndarray] = []
         period = None
         t = 0
@@ -442,7 +539,7 @@ class _Simulator:
         while t < max_iterations:
             self.step(t)
             ends.append(self.compute_free)
-            gaps.append((self.gap_comm, self.gap_io))
+            gaps.append((self.gap_comm, self.gap_io, self.gap_host))
             st = self.state()
             if t == 0:
                 first = max(self.first_done, self.compute_free)
@@ -464,16 +561,19 @@ class _Simulator:
             cycle = len(ends) - 1 - half
             period = (ends[-1] - ends[half]) / cycle
         gi = (gaps[-1][1] - gaps[-1 - cycle][1]) / cycle
+        gh = (gaps[-1][2] - gaps[-1 - cycle][2]) / cycle
         tr = m.trace
         f, b, u = self.totals()
         # the measured comm gap equals this up to rounding; taking the difference makes the
         # parts sum exactly to the period
         if abs(gi) < 1e-12 * max(period, 1.0):  # rounding noise of the cumulative sums
             gi = 0.0
-        gc = period - (f + b + u + gi)
+        if abs(gh) < 1e-12 * max(period, 1.0):
+            gh = 0.0
+        gc = period - (f + b + u + gi + gh)
         if abs(gc) < 1e-12 * max(period, 1.0):
             gc = 0.0
-        breakdown = Breakdown(f, b, u, gc, gi)
+        breakdown = Breakdown(f, b, u, gc, gi, gh)
         return Schedule(
             iteration_time_s=float(period),
             first_iteration_s=float(first),
@@ -729,7 +829,11 @@ class _ContentionSimulator(_Simulator):
         for k in buckets:
             self.ready[(t, k)] = self.net.now
             if self.stage_res:
-                self.net.release(("comm", t, k, 0))
+                launch = float(self.host_launch_end[k])
+                if launch > self.net.now:  # the call is still being launched on the host
+                    self.net.release_at(("comm", t, k, 0), launch)
+                else:
+                    self.net.release(("comm", t, k, 0))
 
     def step(self, t: int) -> None:
         """Simulate iteration ``t`` with the compute stream and communication interleaved."""
@@ -738,6 +842,7 @@ class _ContentionSimulator(_Simulator):
             self._data(t)
         if m.plan.prefetch:
             self._data(t + 1)
+        self._host(t)
         self._add_comm(t)
         i, n = 0, len(self.kind)
         while i < n:
@@ -758,6 +863,10 @@ class _ContentionSimulator(_Simulator):
         """Chain task ``i`` through the contention engine."""
         net, kd, k = self.net, self.kind[i], self.index[i]
         free_c = net.now
+        if self.host_chain_rel is not None and self.host_chain_rel[i] > free_c:
+            waited = net.flow(until=float(self.host_chain_rel[i]))  # waiting for the launch
+            self.gap_host += waited - free_c
+            free_c = waited
         work = 0.0 if kd == 2 and t == 0 else self.dur[i]
         if kd == 2 and t > 0:
             start = net.flow(until=max(free_c, self._wait(t - 1, k)))
@@ -787,7 +896,8 @@ class _ContentionSimulator(_Simulator):
             rel[self.first_fwd - i] = self._batch(t) if self.h2d_shared else self.h2d_end[t]
         self.compute_free = net.now
         self._chain(t, dur, rel, kind, index, None if m.chain_micro is None else
-                    m.chain_micro[seg])
+                    m.chain_micro[seg],
+                    None if self.host_chain_rel is None else self.host_chain_rel[seg])
         net.now = self.compute_free
 
     def _finish_step(self, t: int) -> None:
@@ -801,6 +911,10 @@ class _ContentionSimulator(_Simulator):
                 self.first_done = end
         if m.plan.next_forward != "per-layer":
             free_c = self.net.now
+            if m.host is not None and self.host_update_end > free_c:  # the step's launches
+                waited = self.net.flow(until=self.host_update_end)
+                self.gap_host += waited - free_c
+                free_c = waited
             start = max([free_c, *(self._wait(t, k) for k in range(n_b))])
             start = self.net.flow(until=start)
             stop = self.net.flow(m.trace.update_s) if m.trace.update_s > 0 else start
@@ -813,6 +927,8 @@ class _ContentionSimulator(_Simulator):
     def state(self) -> np.ndarray:
         """The data stream relative to the end of compute, and the communication work left."""
         own = [self.free["cpu"]] + ([] if self.h2d_shared else [self.free["pcie"]])
+        if self.m.host is not None:
+            own.append(self.host_end)
         parts = [np.array(own) - self.compute_free]  # a shared PCIe is in the engine's tasks
         if self.m.plan.prefetch and self.h2d_end:
             parts.append(np.maximum(np.array([max(self.h2d_end.values())]) - self.compute_free,
@@ -837,7 +953,15 @@ def recost(model: Model, cluster: Cluster) -> Model:
     comm = np.zeros_like(model.comm_dur)
     for s, st in enumerate(stages):
         comm[:, s] = st.times(model.bucket_bytes)
-    return replace(model, cluster=cluster, stages=stages, comm_dur=comm)
+    host = model.host
+    if (cluster.launch_overhead_s, cluster.hook_overhead_s) != (
+            model.cluster.launch_overhead_s, model.cluster.hook_overhead_s):
+        host = None
+        if model.trace.has_host or cluster.has_host:
+            host = HostChain.build(model.trace, cluster, model.plan, model.chain_kind,
+                                   model.chain_index, model.chain_micro, model.bucket_layer,
+                                   model.stage_perm[0] if model.stage_perm else None)
+    return replace(model, cluster=cluster, stages=stages, comm_dur=comm, host=host)
 
 
 def simulate_model(model: Model, *, record: bool = False, min_iterations: int = 3,

@@ -40,6 +40,8 @@ from schedopt.simulate.simulator import simulate
 __all__ = ["FRAMEWORKS", "Knob", "TuneResult", "in_default_class", "tune", "tune_all"]
 
 MIB = 2**20
+#: Settings within this fraction of the best iteration time tie: the model cannot rank them.
+TIE_REL = 1e-3
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,9 @@ class TuneResult:
         ``best_time_s >= optimum_time_s`` when the optimum is proven).
     curve
         ``(value, iteration time)`` of every main-knob setting tried, sorted by value.
+    tied_range
+        ``(lowest, highest)`` main-knob value whose time is within :data:`TIE_REL` of the best
+        (the flat part of the curve; equal ends when one value is best).
     """
 
     framework: str
@@ -166,6 +171,7 @@ class TuneResult:
     optimum_time_s: float | None
     in_class: bool
     curve: list[tuple[float, float]]
+    tied_range: tuple[float, float] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object ``tune --json`` prints per framework."""
@@ -175,6 +181,7 @@ class TuneResult:
             "best_time_s": self.best_time_s, "best_spec": self.best_spec,
             "optimum_time_s": self.optimum_time_s, "in_class": self.in_class,
             "curve": [list(p) for p in self.curve],
+            "tied_range": None if self.tied_range is None else list(self.tied_range),
         }
 
 
@@ -238,6 +245,21 @@ def _search(knob: Knob, evaluate: Callable[[float], float], lo: float, hi: float
     return seen
 
 
+def _pick(seen: dict[float | int, float], default: float | None
+          ) -> tuple[float | int, tuple[float, float]]:
+    """The setting to recommend among those tied with the best (within :data:`TIE_REL`): the
+    one nearest the framework's default (by ratio; the largest when the knob has no default,
+    i.e. the fewest calls), and the tied range. A degenerate value the model cannot tell from
+    the default's side is never recommended."""
+    low = min(seen.values())
+    tied = [v for v in seen if seen[v] <= low + TIE_REL * abs(low)]
+    if default is None or default <= 0:
+        pick = max(tied)
+    else:
+        pick = min(tied, key=lambda v: (abs(math.log(max(float(v), 1e-300) / default)), -v))
+    return pick, (float(min(tied)), float(max(tied)))
+
+
 def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, rounds: int = 2,
          optimum_time_s: float | None = None) -> TuneResult:
     """Tune ``framework``'s own knob on ``trace`` and ``cluster``.
@@ -258,7 +280,9 @@ def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, roun
     Returns
     -------
     TuneResult
-        Ties between settings go to the smallest value of the knob.
+        Settings within :data:`TIE_REL` (0.1%) of the best tie: the one nearest the framework's
+        default is recommended (for DDP the largest tied cap below 25 MiB) and the tied range
+        is reported.
     """
     if framework not in FRAMEWORKS:
         raise SchedoptError(f"unknown framework (known: {', '.join(FRAMEWORKS)})", "framework",
@@ -271,7 +295,7 @@ def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, roun
     lo, hi = knob.bounds(trace)
     seen = _search(knob, lambda v: _evaluate(trace, cluster, knob.spec(v))[0], lo, hi, grid,
                    rounds)
-    best_grid = min(seen, key=lambda v: (seen[v], v))
+    best_grid, tied = _pick(seen, knob.default)
     best: float | int | None = best_grid
     best_time, best_spec = seen[best_grid], knob.spec(best_grid)
     second = SECOND.get(framework)
@@ -280,7 +304,7 @@ def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, roun
         lo2, hi2 = second.bounds(trace)
         seen2 = _search(second, lambda v: _evaluate(
             trace, cluster, second.spec(v, base))[0], lo2, hi2, grid // 2 + 2, rounds)
-        v2 = min(seen2, key=lambda v: (seen2[v], v))
+        v2, _ = _pick(seen2, second.default)
         if seen2[v2] < best_time:
             best_time, best_spec = seen2[v2], second.spec(v2, base)
     if default_time < best_time:  # the defaults may lie outside the family searched
@@ -291,7 +315,7 @@ def tune(trace: Trace, cluster: Cluster, framework: str, *, grid: int = 24, roun
         default_time_s=default_time,
         best=best, best_time_s=best_time, best_spec=best_spec, optimum_time_s=optimum_time_s,
         in_class=in_default_class(best_plan, trace, cluster),
-        curve=sorted((float(v), t) for v, t in seen.items()),
+        curve=sorted((float(v), t) for v, t in seen.items()), tied_range=tied,
     )
 
 

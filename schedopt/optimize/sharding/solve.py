@@ -1,7 +1,7 @@
 """``solve`` for sharded plans: :func:`solve_sharded` (called by
 :func:`~schedopt.optimize.solve` when ``options.sharding`` is set).
 
-The search runs under the same :class:`~..solve.Budget` and :class:`~..control.Control` as the
+The search runs under the same :class:`~..budget.Budget` and :class:`~..control.Control` as the
 all-reduce search: deterministic work limits (evaluations at a fixed charge), the wall clock as
 a safety stop, and Ctrl-C or the time limit returning the best plan known, FEASIBLE with its
 gap.
@@ -20,6 +20,7 @@ from schedopt.errors import SchedoptError
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
+from schedopt.optimize.budget import AGREE, Budget, Share
 from schedopt.optimize.control import Control, Halt
 from schedopt.optimize.instance import TICK_BUDGET
 from schedopt.optimize.options import SolveOptions
@@ -46,7 +47,6 @@ from schedopt.optimize.sharding.search import (
     shortened,
     uniform_starts,
 )
-from schedopt.optimize.solve import AGREE, Budget, Share
 from schedopt.policies import make_plan, sharded_specs
 from schedopt.simulate.simulator import simulate
 

@@ -2,6 +2,10 @@
 
 An *instance* is one trace on one cluster at one size. Its *optimum* is the fastest plan any
 optimizer setting of the sweep found for it (proven optimal where the row's status says so).
+
+Rows come from a file anyone may have written: :func:`check_rows` turns a row with an odd cell
+(a NaN, infinite, zero or negative time, a value of the wrong type, stored JSON that does not
+decode) into a failed row with a note, so that every figure is computed from sound rows only.
 """
 
 from __future__ import annotations
@@ -12,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from schedopt.errors import SchedoptError
+from schedopt.model.limits import MAX_SECONDS
+from schedopt.study.sweep.store import COLUMNS
 
 __all__ = [
     "best_knobs",
+    "check_rows",
     "efficiency_rows",
     "instance_label",
     "near_optimal",
@@ -25,6 +32,105 @@ __all__ = [
 
 #: A policy is "within 1%" of the optimum when its iteration time is at most this factor of it.
 NEAR = 1.01
+#: Shortest iteration time a report takes (seconds): ratios of times stay finite.
+MIN_ITERATION_S = 1e-12
+
+_DESCRIBE = ("key", "trace", "cluster", "nodes", "kind", "policy", "version", "host",
+             "finished_at")
+
+
+def _number(value: Any, low: float, high: float) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and low <= value <= high)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _problem(row: dict[str, Any]) -> str | None:
+    """What is wrong with a stored row, or None."""
+    for name in ("key", "trace", "cluster"):
+        if not isinstance(row.get(name), str) or not row[name]:
+            return f"{name} is not text (got {row.get(name)!r:.60})"
+    if row.get("kind") not in ("policy", "optimize"):
+        return f"kind is neither policy nor optimize (got {row.get('kind')!r:.60})"
+    if row.get("nodes") is not None and not _count(row["nodes"]):
+        return f"nodes is not a positive integer (got {row['nodes']!r:.60})"
+    for name in ("options", "breakdown", "tail"):
+        value = row.get(name)
+        if value is not None and not isinstance(value, dict):
+            what = "not valid JSON" if isinstance(value, str | bytes) else "not a mapping"
+            return f"{name} is {what} (got {value!r:.60})"
+    for name in ("policy", "status", "method", "version", "host", "finished_at"):
+        if row.get(name) is not None and not isinstance(row[name], str):
+            return f"{name} is not text (got {row[name]!r:.60})"
+    if row.get("error") is not None:
+        return None if isinstance(row["error"], str) else (
+            f"error is not text (got {row['error']!r:.60})")
+    if row["kind"] == "policy" and not row.get("policy"):
+        return "policy row without a policy"
+    if not _number(row.get("iteration_time_s"), MIN_ITERATION_S, MAX_SECONDS):
+        return (f"iteration_time_s is not a time between {MIN_ITERATION_S:g} and "
+                f"{MAX_SECONDS:g} s (got {row.get('iteration_time_s')!r:.60})")
+    if not _count(row.get("world_size")):
+        return f"world_size is not a positive integer (got {row.get('world_size')!r:.60})"
+    for name in ("intra_bw_Bps", "inter_bw_Bps"):
+        if row.get(name) is not None and not _number(row[name], 1e-300, math.inf):
+            return f"{name} is not a positive bandwidth (got {row[name]!r:.60})"
+    for name in ("first_iteration_s", "comm_busy_s", "objective_s", "bound_s", "gap",
+                 "solve_time_s", "wall_s"):
+        if row.get(name) is not None and not _number(row[name], 0.0, MAX_SECONDS):
+            return (f"{name} is not a finite number from 0 to {MAX_SECONDS:g} "
+                    f"(got {row[name]!r:.60})")
+    for name, value in (row.get("breakdown") or {}).items():
+        if not _number(value, 0.0, MAX_SECONDS):
+            return f"breakdown.{name} is not a time from 0 to {MAX_SECONDS:g} s (got {value!r:.60})"
+    tail = row.get("tail") or {}
+    if tail.get("heaviest_layer") is not None and not isinstance(tail["heaviest_layer"], str):
+        return f"tail.heaviest_layer is not text (got {tail['heaviest_layer']!r:.60})"
+    if tail.get("exposed_s") is not None and not _number(tail["exposed_s"], 0.0, MAX_SECONDS):
+        return (f"tail.exposed_s is not a time from 0 to {MAX_SECONDS:g} s "
+                f"(got {tail['exposed_s']!r:.60})")
+    return None
+
+
+def check_rows(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows a report can use, and one note per row it cannot.
+
+    Parameters
+    ----------
+    rows
+        Rows as :meth:`~schedopt.study.sweep.store.Store.rows` gives them.
+
+    Returns
+    -------
+    rows : list of dict
+        Every row; one with an odd cell becomes a failed row (its figures cleared, its ``error``
+        saying what is wrong), so it is counted as failed and left out of every figure, and
+        the rows hold only JSON values (no NaN or infinity).
+    notes : list of str
+        ``row KEY: what is wrong``, one line per such row.
+    """
+    out, notes = [], []
+    for row in rows:
+        why = _problem(row)
+        if why is None:
+            out.append(row)
+            continue
+        why = " ".join(why.split())
+        plain = dict.fromkeys(COLUMNS)
+        for name in _DESCRIBE:
+            value = row.get(name)
+            plain_value = value is None or (isinstance(value, str | int)
+                                            and not isinstance(value, bool))
+            plain[name] = value if plain_value else repr(value)[:60]
+        plain["error"] = f"unreadable stored row: {why}"
+        out.append(plain)
+        key = row.get("key")
+        notes.append(f"row {key if isinstance(key, str) else repr(key)!s:.60}: {why}; left out "
+                     "of the figures")
+    return out, notes
 
 
 def instance_label(row: dict[str, Any]) -> tuple[str, str]:

@@ -4,17 +4,25 @@ The local executor is a process pool (``spawn``); the Ray executor submits one t
 with ``num_cpus`` equal to the row's CP-SAT workers. Either way the parent process writes every
 record to the store as soon as its row finishes, so an interrupted sweep loses only the rows in
 flight, and a rerun runs exactly the rows that are missing.
+
+A row is stored as failed only when the row itself fails (its record carries the error). A row
+whose worker process dies (killed, out of memory) is not stored: it stays pending and a rerun
+runs it. SIGTERM and SIGHUP stop the sweep as Ctrl-C does; the pool's workers are stopped with
+it, and a worker whose parent dies (even by SIGKILL) exits too, so no worker outlives its sweep.
 """
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +46,15 @@ __all__ = ["SweepSummary", "run_sweep"]
 
 Executor = Literal["local", "ray"]
 OnRecord = Callable[[dict[str, Any]], None]
+OnLost = Callable[[Row], None]
+
+
+class Terminated(KeyboardInterrupt):
+    """The sweep was stopped by a signal other than SIGINT (``signum``: SIGTERM or SIGHUP)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 @dataclass
@@ -54,6 +71,8 @@ class SweepSummary:
         Rows run and stored by this call without error.
     failed
         Rows run and stored with an error.
+    pending
+        Rows not stored because their worker process died: a rerun runs them.
     wall_s
         Wall-clock time of the call.
     """
@@ -62,6 +81,7 @@ class SweepSummary:
     skipped: int
     done: int = 0
     failed: int = 0
+    pending: int = 0
     wall_s: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -69,23 +89,42 @@ class SweepSummary:
         return dict(self.__dict__)
 
 
-def _failure(row: Row, exc: BaseException) -> dict[str, Any]:
-    """The record of a row whose worker died (not an error inside the row)."""
-    from schedopt import __version__
-
-    return {**row.as_dict(), "version": __version__,
-            "error": (f"{type(exc).__name__}: {exc}".splitlines() or ["error"])[0]}
-
-
-def _quiet_interrupt() -> None:
-    """Pool worker set-up: on Ctrl-C leave at once and silently (the parent reports it)."""
+def _worker_setup(parent: int) -> None:
+    """Pool worker set-up: on Ctrl-C leave at once and silently (the parent reports it), and
+    exit when the parent ``parent`` dies."""
     signal.signal(signal.SIGINT, lambda *_: os._exit(130))
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):  # the kernel kills this process when its
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # parent dies
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
 
-def _run_local(rows: list[Row], workers: int, on_record: OnRecord) -> None:
+def _watch_parent(parent: int) -> None:
+    """Exit once the parent is gone (where the kernel cannot be asked to do it)."""
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _stop_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and stop the workers now (their rows stay pending)."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5.0)
+        if proc.is_alive():  # pragma: no cover - a worker that ignores SIGTERM
+            proc.kill()
+            proc.join(timeout=5.0)
+
+
+def _run_local(rows: list[Row], workers: int, on_record: OnRecord, on_lost: OnLost) -> None:
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                             initializer=_quiet_interrupt) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_setup,
+                             initargs=(os.getpid(),)) as pool:
         futures: dict[Future[dict[str, Any]], Row] = {
             pool.submit(run_row, row.as_dict()): row for row in rows
         }
@@ -94,14 +133,36 @@ def _run_local(rows: list[Row], workers: int, on_record: OnRecord) -> None:
                 done, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in done:
                     row = futures.pop(fut)
-                    exc = fut.exception()
-                    on_record(_failure(row, exc) if exc is not None else fut.result())
+                    if fut.cancelled() or fut.exception() is not None:
+                        on_lost(row)  # the worker died (run_row itself never raises)
+                    else:
+                        on_record(fut.result())
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            _stop_pool(pool)
             raise
 
 
-def _run_ray(rows: list[Row], workers: int, address: str | None, on_record: OnRecord) -> None:
+@contextmanager
+def _signals_stop() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise :class:`Terminated` (in the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, _frame: Any) -> None:
+        raise Terminated(signum)
+
+    sigs = [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
+    old = {sig: signal.signal(sig, stop) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _run_ray(rows: list[Row], workers: int, address: str | None, on_record: OnRecord,
+             on_lost: OnLost) -> None:
     try:
         import ray
     except ImportError:
@@ -129,8 +190,9 @@ def _run_ray(rows: list[Row], workers: int, address: str | None, on_record: OnRe
                     row = refs.pop(ref)
                     try:
                         record = ray.get(ref)
-                    except Exception as exc:  # the worker died: store the row as failed
-                        record = _failure(row, exc)
+                    except Exception:  # the worker died (run_row itself never raises)
+                        on_lost(row)
+                        continue
                     on_record(record)
         except BaseException:
             for ref in refs:
@@ -194,8 +256,10 @@ def run_sweep(
     progress
         Show a progress bar on stderr.
     """
-    if workers < 1:
-        raise SchedoptError("must be a positive integer", "--workers", workers)
+    from schedopt.study.sweep.spec import MAX_WORKERS
+
+    if not 1 <= workers <= MAX_WORKERS:
+        raise SchedoptError(f"must be between 1 and {MAX_WORKERS:,}", "--workers", workers)
     if executor not in ("local", "ray"):
         raise SchedoptError("must be local or ray", "--executor", executor)
     t0 = time.perf_counter()
@@ -215,9 +279,13 @@ def run_sweep(
                 summary.done += not failed
                 advance(failed)
 
-            if executor == "local":
-                _run_local(pending, workers, on_record)
-            else:
-                _run_ray(pending, workers, ray_address, on_record)
+            def on_lost(row: Row) -> None:
+                summary.pending += 1
+
+            with _signals_stop():
+                if executor == "local":
+                    _run_local(pending, workers, on_record, on_lost)
+                else:
+                    _run_ray(pending, workers, ray_address, on_record, on_lost)
     summary.wall_s = time.perf_counter() - t0
     return summary

@@ -4,14 +4,21 @@ The database runs in WAL mode with a busy timeout, and every write is its own sh
 ``BEGIN IMMEDIATE`` transaction, so several sweeps (processes or hosts sharing a file system that
 supports SQLite locking) may write to one file at once. A key is written at most once
 (``INSERT OR IGNORE``); a failed row is stored with its error and rerun only on request.
+
+A report opens the file read-only (``readonly=True``: an SQLite URI with ``mode=ro``), so it
+neither creates nor changes the database; either way a file that is not a sweep database (not
+SQLite, or SQLite without the table of sweep rows) is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import stat
 import time
+import urllib.parse
 from collections.abc import Iterable
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +58,14 @@ COLUMNS: dict[str, str] = {
     "finished_at": "TEXT",
 }
 _JSON_COLUMNS = ("options", "breakdown", "tail")
+#: The columns a report needs (a database of an older version may lack the others).
+CORE_COLUMNS = ("key", "trace", "cluster", "nodes", "kind", "policy", "options",
+                "iteration_time_s", "error")
+
+
+def _short(path: str | Path) -> str:
+    text = str(path)
+    return text if len(text) <= 200 else f"{text[:100]}...({len(text):,} characters)"
 
 
 class Store:
@@ -59,21 +74,86 @@ class Store:
     Parameters
     ----------
     path
-        The SQLite file (created with its folder if missing).
+        The SQLite file (created with its folder if missing, unless ``readonly``).
     timeout_s
         How long a writer waits for another writer's lock.
+    readonly
+        Open an existing database for reading only (a missing file is an error).
+
+    Raises
+    ------
+    SchedoptError
+        The path is not a regular file, not an SQLite database, or a database without the
+        sweep table (``--db`` and the path in one line).
     """
 
-    def __init__(self, path: str | Path, timeout_s: float = 60.0) -> None:
+    def __init__(self, path: str | Path, timeout_s: float = 60.0, *,
+                 readonly: bool = False) -> None:
         self.path = Path(path)
+        self.readonly = readonly
+        self._columns: list[str] = list(COLUMNS)
+        exists = self._check_file(readonly)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._con = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
-            self._con.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
-            self._setup(time.monotonic() + timeout_s)
+            if readonly:
+                uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
+                self._con = sqlite3.connect(uri, uri=True, timeout=timeout_s,
+                                            isolation_level=None)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._con = sqlite3.connect(self.path, timeout=timeout_s, isolation_level=None)
         except (sqlite3.Error, OSError) as exc:
             raise SchedoptError(f"cannot open the sweep database: {exc}", "--db",
-                                str(path)) from None
+                                _short(path)) from None
+        try:
+            self._con.execute(f"PRAGMA busy_timeout = {int(timeout_s * 1000)}")
+            if exists or readonly:
+                self._check_schema()
+            if not readonly:
+                self._setup(time.monotonic() + timeout_s)
+        except sqlite3.DatabaseError as exc:
+            self._con.close()
+            why = ("not an SQLite database" if "not a database" in str(exc)
+                   else f"cannot open the sweep database: {exc}")
+            raise SchedoptError(why, "--db", _short(path)) from None
+        except BaseException:
+            self._con.close()
+            raise
+
+    def _check_file(self, readonly: bool) -> bool:
+        """Whether the file exists; refuse a folder, a FIFO or a device before opening it (an
+        SQLite open of a FIFO would block), and a missing file when ``readonly``."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            if readonly:
+                raise SchedoptError("file not found", "--db", _short(self.path)) from None
+            return False
+        except OSError as exc:
+            raise SchedoptError(f"cannot read file: {exc.strerror or exc}", "--db",
+                                _short(self.path)) from None
+        if not stat.S_ISREG(st.st_mode):
+            kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise SchedoptError(f"cannot open the sweep database: {kind}", "--db",
+                                _short(self.path))
+        return st.st_size > 0
+
+    def _check_schema(self) -> None:
+        """Refuse an SQLite file that is not a sweep database (an empty one is fine for a
+        writer: the table is created)."""
+        names = {n for (n,) in self._con.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "rows" not in names:
+            if not names and not self.readonly:
+                return
+            raise SchedoptError("not a schedopt sweep database (no table of sweep rows)",
+                                "--db", _short(self.path))
+        have = [n for (n,) in self._con.execute("SELECT name FROM pragma_table_info('rows')")]
+        need = CORE_COLUMNS if self.readonly else tuple(COLUMNS)
+        missing = [c for c in need if c not in have]
+        if missing:
+            raise SchedoptError("not a schedopt sweep database (its table of rows lacks "
+                                f"{', '.join(missing[:5])})", "--db", _short(self.path))
+        self._columns = [c for c in COLUMNS if c in have]
 
     def _setup(self, deadline: float) -> None:
         """WAL mode and the table; retried while another process creates the same database
@@ -144,13 +224,16 @@ class Store:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every stored row as a dictionary (JSON columns decoded), ordered by key."""
-        cur = self._con.execute(f"SELECT {', '.join(COLUMNS)} FROM rows ORDER BY key")
+        cur = self._con.execute(f"SELECT {', '.join(self._columns)} FROM rows ORDER BY key")
         out = []
         for values in cur:
-            row = dict(zip(COLUMNS, values, strict=True))
+            row = dict.fromkeys(COLUMNS)
+            row.update(zip(self._columns, values, strict=True))
             for name in _JSON_COLUMNS:
-                if row[name] is not None:
-                    row[name] = json.loads(row[name])
+                text = row[name]
+                if isinstance(text, str):  # text that is not JSON stays text: a report
+                    with suppress(ValueError, RecursionError):  # names the row
+                        row[name] = json.loads(text)
             out.append(row)
         return out
 

@@ -1,0 +1,1105 @@
+"""Compute estimates of one training iteration, layer by layer, without a GPU.
+
+A model (a shipped name, a Hugging Face configuration, a torchvision name) is built on PyTorch's
+``meta`` device (shapes only: no memory, no weights, nothing downloaded) and one forward pass runs
+under a dispatch mode that sees every ATen operator with its tensors:
+
+- a *layer* is a module that owns parameters, in the order its forward first runs; its gradient
+  tensors are its own parameters (a tied parameter belongs to the first layer that owns it);
+- the work of parameter-free operators (activations, attention core, residual adds, loss) is
+  charged to the most recent layer;
+- every operator is priced by a cost model of the GPU profile (:mod:`schedopt.measure.gpus`):
+
+  ``"operator"`` (default)
+      matrix products and convolutions (as implicit GEMMs) at ``peak x best x tile x wave x
+      k/(k + k_half) x alignment`` efficiency, flash attention at the FlashAttention-2 throughput
+      of its sequence length and head size, every other operator at the achievable memory
+      bandwidth, each at least the per-kernel floor; the backward of a product is its two
+      gradient products (only for inputs that need a gradient), that of attention 2.5 x its
+      forward FLOPs, that of a memory-bound operator 1.5 x its traffic;
+  ``"roofline"``
+      ``max(FLOPs / F, bytes / B, 2 us)`` per operator with one achieved F and B per GPU and
+      backward = 2 x forward (the method of the shipped estimated traces, kept so that they can
+      be regenerated unchanged).
+
+``recompute`` adds each layer's forward to its backward (full activation recomputation);
+``accumulate=K`` prices K micro-batches per iteration: the first K - 1 forward and backward
+passes run before the last micro-batch (whose backward overlaps the gradient communication, as
+DDP's ``no_sync``) and are charged to the first layer's forward (docs/estimate.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schedopt.errors import SchedoptError
+from schedopt.measure.gpus import FLASH_SEQ, GPU, PRECISIONS, get_gpu
+from schedopt.model.limits import MAX_BATCH
+from schedopt.model.trace import Trace
+
+__all__ = [
+    "METHODS",
+    "MODELS",
+    "GemmModel",
+    "ModelSpec",
+    "OperatorModel",
+    "TraceSpec",
+    "estimate",
+    "estimate_trace",
+    "fit_gemm",
+    "load_model_spec",
+    "operator_model",
+]
+
+METHODS = ("operator", "roofline")
+#: Tensor-core product with an even dimension that is not a multiple of 8: 272.7 against 398.4
+#: TFLOP/s for N = 10922 against 10944 (H100 fp16 bmm, ml-engineering training/performance).
+UNALIGNED = 0.685
+#: Tensor-core product with an odd dimension (GPT-2's vocabulary of 50,257), fitted to the
+#: GPT-2 1.5B H200 measurement (instances/traces/gpt2-1.5b-h200-bf16-measured.json), the one
+#: measured trace that the validation holds out of its error figures (docs/estimate.md).
+ODD = 0.12
+#: Roofline method's smallest operator duration (seconds).
+MIN_KERNEL_S = 2e-6
+#: Assumed JPEG decode and random-resized crop of one ImageNet image on one CPU core.
+IMAGE_DECODE_S = 2.5e-3
+#: Assumed cost of slicing and collating one pre-tokenized sample.
+TEXT_SAMPLE_S = 20e-6
+#: Largest model dimension (hidden size, vocabulary, layers ...) a configuration may give.
+MAX_DIM = 2**22
+#: Largest number of transformer layers.
+MAX_LAYERS = 1024
+#: Largest sequence length.
+MAX_SEQ = 2**20
+#: Largest number of tokens (or images x 1000) of one micro-batch.
+MAX_TOKENS = 2**26
+#: Largest number of parameters.
+MAX_PARAMS = 10**13
+
+
+def sig(x: float) -> float:
+    """Round to 6 significant digits (keeps the JSON short and stable)."""
+    return float(f"{x:.6g}")
+
+
+# ============================================================================ operator model
+@dataclass(frozen=True)
+class GemmModel:
+    """Time of one matrix product ``(b x) [m, k] @ [k, n]`` from its shape.
+
+    ``eff = best x tile x wave x k / (k + k_half) x (unaligned if a dimension is not a multiple of
+    align, odd if one is odd)``, with split-K when there are fewer output tiles than ``units``, with ``tile = m n / (ceil(m/T) T ceil(n/T) T)`` and ``wave = tiles / (ceil(tiles /
+    units) units)`` for the better of a 128 tile and a 64 tile (the latter at ``small_tile``
+    efficiency); time = ``max(2 b m n k / (peak x eff), bytes / bandwidth, kernel_s)``.
+
+    Attributes
+    ----------
+    peak
+        Dense peak FLOP/s of the compute precision.
+    best
+        Largest achievable fraction of ``peak``.
+    units
+        Output tiles that run at once (streaming multiprocessors; 1 on a single CPU thread).
+    k_half
+        Reduction length at which the main loop runs at half its asymptotic rate.
+    bandwidth_Bps
+        Achievable memory bandwidth.
+    kernel_s
+        Smallest time of one kernel.
+    small_tile
+        Efficiency of a 64 x 64 tile relative to a 128 x 128 one.
+    align
+        Alignment (elements) that tensor-core kernels need; 1: none.
+    unaligned
+        Efficiency factor of a product with an even dimension that is not a multiple of
+        ``align``.
+    odd
+        Efficiency factor of a product with an odd dimension (no vectorised loads at all).
+    """
+
+    peak: float
+    best: float
+    units: int
+    k_half: float
+    bandwidth_Bps: float
+    kernel_s: float
+    small_tile: float = 0.8
+    align: int = 8
+    unaligned: float = UNALIGNED
+    odd: float = ODD
+
+    def efficiency(self, b: int, m: int, n: int, k: int) -> float:
+        """Fraction of ``peak`` that a product of this shape reaches."""
+        best = 0.0
+        for size, factor in ((128, 1.0), (64, self.small_tile)):
+            tm, tn = math.ceil(m / size), math.ceil(n / size)
+            tile = m * n / (tm * tn * size * size)
+            tiles = b * tm * tn
+            # split-K: too few output tiles for the GPU share the reduction (>= 512 deep each)
+            split = max(1, min(self.units // tiles, k // 512)) if tiles < self.units else 1
+            wave = tiles * split / (math.ceil(tiles * split / self.units) * self.units)
+            kk = k / split
+            best = max(best, factor * tile * wave * kk / (kk + self.k_half))
+        eff = self.best * best
+        if self.align > 1 and any(d % 2 for d in (m, n, k)):
+            eff *= self.odd
+        elif self.align > 1 and any(d % self.align for d in (m, n, k)):
+            eff *= self.unaligned
+        return eff
+
+    def seconds(self, b: int, m: int, n: int, k: int, itemsize: int) -> float:
+        """Time of one product (seconds)."""
+        flops = 2.0 * b * m * n * k
+        nbytes = float(itemsize) * b * (m * k + k * n + m * n)
+        return max(flops / (self.peak * self.efficiency(b, m, n, k)),
+                   nbytes / self.bandwidth_Bps, self.kernel_s)
+
+
+@dataclass(frozen=True)
+class OperatorModel:
+    """Operator-level cost model of one GPU profile and compute precision.
+
+    Attributes
+    ----------
+    gemm
+        Matrix products and convolutions.
+    flash_fb
+        FlashAttention-2 forward+backward TFLOP/s per ``(causal, head_dim)`` at
+        :data:`~schedopt.measure.gpus.FLASH_SEQ` (empty: no fused attention).
+    """
+
+    gemm: GemmModel
+    flash_fb: Mapping[tuple[bool, int], tuple[float, ...]] = field(default_factory=dict)
+
+    def memory_s(self, nbytes: float) -> float:
+        """Time of a memory-bound operator moving ``nbytes``."""
+        return max(nbytes / self.gemm.bandwidth_Bps, self.gemm.kernel_s)
+
+    def flash_rate(self, seq: int, head_dim: int, causal: bool) -> float:
+        """FlashAttention-2 FLOP/s at ``seq`` (log-linear between the table's lengths)."""
+        d = 64 if head_dim <= 96 else 128
+        rates = self.flash_fb[(causal, d)]
+        x = min(max(math.log2(seq), math.log2(FLASH_SEQ[0])), math.log2(FLASH_SEQ[-1]))
+        i = min(int(x - math.log2(FLASH_SEQ[0])), len(FLASH_SEQ) - 2)
+        lo = math.log2(FLASH_SEQ[i])
+        rate = rates[i] + (rates[i + 1] - rates[i]) * (x - lo)
+        return rate * 1e12 * (head_dim / d if head_dim < d else 1.0)
+
+
+def operator_model(gpu: GPU | str, precision: str, odd: float | None = None) -> OperatorModel:
+    """The operator cost model of a GPU profile at a compute precision.
+
+    Parameters
+    ----------
+    gpu
+        A profile or its name (:data:`~schedopt.measure.gpus.GPUS`).
+    precision
+        ``bf16``, ``fp16``, ``tf32`` or ``fp32``.
+    odd
+        Efficiency factor of products with an odd dimension (default :data:`ODD`).
+
+    Returns
+    -------
+    OperatorModel
+        The model.
+
+    Raises
+    ------
+    SchedoptError
+        For an unknown GPU or a precision the GPU has no figures for.
+    """
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    if precision not in g.peak_flops:
+        raise SchedoptError(f"{g.name} has no {precision} figures; it has:"
+                            f" {', '.join(g.peak_flops)}", "--dtype", precision)
+    simt = precision == "fp32"
+    gemm = GemmModel(peak=g.peak_flops[precision], best=g.gemm_best[precision], units=g.sms,
+                     k_half=64.0, bandwidth_Bps=g.hbm_Bps * g.memory_eff, kernel_s=g.kernel_s,
+                     small_tile=1.0 if simt else 0.8, align=1 if simt else 8,
+                     odd=odd if odd is not None else ODD)
+    flash = g.flash_fb if g.attention == "flash" and precision in ("bf16", "fp16") else {}
+    return OperatorModel(gemm=gemm, flash_fb=flash)
+
+
+def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
+             bandwidth_Bps: float = 10e9, itemsize: int = 4) -> GemmModel:
+    """Fit the GEMM model's rate, ``k_half`` and kernel floor to timed products.
+
+    Parameters
+    ----------
+    samples
+        ``(m, n, k, seconds)`` of measured ``[m, k] @ [k, n]`` products.
+    units
+        Tiles that run at once (1 for one CPU thread).
+    bandwidth_Bps
+        Memory bandwidth of the roofline's memory term.
+    itemsize
+        Bytes per element.
+
+    Returns
+    -------
+    GemmModel
+        ``peak`` the fitted asymptotic rate, ``best`` 1, no alignment penalty.
+    """
+    if len(samples) < 3:
+        raise SchedoptError("need at least 3 timed products", "samples", len(samples))
+    best: tuple[float, GemmModel] | None = None
+    floors = sorted({0.0} | {s[3] for s in samples})[:4]
+    for k_half in (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0):
+        for floor in floors:
+            probe = GemmModel(peak=1.0, best=1.0, units=units, k_half=k_half,
+                              bandwidth_Bps=bandwidth_Bps, kernel_s=0.0, small_tile=1.0, align=1)
+            # time = work / rate with work = flops / eff at unit peak; rate by log-mean
+            logs = [math.log(2.0 * m * n * k / probe.efficiency(1, m, n, k) / t)
+                    for m, n, k, t in samples if t > floor]
+            if not logs:
+                continue
+            rate = math.exp(sum(logs) / len(logs))
+            cand = GemmModel(peak=rate, best=1.0, units=units, k_half=k_half,
+                             bandwidth_Bps=bandwidth_Bps, kernel_s=floor, small_tile=1.0, align=1)
+            err = sum(math.log(cand.seconds(1, m, n, k, itemsize) / t) ** 2
+                      for m, n, k, t in samples)
+            if best is None or err < best[0]:
+                best = (err, cand)
+    assert best is not None
+    return best[1]
+
+
+# ============================================================================ CNN definitions
+def _cnn_modules() -> dict[str, Callable[[], Any]]:
+    """Builders of the torchvision-layout CNNs (imported lazily: torch is optional)."""
+    import torch
+    from torch import nn
+
+    class AlexNet(nn.Module):
+        """torchvision's AlexNet (one-GPU variant): 61,100,840 parameters."""
+
+        def __init__(self, num_classes: int = 1000) -> None:
+            super().__init__()
+            self.features = nn.Sequential(
+                nn.Conv2d(3, 64, 11, stride=4, padding=2), nn.ReLU(inplace=True),
+                nn.MaxPool2d(3, 2),
+                nn.Conv2d(64, 192, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+                nn.Conv2d(192, 384, 3, padding=1), nn.ReLU(inplace=True),
+                nn.Conv2d(384, 256, 3, padding=1), nn.ReLU(inplace=True),
+                nn.Conv2d(256, 256, 3, padding=1), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2),
+            )
+            self.avgpool = nn.AdaptiveAvgPool2d((6, 6))
+            self.classifier = nn.Sequential(
+                nn.Dropout(0.5), nn.Linear(256 * 6 * 6, 4096), nn.ReLU(inplace=True),
+                nn.Dropout(0.5), nn.Linear(4096, 4096), nn.ReLU(inplace=True),
+                nn.Linear(4096, num_classes),
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.avgpool(self.features(x))
+            return self.classifier(torch.flatten(x, 1))
+
+    class VGG16(nn.Module):
+        """torchvision's VGG-16 (configuration D, no batch norm): 138,357,544 parameters."""
+
+        def __init__(self, num_classes: int = 1000) -> None:
+            super().__init__()
+            layers: list[nn.Module] = []
+            cin = 3
+            for v in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
+                      512, 512, 512, "M"):
+                if v == "M":
+                    layers.append(nn.MaxPool2d(2, 2))
+                else:
+                    layers += [nn.Conv2d(cin, int(v), 3, padding=1), nn.ReLU(inplace=True)]
+                    cin = int(v)
+            self.features = nn.Sequential(*layers)
+            self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
+            self.classifier = nn.Sequential(
+                nn.Linear(512 * 7 * 7, 4096), nn.ReLU(True), nn.Dropout(0.5),
+                nn.Linear(4096, 4096), nn.ReLU(True), nn.Dropout(0.5),
+                nn.Linear(4096, num_classes),
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.avgpool(self.features(x))
+            return self.classifier(torch.flatten(x, 1))
+
+    class Bottleneck(nn.Module):
+        """torchvision's Bottleneck (ResNet v1.5: the stride sits on the 3x3 convolution)."""
+
+        expansion = 4
+
+        def __init__(self, cin: int, planes: int, stride: int = 1,
+                     downsample: nn.Module | None = None) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            self.bn3 = nn.BatchNorm2d(planes * 4)
+            self.relu = nn.ReLU(inplace=True)
+            self.downsample = downsample
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.relu(self.bn1(self.conv1(x)))
+            out = self.relu(self.bn2(self.conv2(out)))
+            out = self.bn3(self.conv3(out))
+            identity = self.downsample(x) if self.downsample is not None else x
+            return self.relu(out + identity)
+
+    class ResNet(nn.Module):
+        """torchvision's ResNet with Bottleneck blocks (ResNet-50: [3, 4, 6, 3])."""
+
+        def __init__(self, depths: list[int], num_classes: int = 1000) -> None:
+            super().__init__()
+            self.inplanes = 64
+            self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+            self.bn1 = nn.BatchNorm2d(64)
+            self.relu = nn.ReLU(inplace=True)
+            self.maxpool = nn.MaxPool2d(3, 2, 1)
+            self.layer1 = self._make(64, depths[0], 1)
+            self.layer2 = self._make(128, depths[1], 2)
+            self.layer3 = self._make(256, depths[2], 2)
+            self.layer4 = self._make(512, depths[3], 2)
+            self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+            self.fc = nn.Linear(2048, num_classes)
+
+        def _make(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
+            down = None
+            if stride != 1 or self.inplanes != planes * 4:
+                down = nn.Sequential(
+                    nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
+                    nn.BatchNorm2d(planes * 4),
+                )
+            layers = [Bottleneck(self.inplanes, planes, stride, down)]
+            self.inplanes = planes * 4
+            layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+            return nn.Sequential(*layers)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+            x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+            return self.fc(torch.flatten(self.avgpool(x), 1))
+
+    return {
+        "alexnet": AlexNet,
+        "vgg16": VGG16,
+        "resnet50": lambda: ResNet([3, 4, 6, 3]),
+        "resnet152": lambda: ResNet([3, 8, 36, 3]),
+    }
+
+
+# ============================================================================ model specs
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one model and its inputs."""
+
+    key: str
+    description: str
+    kind: str  # "image" | "bert" | "gpt2" | "llama"
+    config: dict[str, Any]
+
+
+MODELS: dict[str, ModelSpec] = {
+    "alexnet": ModelSpec("alexnet", "AlexNet (torchvision layout), 224x224 ImageNet", "image", {}),
+    "vgg16": ModelSpec("vgg16", "VGG-16 (torchvision layout), 224x224 ImageNet", "image", {}),
+    "resnet50": ModelSpec("resnet50", "ResNet-50 v1.5 (torchvision layout), 224x224 ImageNet",
+                          "image", {}),
+    "resnet152": ModelSpec("resnet152", "ResNet-152 v1.5 (torchvision layout), 224x224 ImageNet",
+                           "image", {}),
+    "bert-base": ModelSpec("bert-base", "BERT-base encoder with pooler (transformers BertModel,"
+                           " BertConfig())", "bert", {}),
+    "bert-large": ModelSpec("bert-large", "BERT-large encoder with pooler (transformers BertModel,"
+                            " hidden 1024, 24 layers, 16 heads, intermediate 4096)", "bert",
+                            {"hidden_size": 1024, "num_hidden_layers": 24,
+                             "num_attention_heads": 16, "intermediate_size": 4096}),
+    "gpt2-124m": ModelSpec("gpt2-124m", "GPT-2 124M with LM head and loss (transformers"
+                           " GPT2LMHeadModel, GPT2Config(); lm_head tied to wte)", "gpt2", {}),
+    "gpt2-1.5b": ModelSpec("gpt2-1.5b", "GPT-2 1.5B with LM head and loss (transformers"
+                           " GPT2LMHeadModel, GPT2Config(n_embd=1600, n_layer=48, n_head=25);"
+                           " lm_head tied to wte)", "gpt2",
+                           {"n_embd": 1600, "n_layer": 48, "n_head": 25}),
+    "llama-7b": ModelSpec("llama-7b", "Llama-style 7B with LM head and loss (transformers"
+                          " LlamaForCausalLM, LlamaConfig(hidden_size=4096,"
+                          " intermediate_size=11008, num_hidden_layers=32,"
+                          " num_attention_heads=32, num_key_value_heads=32, vocab_size=32000):"
+                          " the Llama-2-7B shape; lm_head not tied)", "llama",
+                          {"hidden_size": 4096, "intermediate_size": 11008,
+                           "num_hidden_layers": 32, "num_attention_heads": 32,
+                           "num_key_value_heads": 32, "vocab_size": 32000}),
+    "llama-70b": ModelSpec("llama-70b", "Llama-style 70B with LM head and loss (transformers"
+                           " LlamaForCausalLM, LlamaConfig(hidden_size=8192,"
+                           " intermediate_size=28672, num_hidden_layers=80,"
+                           " num_attention_heads=64, num_key_value_heads=8, vocab_size=32000):"
+                           " the Llama-2-70B shape with grouped-query attention; lm_head not"
+                           " tied)", "llama",
+                           {"hidden_size": 8192, "intermediate_size": 28672,
+                            "num_hidden_layers": 80, "num_attention_heads": 64,
+                            "num_key_value_heads": 8, "vocab_size": 32000}),
+}
+
+
+
+#: Other names of shipped models.
+ALIASES = {"gpt2": "gpt2-124m", "bert": "bert-base", "gpt2-xl": "gpt2-1.5b"}
+#: Default sequence length per model kind when ``seq`` is not given.
+DEFAULT_SEQ = {"bert": 512, "gpt2": 1024, "llama": 4096, "gpt_neox": 2048}
+
+#: Hugging Face configuration keys read per family: required, then optional (others are ignored).
+CONFIG_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "gpt2": (("n_embd", "n_layer", "n_head"), ("vocab_size", "n_positions", "n_inner")),
+    "bert": (("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size"),
+             ("vocab_size", "max_position_embeddings", "type_vocab_size")),
+    "llama": (("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+               "vocab_size"), ("num_key_value_heads", "max_position_embeddings", "head_dim")),
+    "gpt_neox": (("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                  "vocab_size"), ("max_position_embeddings", "rotary_pct")),
+}
+#: ``model_type`` values of each family.
+MODEL_TYPES = {"gpt2": "gpt2", "bert": "bert", "roberta": "bert", "llama": "llama",
+               "mistral": "llama", "gpt_neox": "gpt_neox"}
+_CLASSES = {"gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+            "llama": ("LlamaConfig", "LlamaForCausalLM"),
+            "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM")}
+
+
+def _family(data: Mapping[str, Any], where: str) -> str:
+    mtype = data.get("model_type")
+    if mtype is not None:
+        if mtype not in MODEL_TYPES:
+            raise SchedoptError(f"{where}: unsupported model_type; supported:"
+                                f" {', '.join(MODEL_TYPES)}", "model_type", mtype)
+        return MODEL_TYPES[str(mtype)]
+    if "n_embd" in data:
+        return "gpt2"
+    if "type_vocab_size" in data:
+        return "bert"
+    if "rotary_pct" in data:
+        return "gpt_neox"
+    if "hidden_size" in data:
+        return "llama"
+    raise SchedoptError(f"{where}: no model_type and no known size keys (n_embd, hidden_size)",
+                        "model_type", None)
+
+
+def _positive_int(data: Mapping[str, Any], key: str, where: str, top: int = MAX_DIM) -> int:
+    value = data[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+        raise SchedoptError(f"{where}: must be an integer from 1 to {top:,}", key, value)
+    return value
+
+
+def config_spec(data: Mapping[str, Any], where: str = "config") -> ModelSpec:
+    """The model spec of a Hugging Face configuration (GPT-2, Llama/Mistral, GPT-NeoX, BERT).
+
+    Parameters
+    ----------
+    data
+        The configuration (the content of ``config.json``).
+    where
+        Name of the configuration in error messages.
+
+    Returns
+    -------
+    ModelSpec
+        The spec, with the keys the family reads (others are ignored).
+
+    Raises
+    ------
+    SchedoptError
+        For an unknown family, a missing required key, or a size that is not a positive integer
+        within the limits.
+    """
+    if not isinstance(data, Mapping):
+        raise SchedoptError(f"{where}: a configuration is a JSON object", "config",
+                            type(data).__name__)
+    kind = _family(data, where)
+    required, optional = CONFIG_KEYS[kind]
+    config: dict[str, Any] = {}
+    for key in required:
+        if key not in data:
+            raise SchedoptError(f"{where}: missing required key for a {kind} configuration",
+                                key, None)
+        config[key] = _positive_int(data, key, where,
+                                    MAX_LAYERS if "layer" in key else MAX_DIM)
+    for key in optional:
+        if key in data and data[key] is not None:
+            if key == "rotary_pct":
+                v = data[key]
+                if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+                    raise SchedoptError(f"{where}: must be a number in (0, 1]", key, v)
+                config[key] = v
+            else:
+                config[key] = _positive_int(data, key, where)
+    heads = config.get("n_head", config.get("num_attention_heads", 1))
+    hidden = config.get("n_embd", config.get("hidden_size", 1))
+    if hidden % heads:
+        raise SchedoptError(f"{where}: hidden size {hidden} is not a multiple of the number of"
+                            f" heads {heads}", "num_attention_heads", heads)
+    kv = config.get("num_key_value_heads")
+    if kv is not None and heads % kv:
+        raise SchedoptError(f"{where}: attention heads {heads} are not a multiple of the key/value"
+                            " heads", "num_key_value_heads", kv)
+    text = ", ".join(f"{k}={v}" for k, v in config.items())
+    return ModelSpec(f"config:{where}", f"{kind} configuration {where} ({text})", kind, config)
+
+
+def load_model_spec(model: str) -> ModelSpec:
+    """The spec of ``model``: a shipped name, a configuration JSON file or a torchvision name.
+
+    Parameters
+    ----------
+    model
+        A key of :data:`MODELS` (or an alias such as ``gpt2``), a path to a Hugging Face
+        ``config.json``, or a torchvision model name (needs torchvision).
+
+    Returns
+    -------
+    ModelSpec
+        The spec.
+
+    Raises
+    ------
+    SchedoptError
+        For an unknown model, an unreadable or invalid configuration, or a torchvision name
+        without torchvision.
+    """
+    key = ALIASES.get(model, model)
+    if key in MODELS:
+        return MODELS[key]
+    path = Path(model)
+    if path.suffix == ".json" or path.is_file():
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SchedoptError(f"cannot read the configuration: {exc}", "MODEL", model) from exc
+        except json.JSONDecodeError as exc:
+            raise SchedoptError(f"not a JSON configuration: {exc}", "MODEL", model) from exc
+        return config_spec(data, path.name)
+    try:
+        import torchvision
+    except ImportError:
+        raise SchedoptError("unknown model: not a shipped name (" + ", ".join(
+            [*MODELS, *ALIASES]) + "), not a configuration file, and torchvision (for its model"
+            " names) is not installed", "MODEL", model) from None
+    if model not in torchvision.models.list_models():
+        raise SchedoptError("unknown model: not a shipped name, a configuration file or a"
+                            " torchvision model", "MODEL", model)
+    return ModelSpec(model, f"torchvision {model}(), 224x224 images", "torchvision", {})
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """One estimated trace: model, GPU, compute precision, per-GPU batch, sequence length, cost
+    method, activation recomputation and micro-batches per iteration."""
+
+    name: str
+    model: str
+    gpu: str
+    precision: str  # compute precision: fp32 | fp16 | bf16
+    batch: int
+    seq: int = 0
+    grad_dtype: str = "float32"
+    method: str = "roofline"
+    recompute: bool = False
+    accumulate: int = 1
+
+
+
+# ============================================================================ profiling
+class _Costs:
+    """Per-layer forward (and, for the operator method, backward) cost of the dispatch mode."""
+
+    def __init__(self) -> None:
+        self.current: str | None = None
+        self.pending = (0.0, 0.0)  # work before the first layer
+        self.time: dict[str, float] = {}
+        self.back: dict[str, float] = {}
+        self.order: list[str] = []
+        self.ops = 0
+
+    def enter(self, name: str) -> None:
+        if name not in self.time:
+            self.time[name] = 0.0
+            self.back[name] = 0.0
+            self.order.append(name)
+            if self.pending != (0.0, 0.0):
+                self.time[name] += self.pending[0]
+                self.back[name] += self.pending[1]
+                self.pending = (0.0, 0.0)
+        self.current = name
+
+    def add(self, seconds: float, backward: float = 0.0) -> None:
+        self.ops += 1
+        if self.current is None:
+            self.pending = (self.pending[0] + seconds, self.pending[1] + backward)
+        else:
+            self.time[self.current] += seconds
+            self.back[self.current] += backward
+
+
+#: ``price(func, args, kwargs, out, flops, nbytes) -> (forward_s, backward_s)``.
+Pricer = Callable[[Any, Any, Any, Any, float, float], tuple[float, float]]
+
+
+def _roofline_pricer(flops_per_s: float, bytes_per_s: float) -> Pricer:
+    """``max(FLOPs / F, bytes / B, 2 us)``; the backward is set per layer (2 x forward)."""
+
+    def price(func: Any, args: Any, kwargs: Any, out: Any, flops: float,
+              nbytes: float) -> tuple[float, float]:
+        return max(flops / flops_per_s, nbytes / bytes_per_s, MIN_KERNEL_S), 0.0
+
+    return price
+
+
+def _needs_grad(t: Any) -> bool:
+    return bool(getattr(t, "requires_grad", False))
+
+
+def _operator_pricer(model: OperatorModel) -> Pricer:
+    """Price every operator with :class:`OperatorModel` (forward and backward)."""
+    import torch
+
+    aten = torch.ops.aten
+    g = model.gemm
+
+    def gemm(func: Any, args: Any, out: Any) -> tuple[float, float]:
+        packet = func._overloadpacket
+        a, b = (args[1], args[2]) if packet in (aten.addmm, aten.baddbmm) else (args[0], args[1])
+        bs, m, k = (a.shape[0], a.shape[1], a.shape[2]) if a.dim() == 3 else (1, *a.shape)
+        n = b.shape[-1]
+        item = a.element_size()
+        fwd = g.seconds(bs, m, n, k, item)
+        bwd = g.seconds(bs, m, k, n, item) if _needs_grad(a) else 0.0
+        bwd += g.seconds(bs, k, n, m, item) if _needs_grad(b) else 0.0
+        if packet in (aten.addmm, aten.baddbmm) and _needs_grad(args[0]):
+            bwd += model.memory_s(out.nbytes)  # bias gradient: a reduction of the output's
+        return fwd, bwd
+
+    def conv(args: Any, out: Any) -> tuple[float, float]:
+        x, w, groups = args[0], args[1], int(args[8])
+        item = x.element_size()
+        ks = math.prod(w.shape[2:])
+        m, n, k = out.shape[0] * math.prod(out.shape[2:]), w.shape[0] // groups, w.shape[1] * ks
+        fwd = g.seconds(groups, m, n, k, item)
+        bwd = 0.0
+        if _needs_grad(x):  # data gradient: [N H W, C_out K] @ [C_out K, C_in]
+            bwd += g.seconds(groups, x.shape[0] * math.prod(x.shape[2:]), w.shape[1], n * ks,
+                             item)
+        if _needs_grad(w):  # weight gradient: [C_out, N Ho Wo] @ [N Ho Wo, C_in K]
+            bwd += g.seconds(groups, n, k, m, item)
+        return fwd, bwd
+
+    def price(func: Any, args: Any, kwargs: Any, out: Any, flops: float,
+              nbytes: float) -> tuple[float, float]:
+        packet = func._overloadpacket
+        grad = any(_needs_grad(a) for a in args)
+        if packet in (aten.mm, aten.addmm, aten.bmm, aten.baddbmm):
+            return gemm(func, args, out)
+        if packet is aten.convolution:
+            return conv(args, out)
+        if packet is aten._scaled_dot_product_flash_attention and model.flash_fb:
+            q = args[0]
+            causal = bool(args[4]) if len(args) > 4 else bool(kwargs.get("is_causal", False))
+            rate = model.flash_rate(q.shape[-2], q.shape[-1], causal)
+            fwd = max(flops * (0.5 if causal else 1.0) / rate, g.kernel_s)
+            return fwd, 2.5 * fwd if grad else 0.0
+        if packet is aten.embedding:
+            w = args[0]
+            return (model.memory_s(nbytes),
+                    model.memory_s(2 * w.nbytes + nbytes) if _needs_grad(w) else 0.0)
+        fwd = model.memory_s(nbytes)
+        return fwd, model.memory_s(1.5 * nbytes) if grad else 0.0
+
+    return price
+
+
+def _dispatch_mode(costs: _Costs, price: Pricer) -> Any:
+    """A TorchDispatchMode that charges every operator to the current layer."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.flop_counter import flop_registry
+
+    free = {"_unsafe_view", "empty", "empty_like", "empty_strided", "detach", "alias",
+            "lift_fresh", "scalar_tensor", "new_empty"}
+
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            packet = func._overloadpacket
+            if packet.__name__ in free or any(
+                r.alias_info is not None for r in func._schema.returns
+            ):
+                return out
+            ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
+            outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            if packet is torch.ops.aten.embedding:
+                nbytes = sum(t.nbytes for t in outs) + ins[1].nbytes  # rows read, not the table
+            else:
+                nbytes = sum(t.nbytes for t in ins) + sum(t.nbytes for t in outs)
+            if packet in flop_registry:
+                flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
+            else:
+                flops = float(sum(t.numel() for t in outs))
+            costs.add(*price(func, args, kwargs, out, flops, nbytes))
+            return out
+
+    return Mode()
+
+
+@contextlib.contextmanager
+def _flash_attention(causal: bool) -> Iterator[None]:
+    """Route ``F.scaled_dot_product_attention`` to the fused flash-attention operator (meta).
+
+    The attention mask the model builds is dropped: ``causal`` says whether it was causal.
+    """
+    import torch
+
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def flash(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+              is_causal: bool = False, scale: float | None = None, **_: Any) -> Any:
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, dropout_p, causal or bool(is_causal), False, scale=scale
+        )[0]
+
+    torch.nn.functional.scaled_dot_product_attention = flash
+    try:
+        yield
+    finally:
+        torch.nn.functional.scaled_dot_product_attention = original
+
+
+
+def _build(spec: ModelSpec, attention: str, batch: int, seq: int,
+           dtype: Any) -> tuple[Any, Callable[[], None]]:
+    """The model on the meta device and a closure running one forward pass (with loss)."""
+    import torch
+
+    if spec.kind in ("image", "torchvision"):
+        with torch.device("meta"):
+            if spec.kind == "image":
+                model = _cnn_modules()[spec.key]().to(dtype)
+            else:
+                import torchvision
+
+                model = torchvision.models.get_model(spec.key).to(dtype)
+            x = torch.empty(batch, 3, 224, 224, dtype=dtype)
+            y = torch.zeros(batch, dtype=torch.long)
+
+        def run() -> None:
+            torch.nn.functional.cross_entropy(model(x), y)
+
+        return model, run
+    attn = "sdpa" if attention == "flash" else "eager"
+    if spec.kind == "bert":
+        from transformers import BertConfig, BertModel
+
+        cfg = BertConfig(**spec.config, attn_implementation=attn)
+        with torch.device("meta"):
+            model = BertModel(cfg).to(dtype)
+            ids = torch.zeros(batch, seq, dtype=torch.long)
+
+        def run_bert() -> None:
+            model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
+
+        return model, run_bert
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # no notes on stderr about default options
+    # causal language models with an LM head: (config class, model class) by kind
+    config_cls, model_cls = _CLASSES[spec.kind]
+    cfg = getattr(transformers, config_cls)(**spec.config, attn_implementation=attn)
+    with torch.device("meta"):
+        model = getattr(transformers, model_cls)(cfg).to(dtype)
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+
+    def run_lm() -> None:
+        model(input_ids=ids, labels=ids)
+
+    return model, run_lm
+
+
+def _torch_dtype(precision: str) -> Any:
+    import torch
+
+    return {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+            "bf16": torch.bfloat16}[precision]
+
+
+def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
+    """Build, price and describe one estimated trace.
+
+    Parameters
+    ----------
+    ts
+        What to estimate (model key, GPU, precision, batch, sequence, method ...).
+    spec
+        The model; default ``MODELS[ts.model]``.
+
+    Returns
+    -------
+    Trace
+        The estimated trace; its ``source`` states every figure used.
+    """
+    spec = spec or MODELS[ts.model]
+    gpu = get_gpu(ts.gpu)
+    dtype = _torch_dtype(ts.precision)
+    if ts.method == "roofline":
+        if ts.precision not in gpu.flops:
+            raise SchedoptError(f"the roofline profile of {gpu.name} has no {ts.precision}"
+                                " figure", "--dtype", ts.precision)
+        price = _roofline_pricer(gpu.flops[ts.precision], gpu.memory_Bps)
+        attention = gpu.attention
+    else:
+        opm = operator_model(gpu, ts.precision)
+        price = _operator_pricer(opm)
+        attention = "flash" if opm.flash_fb else "eager"
+    model, run = _build(spec, attention, ts.batch, ts.seq, dtype)
+    model.train()
+    name_of: dict[int, str] = {}
+    for pname, p in model.named_parameters():  # de-duplicates tied parameters: first name wins
+        name_of.setdefault(id(p), pname)
+    params = {name_of[id(p)]: p.numel() for p in model.parameters()}
+    n_params, n_tensors = sum(params.values()), len(params)
+    if n_params > MAX_PARAMS:
+        raise SchedoptError(f"{n_params:,} parameters: more than {MAX_PARAMS:,}", "MODEL",
+                            spec.key)
+    costs = _Costs()
+    owners = []
+    for mname, module in model.named_modules(remove_duplicate=False):
+        own = list(module.named_parameters(recurse=False))
+        if own:
+            owners.append((mname, module, own))
+            module.register_forward_pre_hook(lambda _m, _a, n=mname: costs.enter(n))
+    causal = spec.kind in ("gpt2", "llama", "gpt_neox")
+    ctx = _flash_attention(causal=causal) if attention == "flash" else contextlib.nullcontext()
+    with ctx, _dispatch_mode(costs, price):
+        run()
+    by_name = {m: own for m, _, own in owners}
+    missing = [m for m, _, _ in owners if m not in costs.time]
+    if missing:
+        raise RuntimeError(f"{ts.name}: layers never run: {missing[:3]}")
+    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
+    layers = []
+    extra = 0.0
+    for lname in costs.order:
+        fwd = costs.time[lname]
+        bwd = 2 * fwd if ts.method == "roofline" else costs.back[lname]
+        if ts.recompute:
+            bwd += fwd
+        extra += fwd + bwd
+        layers.append({
+            "name": lname,
+            "forward_s": fwd,
+            "backward_s": bwd,
+            "tensors": [
+                {"name": name_of[id(p)], "bytes": p.numel() * itemsize, "dtype": ts.grad_dtype}
+                for _, p in by_name[lname]
+            ],
+        })
+    if ts.accumulate > 1:
+        layers[0]["forward_s"] += (ts.accumulate - 1) * extra
+    for la in layers:
+        la["forward_s"], la["backward_s"] = sig(la["forward_s"]), sig(la["backward_s"])
+    if ts.method == "roofline":
+        source = _describe(ts, spec, gpu, n_params, n_tensors, costs.ops)
+    else:
+        source = _describe_operator(ts, spec, gpu, n_params, n_tensors, costs.ops)
+    try:
+        return Trace.model_validate({
+            "name": ts.name,
+            "batch_size": ts.batch,
+            **_iteration_costs(ts, spec, gpu, n_params),
+            "layers": layers,
+            "source": source,
+        })
+    except ValueError as exc:
+        raise SchedoptError(f"the estimate is outside the trace limits: {exc}".split("\n")[0],
+                            "MODEL", spec.key) from None
+
+
+def _iteration_costs(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int) -> dict[str, float]:
+    bandwidth = gpu.memory_Bps if ts.method == "roofline" else gpu.hbm_Bps * gpu.memory_eff
+    if spec.kind in ("image", "torchvision"):
+        batch_bytes = ts.batch * 3 * 224 * 224 * 4
+        io = ts.batch * IMAGE_DECODE_S / gpu.loader_workers
+        update_bpp = 20  # SGD momentum, float32 master weights
+    else:
+        arrays = 4 if spec.kind == "bert" else 2
+        batch_bytes = ts.batch * ts.seq * 8 * arrays
+        io = ts.batch * TEXT_SAMPLE_S
+        update_bpp = 28  # fused AdamW, fp32 master weights and moments, half-precision grads
+    return {
+        "io_s": sig(io * ts.accumulate),
+        "h2d_s": sig(batch_bytes * ts.accumulate / gpu.pcie_Bps),
+        "update_s": sig(update_bpp * n_params / bandwidth),
+    }
+
+
+def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
+              n_ops: int) -> str:
+    costs = _iteration_costs(ts, spec, gpu, n_params)
+    seq = f", sequence {ts.seq}" if ts.seq else ""
+    if spec.kind == "image":
+        data = (f"h2d = {ts.batch} x 602,112 B (float32 3x224x224) / {gpu.pcie_Bps / 1e9:g} GB/s"
+                f" ({gpu.pcie_basis}) = {costs['h2d_s'] * 1e3:.3g} ms; io = {ts.batch} x"
+                f" {IMAGE_DECODE_S * 1e3:g} ms (assumed JPEG decode and crop per image and core)"
+                f" / {gpu.loader_workers} loader workers ({gpu.loader_basis}) ="
+                f" {costs['io_s'] * 1e3:.3g} ms; update = 20 B/param (SGD momentum, float32:"
+                f" read w, g, m, write w, m)")
+    else:
+        arrays = 4 if spec.kind == "bert" else 2
+        data = (f"h2d = {ts.batch} x {ts.seq} x 8 B x {arrays} int64 arrays / "
+                f"{gpu.pcie_Bps / 1e9:g} GB/s ({gpu.pcie_basis}) = {costs['h2d_s'] * 1e6:.3g} us;"
+                f" io = {ts.batch} x {TEXT_SAMPLE_S * 1e6:g} us (assumed per pre-tokenized"
+                f" sample) = {costs['io_s'] * 1e3:.3g} ms; update = 28 B/param (fused AdamW with"
+                f" fp32 master weights and moments, half-precision gradients and weights)")
+    grads = ("float32 gradients" if ts.grad_dtype == "float32"
+             else f"{ts.grad_dtype} gradients, bytes = 2 x numel")
+    compute = "mixed precision (bf16 autocast)" if (
+        spec.kind == "image" and ts.precision == "bf16") else ts.precision
+    attention = "" if spec.kind == "image" else (
+        "; attention: fused flash kernel (SDPA)" if gpu.attention == "flash"
+        else "; attention: eager matmul + softmax kernels")
+    return (
+        f"ESTIMATE (not measured). {spec.description}; {n_params:,} parameters in {n_tensors}"
+        f" tensors (exact shapes), {grads}; per-GPU batch {ts.batch}{seq}; {gpu.name},"
+        f" {compute} compute. Per-operator roofline over one meta-device forward pass"
+        f" ({n_ops} operators; instances/generate.py):"
+        f" max(FLOPs / {gpu.flops[ts.precision] / 1e12:g} TFLOP/s,"
+        f" bytes / {gpu.memory_Bps / 1e9:g} GB/s, 2 us); FLOP/s basis:"
+        f" {gpu.flops_basis[ts.precision]}; memory basis: {gpu.memory_basis}{attention};"
+        f" parameter-free operators charged to the"
+        f" preceding layer; backward = 2 x forward. {data} / {gpu.memory_Bps / 1e9:g} GB/s ="
+        f" {costs['update_s'] * 1e3:.3g} ms."
+    )
+
+
+def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
+                       n_ops: int) -> str:
+    costs = _iteration_costs(ts, spec, gpu, n_params)
+    opm = operator_model(gpu, ts.precision)
+    g = opm.gemm
+    seq = f", sequence {ts.seq}" if ts.seq else ""
+    attention = ""
+    if spec.kind not in ("image", "torchvision"):
+        attention = ("; attention: fused flash kernel (SDPA) at the FlashAttention-2"
+                     " forward+backward throughput of its sequence length and head size"
+                     " (Dao 2023, repository benchmark figures), backward 2.5 x forward"
+                     if opm.flash_fb else "; attention: eager matmul + softmax kernels")
+    extras = []
+    if ts.recompute:
+        extras.append("full activation recomputation: each layer's backward includes its"
+                      " forward again")
+    if ts.accumulate > 1:
+        extras.append(f"{ts.accumulate} micro-batches per iteration: the first"
+                      f" {ts.accumulate - 1} forward and backward passes are charged to the"
+                      " first layer's forward, io and h2d are per iteration")
+    more = "".join(f"; {e}" for e in extras)
+    align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
+             if g.align > 1 else "")
+    return (
+        f"ESTIMATE (not measured). {spec.description}; {n_params:,} parameters in {n_tensors}"
+        f" tensors, {ts.grad_dtype} gradients; per-GPU batch {ts.batch}{seq}; {gpu.name},"
+        f" {ts.precision} compute. Operator cost model over one meta-device forward pass"
+        f" ({n_ops} operators; schedopt.measure.estimate, docs/estimate.md): products and"
+        f" convolutions at {g.peak / 1e12:g} TFLOP/s peak x {g.best:.3g} best x tile and wave"
+        f" quantisation over {g.units} SMs x k / (k + {g.k_half:g}){align}; memory-bound"
+        f" operators at {g.bandwidth_Bps / 1e9:g} GB/s; at least {g.kernel_s * 1e6:g} us per"
+        f" kernel; GEMM basis: {gpu.gemm_basis}; memory basis: {gpu.hbm_basis}{attention};"
+        f" backward of a product = its two gradient products, of other operators 1.5 x the"
+        f" traffic{more}; parameter-free operators charged to the preceding layer; update ="
+        f" {28 if spec.kind not in ('image', 'torchvision') else 20} B/param /"
+        f" {g.bandwidth_Bps / 1e9:g} GB/s = {costs['update_s'] * 1e3:.3g} ms; io ="
+        f" {costs['io_s'] * 1e3:.3g} ms, h2d = {costs['h2d_s'] * 1e3:.3g} ms (as the shipped"
+        f" estimated traces)."
+    )
+
+
+def _check_int(value: Any, what: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SchedoptError(f"must be an integer from {low} to {high:,}", what, value)
+    return value
+
+
+def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
+             seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
+             method: str = "operator", name: str | None = None) -> Trace:
+    """Estimate the trace of ``model`` on ``gpu``.
+
+    Parameters
+    ----------
+    model
+        A shipped model name, a Hugging Face configuration file, a torchvision model name
+        (:func:`load_model_spec`) or a spec.
+    gpu
+        A profile name of :data:`~schedopt.measure.gpus.GPUS`.
+    precision
+        ``bf16``, ``fp16``, ``tf32`` or ``fp32``.
+    batch
+        Per-GPU micro-batch (samples).
+    seq
+        Sequence length of text models (default per family: BERT 512, GPT-2 1024, GPT-NeoX
+        2048, Llama 4096, at most the configuration's positions); not for image models.
+    recompute
+        Full activation recomputation (backward includes a second forward).
+    accumulate
+        Micro-batches per iteration (gradient accumulation).
+    method
+        ``operator`` or ``roofline``.
+    name
+        Trace name (default ``MODEL-GPU-PRECISION-bBATCH``).
+
+    Returns
+    -------
+    Trace
+        The estimated trace.
+
+    Raises
+    ------
+    SchedoptError
+        For bad input: unknown model, GPU, precision or method, sizes out of range.
+    """
+    if method not in METHODS:
+        raise SchedoptError(f"unknown method; known: {', '.join(METHODS)}", "--method", method)
+    if precision not in PRECISIONS:
+        raise SchedoptError(f"unknown precision; known: {', '.join(PRECISIONS)}", "--dtype",
+                            precision)
+    get_gpu(gpu)
+    _check_int(batch, "--batch", 1, MAX_BATCH)
+    _check_int(accumulate, "--accumulate", 1, 1024)
+    spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
+    if method == "operator":
+        operator_model(gpu, precision)
+    text = spec.kind not in ("image", "torchvision")
+    if not text:
+        if seq not in (None, 0):
+            raise SchedoptError("applies to text models only", "--seq", seq)
+        seq = 0
+        if batch * 1000 > MAX_TOKENS:
+            raise SchedoptError(f"at most {MAX_TOKENS // 1000:,} images", "--batch", batch)
+    else:
+        positions = spec.config.get("n_positions", spec.config.get("max_position_embeddings"))
+        if seq is None:
+            seq = min(DEFAULT_SEQ[spec.kind], positions or MAX_SEQ)
+        _check_int(seq, "--seq", 1, min(positions or MAX_SEQ, MAX_SEQ))
+        if spec.kind == "gpt2" and positions is None and seq > 1024:
+            raise SchedoptError("GPT-2 has 1024 positions unless n_positions says more",
+                                "--seq", seq)
+        if batch * seq > MAX_TOKENS:
+            raise SchedoptError(f"batch x seq = {batch * seq:,} tokens: more than"
+                                f" {MAX_TOKENS:,}", "--batch", batch)
+    grad = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+    label = spec.key.removeprefix("config:").removesuffix(".json")
+    ts = TraceSpec(name or f"{label}-{gpu.lower()}-{precision}-b{batch}", spec.key,
+                   gpu.lower(), precision, batch, seq, grad, method=method,
+                   recompute=recompute, accumulate=accumulate)
+    return estimate_trace(ts, spec)

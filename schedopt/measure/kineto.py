@@ -1,0 +1,726 @@
+"""Import torch.profiler (Kineto) traces: layers, gradients, DDP buckets and measured collectives.
+
+One Chrome-trace file per rank (``prof.export_chrome_trace`` or ``tensorboard_trace_handler``,
+``.json`` or ``.json.gz``) is read as a stream (:mod:`schedopt.measure.kineto_stream`), keeping
+only CPU ops, annotations, ``nn.Module`` ranges, GPU kernels and runtime launches in a compact
+form. Per ``ProfilerStep#N`` range:
+
+* **forward layers** are the step's top-level ops on the profiling thread between the first
+  autograd-recorded op (one with a ``Sequence number``) and the first backward node, grouped by
+  the innermost ``nn.Module:`` range around them (``with_stack=True, with_modules=True``), else by
+  the innermost ``record_function`` range, else one layer per top-level autograd op (``linear_0``,
+  ``relu_1``, ...). The grouping used is the trace's ``source``.
+* **backward** nodes (``autograd::engine::evaluate_function: X``) belong to the layer whose forward
+  op has their ``Sequence number``; an ``AccumulateGrad`` node belongs to the layer of the node
+  before it, and its input (``record_shapes=True``) is one gradient: numel and dtype, in the
+  order DDP sees them.
+* **times**: on GPU traces the kernels of a layer's ops (linked by ``correlation`` id through
+  their runtime launch); on CPU traces the op durations: a forward layer runs from its first op
+  to the next layer's first op (the host gaps between them included), a backward layer is the
+  sum of its nodes (the collective launches DDP makes inside them included; its wait for the
+  buckets happens after the backward and is not counted). Times are means over the steps and
+  ranks used, so that they add up to the mean step. The host time of a layer (its CPU span) is
+  reported apart (the trace's ``source`` and the summary).
+* **buckets**: each all-reduce launched during the backward: ``record_param_comms`` (NCCL: ``In
+  msg nelems``, ``dtype``, ``Group size``) with its NCCL kernel, or ``c10d::allreduce_`` with the
+  ``gloo:all_reduce`` range of the gloo worker thread (CPU). Their sizes cut the gradient-ready
+  order into DDP's buckets, which must add up exactly.
+* **transfer time** of a bucket: a collective's duration includes waiting for the slowest rank.
+  With several rank files it is the duration on the rank that started the collective last
+  (timestamps aligned by each file's ``baseTimeNanoseconds``); with one file it is the measured
+  duration, an upper bound (stated in the summary).
+
+Profiler traces carry no parameter names: tensors are named ``<layer>.p<i>`` (``i`` in the
+order of the layer's parameters), or, with ``names``, by the model's ``named_parameters()``
+names in ``parameters()`` order, which the trace's forward order and in-layer order follow.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from schedopt.errors import SchedoptError, from_validation_error
+from schedopt.measure.kineto_stream import read_events
+from schedopt.model.trace import DTYPE_BYTES, Trace
+
+__all__ = ["HOST_BOUND_IDLE", "KinetoImport", "import_kineto", "parse_steps"]
+
+#: A step whose compute stream (GPU, or the CPU ops) is idle, neither computing nor waiting for
+#: a collective, for more than this share of the step is host-bound.
+HOST_BOUND_IDLE = 0.2
+
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_EVAL = "autograd::engine::evaluate_function: "
+_ACC = "torch::autograd::AccumulateGrad"
+_MODULE = "nn.Module: "
+_KEEP_CATS = {"cpu_op", "user_annotation", "kernel", "cuda_runtime", "cuda_driver",
+              "gpu_memcpy", "gpu_memset"}
+_COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:")
+_NOT_RANGES = ("ProfilerStep#", "DistributedDataParallel.", "Optimizer.", "## ", "gloo:", "nccl:",
+               "record_param_comms", "Record Window End", "Iteration Start")
+_ALLREDUCE = {"allreduce", "all_reduce", "allreduce_coalesced"}
+_DTYPES = {
+    "float": "float32", "float32": "float32", "c10::float": "float32",
+    "double": "float64", "float64": "float64",
+    "c10::half": "float16", "half": "float16", "float16": "float16",
+    "c10::bfloat16": "bfloat16", "bfloat16": "bfloat16",
+    "long int": "int64", "long": "int64", "int64": "int64", "int": "int32", "int32": "int32",
+    "signed char": "int8", "char": "int8", "int8": "int8",
+}
+
+
+def _dtype(text: Any, where: str) -> str:
+    key = str(text).strip().lower()
+    if key not in _DTYPES:
+        raise SchedoptError("unknown gradient dtype", where, text)
+    return _DTYPES[key]
+
+
+def _numel(dims: Any) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+@dataclass(slots=True)
+class _Ev:
+    name: str
+    cat: str
+    tid: Any
+    ts: float
+    end: float
+    seq: int | None = None
+    corr: int | None = None
+    dims: Any = None
+    itype: Any = None
+    args: dict[str, Any] | None = None
+
+
+class _Keeper:
+    """The stream filter: keeps the events the importer reads, compactly."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.events: list[_Ev] = []
+        self.names: dict[str, str] = {}
+        self.seen = 0
+
+    def __call__(self, ev: dict[str, Any]) -> None:
+        self.seen += 1
+        if ev.get("ph") != "X":
+            return
+        cat = ev.get("cat", "")
+        name = ev.get("name", "")
+        if not isinstance(name, str) or not isinstance(cat, str):
+            return
+        if cat == "python_function":
+            if not name.startswith(_MODULE):
+                return
+        elif cat not in _KEEP_CATS:
+            return
+        try:
+            ts = float(ev["ts"])
+            dur = float(ev.get("dur", 0.0))
+        except (KeyError, TypeError, ValueError):
+            raise SchedoptError("event without a numeric ts/dur", f"{self.where}: {name}",
+                                ev.get("ts")) from None
+        if not (math.isfinite(ts) and math.isfinite(dur)) or dur < 0:
+            raise SchedoptError("event with a negative or non-finite time",
+                                f"{self.where}: {name}", dur)
+        args = ev.get("args") or {}
+        if not isinstance(args, dict):
+            args = {}
+        name = self.names.setdefault(name, name)
+        seq = args.get("Sequence number")
+        corr = args.get("correlation")
+        keep_dims = (name.startswith(_ACC) or name.startswith(_COMM_PREFIXES)
+                     or seq is not None)
+        self.events.append(_Ev(
+            name, cat, ev.get("tid"), ts, ts + dur,
+            int(seq) if isinstance(seq, int | float) else None,
+            int(corr) if isinstance(corr, int | float) else None,
+            args.get("Input Dims") if keep_dims else None,
+            args.get("Input type") if keep_dims else None,
+            {k: args[k] for k in ("Collective name", "In msg nelems", "dtype", "Group size")
+             if k in args} if name == "record_param_comms" else None,
+        ))
+
+
+# --------------------------------------------------------------------------- per-step analysis
+@dataclass
+class _Layer:
+    name: str
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+    host_s: float = 0.0
+    tensors: list[tuple[int, str]] = field(default_factory=list)  # accumulate order
+
+
+@dataclass
+class _Bucket:
+    numel: int
+    dtype: str
+    launch_s: float  # from the step start
+    start_s: float  # transfer start, from the step start
+    start: float  # absolute µs (base-aligned)
+    end: float
+    group: int | None
+
+
+@dataclass
+class _Step:
+    number: int
+    step_s: float
+    layers: list[_Layer]
+    buckets: list[_Bucket]
+    io_s: float
+    update_s: float
+    busy_s: float
+    exposed: list[float]  # per bucket, seconds
+
+    def shape(self) -> tuple:
+        return (tuple((la.name, tuple(la.tensors)) for la in self.layers),
+                tuple((b.numel, b.dtype) for b in self.buckets))
+
+
+def _nest(evs: list[_Ev]) -> list[int]:
+    """Parent index of every event (events sorted by start, longest first; -1: top level)."""
+    parent = [-1] * len(evs)
+    stack: list[int] = []
+    for i, e in enumerate(evs):
+        while stack and evs[stack[-1]].end <= e.ts:
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        stack.append(i)
+    return parent
+
+
+def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        elif b > a:
+            out.append((a, b))
+    return out
+
+
+def _covered(a: float, b: float, union: list[tuple[float, float]]) -> float:
+    return sum(max(0.0, min(b, y) - max(a, x)) for x, y in union)
+
+
+class _Rank:
+    """The events of one rank file and their analysis, step by step."""
+
+    def __init__(self, path: Path, max_bytes: int | None) -> None:
+        self.where = str(path)
+        keeper = _Keeper(self.where)
+        self.meta = read_events(path, keeper, max_bytes=max_bytes)
+        dist = self.meta.get("distributedInfo") or {}
+        self.rank = dist.get("rank") if isinstance(dist, dict) else None
+        self.world = dist.get("world_size") if isinstance(dist, dict) else None
+        base = self.meta.get("baseTimeNanoseconds", 0)
+        self.offset = float(base) / 1e3 if isinstance(base, int | float) else 0.0
+        evs = sorted(keeper.events, key=lambda e: (e.ts, -e.end))
+        self.steps = [(int(m.group(1)), e) for e in evs if e.cat == "user_annotation"
+                      and (m := _STEP.match(e.name))]
+        if not self.steps:
+            raise SchedoptError("no ProfilerStep#N ranges: call prof.step() once per training"
+                                " step inside the profiler", "file", self.where)
+        self.main = Counter(e.tid for _, e in self.steps).most_common(1)[0][0]
+        self.kernels = [e for e in evs if e.cat == "kernel"]
+        self.gpu = bool(self.kernels)
+        self.kernel_of = {e.corr: e for e in self.kernels if e.corr is not None}
+        self.runtime = [e for e in evs if e.cat in ("cuda_runtime", "cuda_driver")
+                        and e.corr is not None]
+        self.cpu = [e for e in evs if e.cat in ("cpu_op", "user_annotation", "python_function")]
+        self.cpu_ts = [e.ts for e in self.cpu]
+        self.gloo = [e for e in evs if e.cat == "user_annotation" and e.name.startswith("gloo:all")]
+        self.grouping = "autograd"
+
+    # ---------------------------------------------------------------- helpers
+    def _window(self, s0: float, s1: float) -> list[_Ev]:
+        return self.cpu[bisect.bisect_left(self.cpu_ts, s0):bisect.bisect_left(self.cpu_ts, s1)]
+
+    def _gpu_time(self, op: _Ev) -> float:
+        """Kernel time (µs) of the launches made inside ``op`` (same thread)."""
+        total = 0.0
+        lo = bisect.bisect_left(self._rt_ts, op.ts)
+        for r in self.runtime[lo:]:
+            if r.ts > op.end:
+                break
+            if r.tid == op.tid:
+                k = self.kernel_of.get(r.corr) if r.corr is not None else None
+                if k is not None and "nccl" not in k.name.lower():
+                    total += k.end - k.ts
+        return total
+
+    def analyse(self, wanted: tuple[int | None, int | None]) -> list[_Step]:
+        self.runtime.sort(key=lambda e: e.ts)
+        self._rt_ts = [e.ts for e in self.runtime]
+        lo, hi = wanted
+        chosen = [(n, e) for n, e in self.steps if (lo is None or n >= lo)
+                  and (hi is None or n < hi)]
+        if not chosen:
+            raise SchedoptError("selects none of the profiled steps "
+                                f"({', '.join(str(n) for n, _ in self.steps)})", "--steps",
+                                f"{'' if lo is None else lo}:{'' if hi is None else hi}")
+        return [self._step(n, e) for n, e in chosen]
+
+    def _step(self, number: int, st: _Ev) -> _Step:
+        where = f"{self.where}: ProfilerStep#{number}"
+        s0, s1 = st.ts, st.end
+        window = [e for e in self._window(s0, s1) if e is not st]
+        by_tid: dict[Any, list[_Ev]] = {}
+        for e in window:
+            if e.cat == "cpu_op":
+                by_tid.setdefault(e.tid, []).append(e)
+        parents = {tid: _nest(v) for tid, v in by_tid.items()}
+        # backward nodes: evaluate_function ops not inside another one
+        bwd: list[tuple[_Ev, Any, int]] = []
+        for tid, v in by_tid.items():
+            par = parents[tid]
+            for i, e in enumerate(v):
+                if e.name.startswith(_EVAL):
+                    p = par[i]
+                    while p >= 0 and not v[p].name.startswith(_EVAL):
+                        p = par[p]
+                    if p < 0:
+                        bwd.append((e, tid, i))
+        if not bwd:
+            raise SchedoptError("no backward (autograd) ops in the step", "file", where)
+        bwd.sort(key=lambda x: x[0].ts)
+        bwd_start = bwd[0][0].ts
+        main = by_tid.get(self.main, [])
+        mpar = parents.get(self.main, [])
+        annots = [e for e in window if e.tid == self.main and e.cat == "user_annotation"]
+        optim = [(e.ts, e.end) for e in annots if e.name.startswith("Optimizer.")]
+        modules = [e for e in window if e.tid == self.main and e.cat == "python_function"]
+        ranges = [e for e in annots if not e.name.startswith(_NOT_RANGES)]
+
+        def top_ancestor(i: int) -> int:
+            while mpar[i] >= 0:
+                i = mpar[i]
+            return i
+
+        has_seq: set[int] = set()
+        for i, e in enumerate(main):
+            if e.seq is not None and e.ts < bwd_start:
+                has_seq.add(top_ancestor(i))
+        top = [i for i, e in enumerate(main) if mpar[i] < 0 and e.ts < bwd_start
+               and not e.name.startswith(_COMM_PREFIXES)
+               and not any(a <= e.ts < b for a, b in optim)]
+        first = next((i for i in top if i in has_seq), None)
+        if first is None:
+            raise SchedoptError("no forward (autograd-recorded) ops before the backward",
+                                "file", where)
+        top = [i for i in top if main[i].ts >= main[first].ts]
+        fwd_start = main[first].ts
+        # grouping of the forward ops
+        if modules:
+            self.grouping, enclosing = "nn.Module", modules
+        elif ranges:
+            self.grouping, enclosing = "record_function", ranges
+        else:
+            self.grouping, enclosing = "autograd", []
+
+        def key_of(e: _Ev) -> str | None:
+            best = None
+            for r in enclosing:
+                if r.ts <= e.ts and e.end <= r.end + 1e-3 and (best is None or r.ts >= best.ts):
+                    best = r
+            if best is None:
+                return None
+            return best.name[len(_MODULE):] if best.name.startswith(_MODULE) else best.name
+
+        layers: list[_Layer] = []
+        starts: list[float] = []
+        layer_of_top: dict[int, int] = {}
+        used: Counter[str] = Counter()
+        prev_key: str | None = None
+        for i in top:
+            e = main[i]
+            key = key_of(e)
+            if key is None:
+                new = i in has_seq or not layers
+                key = e.name.split("::")[-1] if new else prev_key
+            else:
+                new = key != prev_key
+            if new or not layers:
+                used[key or "op"] += 1
+                n = used[key or "op"]
+                base = key or "op"
+                name = (f"{base}_{n - 1}" if self.grouping == "autograd" or key_of(e) is None
+                        else base if n == 1 else f"{base}@{n}")
+                layers.append(_Layer(name))
+                starts.append(e.ts)
+            prev_key = key
+            layer_of_top[i] = len(layers) - 1
+        if not layers:
+            raise SchedoptError("no forward ops in the step", "file", where)
+        seq_layer: dict[int, int] = {}
+        for i, e in enumerate(main):
+            if e.seq is not None and e.ts < bwd_start:
+                li = layer_of_top.get(top_ancestor(i))
+                if li is not None:
+                    seq_layer.setdefault(e.seq, li)
+        busy: list[tuple[float, float]] = []
+        for k, la in enumerate(layers):
+            end = starts[k + 1] if k + 1 < len(layers) else bwd_start
+            la.host_s = (end - starts[k]) * 1e-6
+            if not self.gpu:
+                la.forward_s = la.host_s
+        for i in top:
+            e = main[i]
+            if self.gpu:
+                layers[layer_of_top[i]].forward_s += self._gpu_time(e) * 1e-6
+            busy.append((e.ts, e.end))
+        # backward
+        current = len(layers) - 1
+        for e, tid, i in bwd:
+            node = e.name[len(_EVAL):]
+            if node.startswith(_ACC):
+                v = by_tid[tid]
+                child = next((c for c in v[i + 1:i + 8] if c.name == _ACC), None)
+                if child is None or not child.dims or not isinstance(child.dims[0], list):
+                    raise SchedoptError("gradient shapes are missing: profile with"
+                                        " record_shapes=True", "file", where)
+                itype = child.itype[0] if child.itype else "float"
+                layers[current].tensors.append((_numel(child.dims[0]),
+                                                _dtype(itype, f"{where}: {_ACC}")))
+            elif e.seq is not None and e.seq in seq_layer:
+                current = seq_layer[e.seq]
+            layers[current].host_s += (e.end - e.ts) * 1e-6
+            if self.gpu:
+                layers[current].backward_s += self._gpu_time(e) * 1e-6
+            else:
+                layers[current].backward_s += (e.end - e.ts) * 1e-6
+                busy.append((e.ts, e.end))
+        bwd_end = max(e.end for e, _, _ in bwd)
+        buckets = self._buckets(window, by_tid, bwd_start, s0, where)
+        after = [main[i] for i in range(len(main)) if mpar[i] < 0 and main[i].ts >= bwd_end
+                 and not any(a <= main[i].ts < b for a, b in optim)]
+        update = (sum(b - a for a, b in optim if a >= bwd_start)
+                  + sum(e.end - e.ts for e in after)) * 1e-6
+        io = (fwd_start - s0) * 1e-6 if not self.gpu else 0.0
+        if self.gpu:
+            busy = [(k.ts, k.end) for k in self.kernels if s0 <= k.ts < s1
+                    and "nccl" not in k.name.lower()]
+        else:
+            busy.extend((a, b) for a, b in optim if a >= bwd_end)
+            busy.extend((e.ts, e.end) for e in after)
+        union = _union(busy)
+        busy_s = sum(b - a for a, b in union) * 1e-6
+        exposed: list[float] = []
+        done: list[tuple[float, float]] = []
+        for b in buckets:
+            a0, a1 = b.start - self.offset, b.end - self.offset
+            cover = _union(union + done)
+            exposed.append(max(0.0, (a1 - a0) - _covered(a0, a1, cover)) * 1e-6)
+            done.append((a0, a1))
+        return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed)
+
+    def _buckets(self, window: list[_Ev], by_tid: dict[Any, list[_Ev]], bwd_start: float,
+                 s0: float, where: str) -> list[_Bucket]:
+        out: list[_Bucket] = []
+        rpc = [e for e in window if e.name == "record_param_comms" and e.ts >= bwd_start
+               and e.args and str(e.args.get("Collective name", "")).lower() in _ALLREDUCE]
+        if rpc:
+            nccl = [k for k in self.kernels if "nccl" in k.name.lower()
+                    and "allreduce" in k.name.lower().replace("_", "") and k.ts >= s0]
+            used: set[int] = set()
+            for _j, e in enumerate(rpc):
+                args = e.args or {}
+                kern = None
+                lo = bisect.bisect_left(self._rt_ts, e.ts)
+                for r in self.runtime[lo:]:
+                    if r.ts > e.end:
+                        break
+                    k = (self.kernel_of.get(r.corr) if r.tid == e.tid and r.corr is not None
+                         else None)
+                    if k is not None and "nccl" in k.name.lower():
+                        kern = k
+                        break
+                if kern is None:
+                    kern = next((k for k in nccl if id(k) not in used and k.ts >= e.ts), None)
+                if kern is None:  # CPU-only NCCL trace: the host call
+                    kern = e
+                used.add(id(kern))
+                group = args.get("Group size")
+                out.append(_Bucket(int(args.get("In msg nelems", 0)),
+                                   _dtype(args.get("dtype", "float"), f"{where}: dtype"),
+                                   (e.ts - s0) * 1e-6, (kern.ts - s0) * 1e-6,
+                                   kern.ts + self.offset,
+                                   kern.end + self.offset,
+                                   int(group) if isinstance(group, int | float) else None))
+            return out
+        calls = [e for e in window if e.name == "c10d::allreduce_" and e.ts >= bwd_start
+                 and e.cat == "cpu_op"]
+        taken: set[int] = set()
+        for e in calls:
+            try:
+                numel = sum(_numel(d) for d in e.dims[0])
+            except (TypeError, ValueError, IndexError):
+                raise SchedoptError("collective sizes are missing: profile with"
+                                    " record_shapes=True", "file", where) from None
+            g = next((x for x in self.gloo if id(x) not in taken and x.ts >= e.ts - 1.0
+                      and x.dims and _numel(x.dims[0]) == numel), None)
+            if g is not None:
+                taken.add(id(g))
+            span = g or e
+            itype = g.itype[0] if g is not None and g.itype else "float"
+            out.append(_Bucket(numel, _dtype(itype, f"{where}: gloo dtype"), (e.ts - s0) * 1e-6,
+                               (span.ts - s0) * 1e-6, span.ts + self.offset, span.end + self.offset,
+                               self.world if isinstance(self.world, int) else None))
+        return out
+
+
+# --------------------------------------------------------------------------- the import
+def parse_steps(text: str | None) -> tuple[int | None, int | None]:
+    """``N:M`` -> the profiled step numbers ``N <= step < M`` (either side may be empty)."""
+    if text is None:
+        return None, None
+    m = re.fullmatch(r"\s*(\d*)\s*:\s*(\d*)\s*", text)
+    if not m:
+        raise SchedoptError("must be N:M (step numbers N <= step < M; either may be left out)",
+                            "--steps", text)
+    lo = int(m.group(1)) if m.group(1) else None
+    hi = int(m.group(2)) if m.group(2) else None
+    if lo is not None and hi is not None and hi <= lo:
+        raise SchedoptError("selects no step (M must exceed N)", "--steps", text)
+    return lo, hi
+
+
+@dataclass
+class KinetoImport:
+    """What :func:`import_kineto` measured.
+
+    Attributes
+    ----------
+    trace
+        The schedopt trace (per-layer medians over the steps and ranks used).
+    buckets
+        DDP's buckets in launch order, as lists of tensor names.
+    summary
+        The ``import kineto --json`` document (steps, step time, busy time, buckets, ...).
+    points
+        Measured collectives ``(bytes, transfer_s)``, one per bucket and step.
+    ranks
+        Process-group size of the collectives.
+    """
+
+    trace: Trace
+    buckets: list[list[str]]
+    summary: dict[str, Any]
+    points: list[tuple[int, float]]
+    ranks: int | None
+
+
+def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
+                  names: Sequence[str] | None = None, batch_size: int = 1,
+                  name: str | None = None, max_bytes: int | None = None) -> KinetoImport:
+    """Read torch.profiler traces (one file per rank) into a schedopt trace and measurements.
+
+    Parameters
+    ----------
+    files
+        Chrome-trace JSON files (``.json`` or ``.json.gz``), one per rank, of the same steps.
+    steps
+        ``N:M``: the step numbers used (``ProfilerStep#N``, ``N <= step < M``); None: all.
+    names
+        The model's parameter names in ``model.parameters()`` order (None: ``<layer>.p<i>``).
+    batch_size
+        Per-rank batch size of the profiled steps (the trace's ``batch_size``).
+    name
+        Trace name (default: the first file's name without suffixes).
+    max_bytes
+        Largest decompressed file read (default
+        :data:`~schedopt.measure.kineto_stream.MAX_TRACE_BYTES`).
+
+    Returns
+    -------
+    KinetoImport
+
+    Raises
+    ------
+    SchedoptError
+        A file that is not a Kineto trace, has no steps, no backward or no all-reduce; gradient
+        sizes that do not add up to the buckets; ranks or steps that disagree.
+    """
+    if not files:
+        raise SchedoptError("give at least one trace file", "FILE", 0)
+    if batch_size < 1:
+        raise SchedoptError("must be a positive integer", "--batch-size", batch_size)
+    wanted = parse_steps(steps)
+    ranks = [_Rank(Path(f), max_bytes) for f in files]
+    ids = [r.rank for r in ranks if r.rank is not None]
+    if len(ids) != len(set(ids)):
+        raise SchedoptError("two files hold the same rank", "FILE",
+                            ", ".join(f"{r.where}: rank {r.rank}" for r in ranks))
+    per_rank = [r.analyse(wanted) for r in ranks]
+    all_steps = [s for rs in per_rank for s in rs]
+    for s in all_steps:
+        if not s.buckets:
+            raise SchedoptError("no all-reduce (record_param_comms or c10d::allreduce_) during"
+                                " the backward: is the model wrapped in DistributedDataParallel?",
+                                "file", f"{files[0]}: ProfilerStep#{s.number}")
+    shapes = Counter(s.shape() for s in all_steps)
+    shape = shapes.most_common(1)[0][0]
+    used = [s for s in all_steps if s.shape() == shape]
+    dropped = len(all_steps) - len(used)
+    ref = used[-1]
+    grouping = ranks[0].grouping
+    gpu = ranks[0].gpu
+
+    # tensors and buckets
+    layer_names = _tensor_names(ref, names)
+    buckets: list[list[str]] = []
+    pos = 0
+    flat = [name_ for k in _ready_layers(ref) for name_ in reversed(layer_names[k])]
+    numel_of = {nm: n for k, la in enumerate(ref.layers)
+                for nm, (n, _) in zip(layer_names[k], reversed(la.tensors), strict=True)}
+    for b in ref.buckets:
+        members: list[str] = []
+        total = 0
+        while pos < len(flat) and total < b.numel:
+            members.append(flat[pos])
+            total += numel_of[flat[pos]]
+            pos += 1
+        if total != b.numel:
+            raise SchedoptError("the gradients do not add up to DDP's bucket (a gradient"
+                                " without a shape, an unused parameter, or a non-DDP"
+                                " all-reduce)", f"bucket {len(buckets)} numel", b.numel)
+        buckets.append(members)
+    if pos != len(flat):
+        raise SchedoptError("gradients left outside every bucket (find_unused_parameters or"
+                            " a model outside DDP)", "gradients", len(flat) - pos)
+
+    def med(values: list[float]) -> float:
+        return float(statistics.median(values))
+
+    def mean(values: list[float]) -> float:
+        return float(statistics.fmean(values))
+
+    layers_json = []
+    for k, la in enumerate(ref.layers):
+        tensors = [{"name": nm, "bytes": n * DTYPE_BYTES[d], "dtype": d}
+                   for nm, (n, d) in zip(layer_names[k], reversed(la.tensors), strict=True)]
+        layers_json.append({
+            "name": la.name,
+            "forward_s": mean([s.layers[k].forward_s for s in used]),
+            "backward_s": mean([s.layers[k].backward_s for s in used]),
+            "tensors": tensors,
+        })
+    # per-bucket transfer: latest start across ranks
+    multi = len(ranks) > 1
+    by_step: dict[int, list[_Step]] = {}
+    for rs in per_rank:
+        for s in rs:
+            if s.shape() == shape:
+                by_step.setdefault(s.number, []).append(s)
+    transfer: list[list[float]] = [[] for _ in ref.buckets]
+    points: list[tuple[int, float]] = []
+    for group in by_step.values():
+        for k in range(len(ref.buckets)):
+            last = max((s.buckets[k] for s in group), key=lambda b: b.start)
+            t = (last.end - last.start) * 1e-6
+            transfer[k].append(t)
+            points.append((ref.buckets[k].numel * DTYPE_BYTES[ref.buckets[k].dtype], t))
+    step_times = [s.step_s for s in used]
+    step_med = med(step_times)
+    busy = med([s.busy_s for s in used])
+    idle = [max(0.0, s.step_s - s.busy_s - sum(s.exposed)) / s.step_s for s in used
+            if s.step_s > 0]
+    host_bound = sum(1 for f in idle if f > HOST_BOUND_IDLE)
+    group_sizes = {b.group for s in used for b in s.buckets if b.group}
+    world = group_sizes.pop() if len(group_sizes) == 1 else (
+        ranks[0].world if isinstance(ranks[0].world, int) else (len(files) if multi else None))
+    method = ("duration on the rank that started the collective last (latest start across"
+              f" {len(ranks)} rank files)" if multi else
+              "measured duration on the one rank given: an upper bound (it includes waiting for"
+              " slower ranks)")
+    host = [mean([s.layers[k].host_s for s in used]) for k in range(len(ref.layers))]
+    source = (f"torch.profiler trace {', '.join(Path(f).name for f in files)}: "
+              f"{len(by_step)} steps x {len(ranks)} rank(s), layers grouped by {grouping}, "
+              f"{'GPU kernel' if gpu else 'CPU op'} times (means); host time per layer (s): "
+              + ", ".join(f"{h:.3g}" for h in host))
+    data = {
+        "name": name or Path(files[0]).name.split(".")[0],
+        "batch_size": batch_size,
+        "source": source,
+        "io_s": mean([s.io_s for s in used]),
+        "update_s": mean([s.update_s for s in used]),
+        "layers": layers_json,
+    }
+    try:
+        trace = Trace.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "imported trace") from None
+    size = {t.name: t.bytes for t in trace.tensor_list}
+    summary = {
+        "files": [str(f) for f in files],
+        "ranks": len(ranks),
+        "process_group_size": world,
+        "device": "gpu" if gpu else "cpu",
+        "grouping": grouping,
+        "steps": sorted(by_step),
+        "steps_dropped": dropped,
+        "step_time_s": step_med,
+        "step_times_s": step_times,
+        "busy_s": busy,
+        "idle_s": max(0.0, step_med - busy),
+        "host_bound_steps": host_bound,
+        "host_bound": host_bound * 2 > len(used),
+        "io_s": trace.io_s,
+        "update_s": trace.update_s,
+        "compute_s": trace.compute_s,
+        "transfer_method": method,
+        "layers": [{"name": la.name, "forward_s": la.forward_s, "backward_s": la.backward_s,
+                    "host_s": h} for la, h in zip(trace.layers, host, strict=True)],
+        "buckets": [{
+            "index": k,
+            "tensors": len(buckets[k]),
+            "bytes": sum(size[n] for n in buckets[k]),
+            "dtype": ref.buckets[k].dtype,
+            "launch_s": med([s.buckets[k].launch_s for s in used]),
+            "start_s": med([s.buckets[k].start_s for s in used]),
+            "transfer_s": med(transfer[k]),
+            "exposed_s": med([s.exposed[k] for s in used]),
+        } for k in range(len(buckets))],
+        "exposed_comm_s": med([sum(s.exposed) for s in used]),
+    }
+    return KinetoImport(trace, buckets, summary, points, world)
+
+
+def _ready_layers(step: _Step) -> list[int]:
+    """Layers in the order their gradients became ready (the backward visits them last first;
+    a layer's tensors are listed in parameter order, the reverse of their ready order)."""
+    return [k for k in range(len(step.layers) - 1, -1, -1) if step.layers[k].tensors]
+
+
+def _tensor_names(step: _Step, names: Sequence[str] | None) -> list[list[str]]:
+    """Names of every layer's tensors in parameter order."""
+    counts = [len(la.tensors) for la in step.layers]
+    total = sum(counts)
+    if names is not None:
+        if len(names) != total:
+            raise SchedoptError(f"must list the model's {total} parameters (in parameters()"
+                                " order)", "--names", f"{len(names)} names")
+        out, i = [], 0
+        for c in counts:
+            out.append(list(names[i:i + c]))
+            i += c
+        return out
+    return [[f"{la.name}.p{i}" for i in range(c)] for la, c in zip(step.layers, counts,
+                                                                   strict=True)]
