@@ -322,8 +322,8 @@ def flow_shop() -> None:
 
 
 def _solve_module() -> Any:
-    """The module ``schedopt.optimize.solve`` (the package re-exports a function of that name)."""
-    return sys.modules["schedopt.optimize.solve"]
+    """The module ``schedopt.optimize.solver``."""
+    return sys.modules["schedopt.optimize.solver"]
 
 
 def coarse_programme() -> None:

@@ -156,7 +156,7 @@ def ablated(without: str | None) -> Iterator[None]:
         yield
         return
     assert without == "shared-link", without
-    solve_mod = importlib.import_module("schedopt.optimize.solve")
+    solve_mod = importlib.import_module("schedopt.optimize.solver")
     steps = solve_mod.SEARCH
     solve_mod.SEARCH = tuple(s for s in steps if s.method != "shared-link")
     try:

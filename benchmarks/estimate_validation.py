@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedopt.files import load_trace  # noqa: E402
-from schedopt.measure.estimate import METHODS, estimate  # noqa: E402
+from schedopt.files import load_trace
+from schedopt.measure.estimate import METHODS, estimate
 
 #: measured trace -> (model, precision, batch, sequence)
 MEASURED = {

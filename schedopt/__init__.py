@@ -18,21 +18,20 @@ from __future__ import annotations
 import importlib as _importlib
 from typing import TYPE_CHECKING, Any
 
-# The stages named like API functions load first (their __init__ modules are light), so that
-# importing one of their modules later cannot rebind ``schedopt.simulate`` and friends.
-for _stage in ("simulate", "optimize", "emit"):
-    _importlib.import_module(f"schedopt.{_stage}")
+from schedopt.api import Stage as _Stage
+from schedopt.api import calibrate as calibrate
+from schedopt.api import load_cluster as load_cluster
+from schedopt.api import load_plan as load_plan
+from schedopt.api import load_trace as load_trace
+from schedopt.api import make_plan as make_plan
+from schedopt.api import validate as validate
+from schedopt.errors import SchedoptError as SchedoptError
 
-from schedopt.api import calibrate as calibrate  # noqa: E402
-from schedopt.api import emit as emit  # noqa: E402
-from schedopt.api import load_cluster as load_cluster  # noqa: E402
-from schedopt.api import load_plan as load_plan  # noqa: E402
-from schedopt.api import load_trace as load_trace  # noqa: E402
-from schedopt.api import make_plan as make_plan  # noqa: E402
-from schedopt.api import optimize as optimize  # noqa: E402
-from schedopt.api import simulate as simulate  # noqa: E402
-from schedopt.api import validate as validate  # noqa: E402
-from schedopt.errors import SchedoptError as SchedoptError  # noqa: E402
+# ``simulate``, ``optimize`` and ``emit`` are stage packages and API functions at once: the
+# packages (light: their names load on first use) are callable, ``schedopt.simulate(trace,
+# cluster, plan)`` running :func:`schedopt.api.simulate`, and their modules import as usual.
+for _name in ("simulate", "optimize", "emit"):
+    _importlib.import_module(f"schedopt.{_name}").__class__ = _Stage
 
 if TYPE_CHECKING:  # pragma: no cover
     from schedopt.model.cluster import Cluster as Cluster

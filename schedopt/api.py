@@ -19,6 +19,7 @@ docs/api.md walks through it; each function below names the module that does the
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,8 +31,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from schedopt.model.trace import Trace
     from schedopt.optimize.result import SolveResult
 
-__all__ = ["calibrate", "emit", "load_cluster", "load_plan", "load_trace", "make_plan",
+__all__ = ["Stage", "calibrate", "emit", "load_cluster", "load_plan", "load_trace", "make_plan",
            "optimize", "simulate", "validate"]
+
+
+class Stage(types.ModuleType):
+    """A stage package that can be called as its API function.
+
+    ``schedopt.simulate``, ``schedopt.optimize`` and ``schedopt.emit`` are packages (their
+    modules import as usual: ``import schedopt.simulate.dag``) and, called, run the function of
+    this module of the same name: ``schedopt.simulate(trace, cluster, plan)`` is
+    :func:`simulate`. ``schedopt/__init__.py`` gives the three packages this class.
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return globals()[self.__name__.rsplit(".", 1)[1]](*args, **kwargs)
 
 
 def load_trace(ref: str | Path) -> Trace:
@@ -78,7 +92,7 @@ def optimize(trace: Trace, cluster: Cluster, **options: Any) -> SolveResult:
     ``options`` are the fields of :class:`schedopt.optimize.SolveOptions`, e.g.
     ``next_forward="per-layer"``, ``reorder=True``, ``time_limit_s=10``, ``workers=1``.
     """
-    from schedopt.optimize.solve import solve
+    from schedopt.optimize.solver import solve
 
     return solve(trace, cluster, **options)
 

@@ -17,7 +17,7 @@ from schedopt.files import load_trace
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from schedopt.measure.estimate import (  # noqa: E402
+from schedopt.measure.estimate import (
     GemmModel,
     config_spec,
     estimate,

@@ -96,7 +96,7 @@ def test_solve_offers_the_coarse_plan_above_the_unit_limit(monkeypatch: MonkeyPa
     optimum."""
     import sys
 
-    solve_mod = sys.modules["schedopt.optimize.solve"]
+    solve_mod = sys.modules["schedopt.optimize.solver"]
     layers = [{"name": f"l{i}", "forward_s": 1e-3 * (1 + i % 3), "backward_s": 2e-3,
                "tensors": [{"name": f"l{i}.w", "bytes": 4_000_000 * (1 + i % 2)}]}
               for i in range(6)]
@@ -139,7 +139,7 @@ def test_coarse_step_is_deterministic_with_a_slow_clock(monkeypatch: MonkeyPatch
 
     from schedopt.files import load_cluster, load_trace
 
-    solve_mod = sys.modules["schedopt.optimize.solve"]
+    solve_mod = sys.modules["schedopt.optimize.solver"]
     monkeypatch.setattr(solve_mod, "COARSE_UNITS", 100)  # ResNet-50 has 161 units
     seen: list[int] = []
     real_programme = solve_mod.coarse_programme

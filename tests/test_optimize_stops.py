@@ -26,7 +26,7 @@ from schedopt.optimize.budget import WORK_FRACTION, Budget, Share
 from schedopt.simulate.simulator import simulate
 from tests.interrupt import cli_interrupted_at
 
-solve_mod = sys.modules["schedopt.optimize.solve"]
+solve_mod = sys.modules["schedopt.optimize.solver"]
 PER_LAYER = {"next_forward": "per-layer", "reorder": True}
 
 
@@ -118,7 +118,7 @@ def test_sigint_in_the_cli_prints_and_writes_the_plan_and_exits_130(tmp_path: Pa
     """``schedopt optimize`` stopped by Ctrl-C (sent as the unimodal programme starts): the
     JSON result on stdout, the --out file written, exit status 130."""
     out = tmp_path / "res.json"
-    proc = cli_interrupted_at("schedopt.optimize.solve", "unimodal_exact", [
+    proc = cli_interrupted_at("schedopt.optimize.solver", "unimodal_exact", [
         "optimize", "resnet50-v100-b64", "k80-4x4-10gbe", "--next-forward", "per-layer",
         "--reorder", "--time-limit", "60", "--out", str(out), "--json"])
     assert proc.returncode == 130, proc.stderr

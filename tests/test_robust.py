@@ -45,7 +45,7 @@ from tests.interrupt import cli_interrupted_at
 from tests.strategies import clusters, traces
 
 robust_mod = sys.modules["schedopt.optimize.robust"]
-solve_mod = sys.modules["schedopt.optimize.solve"]
+solve_mod = sys.modules["schedopt.optimize.solver"]
 
 #: The model's period and the simulator agree within this (solve's AGREE): a scenario bound is
 #: in the model's ticks.

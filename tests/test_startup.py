@@ -36,14 +36,27 @@ def test_the_probe_sees_an_import() -> None:
     assert _loaded_after("import networkx") == ["networkx"]
 
 
-def test_api_names_stay_functions_after_their_stages_load() -> None:
-    code = ("import schedopt, schedopt.simulate.simulator, schedopt.optimize.solve, "
-            "schedopt.emit.registry\n"
-            "print(all(callable(f) and f.__module__ == 'schedopt.api' for f in "
-            "(schedopt.simulate, schedopt.optimize, schedopt.emit)))")
+def test_stage_packages_are_callable_and_import_as_packages() -> None:
+    code = ("import types, schedopt\n"
+            "import schedopt.optimize.unimodal as u, schedopt.simulate.dag as d\n"
+            "import schedopt.emit.registry as r, schedopt.optimize.solver as s\n"
+            "stages = (schedopt.simulate, schedopt.optimize, schedopt.emit)\n"
+            "print(all(isinstance(m, types.ModuleType) and callable(m) for m in stages),"
+            " u.__name__, d.__name__, s.solve is schedopt.optimize.solve)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout
-    assert out.strip() == "True"
+    assert out.split() == ["True", "schedopt.optimize.unimodal", "schedopt.simulate.dag", "True"]
+
+
+def test_calling_a_stage_runs_its_api_function() -> None:
+    import schedopt
+
+    trace = schedopt.load_trace("resnet50-k80-b32")
+    cluster = schedopt.load_cluster("k80-4x4-10gbe")
+    plan = schedopt.make_plan(trace, cluster, "cntk")
+    direct = schedopt.api.simulate(trace, cluster, plan).iteration_time_s
+    assert schedopt.simulate(trace, cluster, plan).iteration_time_s == direct
+    assert schedopt.emit(trace, cluster, plan, "json").target == "json"
 
 
 def test_lazy_names_resolve() -> None:

@@ -129,7 +129,7 @@ def test_cli_unknown_framework_is_one_line() -> None:
     result = runner.invoke(app, ["tune", T, C, "-f", "ddp,caffe"])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "error: framework: unknown framework (known: ddp, horovod, deepspeed, megatron, all)"
+        "error: --framework: unknown framework (known: ddp, horovod, deepspeed, megatron, all)"
         " (got 'caffe')"]
 
 

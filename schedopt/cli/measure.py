@@ -16,6 +16,12 @@ from schedopt.cli.common import (
 )
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace, output_files
+from schedopt.model.limits import check_int_option
+
+#: Most timed or untimed calls, iterations or repeats a benchmark option asks for.
+MAX_REPEATS = 100_000
+#: Most alternating rounds of ``bench-ddp``.
+MAX_ROUNDS = 1_000
 
 if TYPE_CHECKING:
     from schedopt.model.trace import Trace
@@ -65,10 +71,13 @@ def profile_cmd(
     ] = False,
 ) -> None:
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
+    from schedopt.measure.launch import MAX_PROCS, Launch
     from schedopt.measure.profile import check_profile_options
 
     with user_errors(), output_files({"--out": out}) as files:
         check_profile_options(name, batch_size, repeats, warmup)
+        check_int_option(procs, "--procs", 1, MAX_PROCS)
+        Launch(max(procs, 2), backend, threads, timeout).check()  # the options of --procs N
         if procs == 1:
             tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
                                warmup, device, (grad_copy, grad_view))
@@ -139,17 +148,25 @@ def bench_comm_cmd(
 ) -> None:
     """Measure all-reduce latency over message sizes and the contention between compute and
     communication on local ranks (needs torch); `fit-comm` reads the output."""
-    from schedopt.measure.bench_comm import bench_comm, format_nccl_tests, parse_sizes
+    from schedopt.measure.bench_comm import (
+        MAX_MESSAGE_BYTES,
+        bench_comm,
+        format_nccl_tests,
+        parse_sizes,
+    )
     from schedopt.measure.launch import Launch
-    from schedopt.measure.launch import write_text_atomic as write_text
 
-    with user_errors():
-        lo, hi = parse_sizes(sizes)
+    with user_errors(), output_files({"--out": out}) as files:
         spec = Launch(procs, backend, threads, timeout).check()
+        lo, hi = parse_sizes(sizes)
+        check_int_option(iters, "--iters", 1, MAX_REPEATS)
+        check_int_option(warmup, "--warmup", 0, MAX_REPEATS)
+        check_int_option(overlap_repeats, "--overlap-repeats", 0, MAX_REPEATS)
+        check_int_option(overlap_bytes, "--overlap-bytes", 4, MAX_MESSAGE_BYTES)
         res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
                          overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
                          pattern=pattern)
-        write_text(out, format_nccl_tests(res))
+        files.write_text(out, format_nccl_tests(res))
     for n, t in zip(res.sizes, res.times, strict=True):
         typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
     if res.overlap_slowdown is not None:
@@ -198,22 +215,25 @@ def bench_ddp_cmd(
 ) -> None:
     """Run real DistributedDataParallel per policy or plan on local ranks; write measurements
     rows (needs torch)."""
-    from schedopt.measure.bench_ddp import bench_ddp, ddp_configs, write_rows
+    from schedopt.measure.bench_ddp import bench_ddp, ddp_configs, rows_csv
     from schedopt.measure.launch import Launch
 
-    with user_errors():
+    with user_errors(), output_files({"--out": out}) as files:
+        spec = Launch(procs, backend, threads, timeout).check()
+        check_int_option(iters, "--iters", 2, MAX_REPEATS)
+        check_int_option(warmup, "--warmup", 2, MAX_REPEATS)
+        check_int_option(rounds, "--rounds", 1, MAX_ROUNDS)
         tr, cl = load_trace(str(trace)), load_cluster(str(cluster))
         if cl.world_size != procs:
             raise SchedoptError(f"the cluster has {cl.world_size} ranks, --procs {procs}",
                                 "cluster", str(cluster))
-        spec = Launch(procs, backend, threads, timeout).check()
         configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
         rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
                          input_dtype=input_dtype, trace_path=trace, iters=iters,
                          warmup=warmup, rounds=rounds, bucket_view=bucket_view)
-        write_rows(out, rows, trace_ref=rel_to(trace, out.parent),
-                   cluster_ref=rel_to(cluster, out.parent), spec=spec, iters=iters,
-                   warmup=warmup)
+        files.write_text(out, rows_csv(rows, trace_ref=rel_to(trace, out.parent),
+                                       cluster_ref=rel_to(cluster, out.parent), spec=spec,
+                                       iters=iters, warmup=warmup))
     for r in rows:
         mark = "ok" if r.buckets_ok else "MISMATCH"
         typer.echo(f"{r.config.label}: {r.median_s * 1e3:.3f} ms (std {r.std_s * 1e3:.3f} ms, "

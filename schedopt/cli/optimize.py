@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -71,12 +70,17 @@ def tune_cmd(
 
     with user_errors(), output_files({"--plot": plot}) as files:
         check_figure_path(plot, "--plot")
-        names = list(FRAMEWORKS) if framework == "all" else [
+        check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
+        names = list(FRAMEWORKS) if framework.strip() == "all" else [
             f.strip() for f in framework.split(",") if f.strip()]
+        if not names:
+            raise SchedoptError(f"must name a framework (known: {', '.join(FRAMEWORKS)}, all)",
+                                "--framework", framework)
         for name in names:
             if name not in FRAMEWORKS:
                 raise SchedoptError(f"unknown framework (known: {', '.join(FRAMEWORKS)}, all)",
-                                    "framework", name)
+                                    "--framework", name)
+        names = list(dict.fromkeys(names))  # each framework once
         tr, cl = load_pair(trace, cluster, nodes)
         results, optimum = tune_all(tr, cl, names, time_limit_s=time_limit)
         rows = [r.as_dict() for r in results]
@@ -136,7 +140,7 @@ def optimize_cmd(
     from schedopt.optimize import solve
 
     with user_errors(), output_files({"--out": out}) as files:
-        check_float_option(time_limit, "--time-limit", -math.inf, MAX_SECONDS)  # (0 in options)
+        check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
         if work_limit is not None:
             check_float_option(work_limit, "--work-limit", 0.0, MAX_SECONDS)
         check_int_option(workers, "--workers", 1, 1024)
@@ -184,8 +188,12 @@ def _solve_options(tr: Trace, cl: Cluster, target: str | None, next_forward: str
     from schedopt.errors import from_validation_error
     from schedopt.optimize import SolveOptions
     from schedopt.optimize.sharding.options import sharded_options
-    from schedopt.study.targets import target_options
+    from schedopt.study.targets import TARGETS, target_options
 
+    if target is not None and target not in TARGETS:
+        raise SchedoptError(f"unknown target (known: {', '.join(TARGETS)})", "--target", target)
+    if next_forward not in ("wait-for-all", "per-layer"):
+        raise SchedoptError("must be wait-for-all or per-layer", "--next-forward", next_forward)
     cls = target_options(target, tr, cl, next_forward=next_forward, reorder=reorder,
                          partition=partition)
     try:

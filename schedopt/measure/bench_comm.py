@@ -62,6 +62,10 @@ __all__ = [
 _COMM_CALLS = 3
 
 
+#: Largest message ``--sizes`` may name (bytes; 16 GiB).
+MAX_MESSAGE_BYTES = 2**34
+
+
 # ------------------------------------------------------------------------------ bench-comm
 def parse_sizes(text: str) -> tuple[int, int]:
     """``MIN:MAX`` in bytes, with optional K, M, G suffixes (powers of 1024): ``4K:64M``.
@@ -75,13 +79,13 @@ def parse_sizes(text: str) -> tuple[int, int]:
     out = []
     parts = text.split(":")
     for part in parts:
-        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)(i?B)?\s*", part, re.IGNORECASE)
+        m = re.fullmatch(r"\s*(\d{1,18})\s*([KMG]?)(i?B)?\s*", part, re.IGNORECASE)
         if not m:
-            raise SchedoptError("write MIN:MAX in bytes (K, M, G suffixes allowed)", "sizes",
+            raise SchedoptError("write MIN:MAX in bytes (K, M, G suffixes allowed)", "--sizes",
                                 text)
         out.append(int(m.group(1)) * units[m.group(2).upper()])
-    if len(out) != 2 or out[0] < 4 or out[0] > out[1]:
-        raise SchedoptError("write MIN:MAX with 4 <= MIN <= MAX bytes", "sizes", text)
+    if len(out) != 2 or out[0] < 4 or out[0] > out[1] or out[1] > MAX_MESSAGE_BYTES:
+        raise SchedoptError("write MIN:MAX with 4 <= MIN <= MAX <= 16G bytes", "--sizes", text)
     return out[0], out[1]
 
 

@@ -46,7 +46,8 @@ from schedopt.policies import make_plan
 from schedopt.policies.ddp import ddp_buckets, ddp_limits
 from schedopt.policies.registry import parse_spec
 
-__all__ = ["DdpConfig", "DdpRow", "bench_ddp", "ddp_configs", "ddp_worker", "write_rows"]
+__all__ = ["DdpConfig", "DdpRow", "bench_ddp", "ddp_configs", "ddp_worker", "rows_csv",
+           "write_rows"]
 
 #: Policies bench-ddp runs without overlap (manual all-reduce after the backward).
 MANUAL_POLICIES = ("cntk", "sync-easgd")
@@ -356,6 +357,13 @@ def bench_ddp(configs: list[DdpConfig], spec: Launch, *, factory: str, input_sha
 def write_rows(path: Path, rows: list[DdpRow], *, trace_ref: str, cluster_ref: str,
                spec: Launch, iters: int, warmup: int) -> None:
     """Write the rows as a measurements CSV (docs/formats.md), atomically."""
+    write_text_atomic(path, rows_csv(rows, trace_ref=trace_ref, cluster_ref=cluster_ref,
+                                     spec=spec, iters=iters, warmup=warmup))
+
+
+def rows_csv(rows: list[DdpRow], *, trace_ref: str, cluster_ref: str, spec: Launch,
+             iters: int, warmup: int) -> str:
+    """The rows as the text of a measurements CSV (docs/formats.md)."""
     import csv
     import io
 
@@ -372,4 +380,4 @@ def write_rows(path: Path, rows: list[DdpRow], *, trace_ref: str, cluster_ref: s
             src += f"; {faults_text(r.faults)}"
         w.writerow([trace_ref, cluster_ref, "", r.config.policy, f"{r.median_s:.6g}",
                     f"{r.std_s:.3g}", len(r.times), src])
-    write_text_atomic(path, buf.getvalue())
+    return buf.getvalue()

@@ -233,6 +233,75 @@ def _parse_csv(lines: list[str], where: str) -> tuple[list[int], list[float], in
     return sizes, times, (ranks.pop() if ranks else None)
 
 
+#: A data row ``bytes,time_s[,ranks]`` in its plain form (the rows :func:`_parse_csv_fast`
+#: reads in bulk; any other form goes through :func:`_parse_csv`, which accepts or names it).
+_CSV_ROW = re.compile(r"^[ \t]*(\d{1,18})[ \t]*,[ \t]*([0-9.eE+-]{1,40})[ \t]*"
+                      r"(?:,[ \t]*(\d{1,9})[ \t]*)?$", re.MULTILINE)
+#: A blank or comment line.
+_CSV_OTHER = re.compile(r"^[ \t]*(?:#.*)?$", re.MULTILINE)
+#: Line ends other than ``\n`` that :meth:`str.splitlines` also splits at.
+_OTHER_LINE_ENDS = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028",
+                    "\u2029")
+#: Characters of text the bulk reader handles at a time (bounds its temporary lists).
+_CSV_CHUNK = 1 << 20
+
+
+def _csv_body(text: str) -> str | None:
+    """The text after a valid ``bytes,time_s[,ranks]`` header (comments and blank lines
+    before it skipped), or None when the first data line is not such a header."""
+    pos = 0
+    while pos < len(text):
+        end = text.find("\n", pos)
+        end = len(text) if end < 0 else end
+        line = text[pos:end]
+        if line.strip() and not line.startswith("#"):
+            tok = [t.strip() for t in line.strip().split(",")]
+            ok = tok[:2] == ["bytes", "time_s"] and tok[2:] in ([], ["ranks"])
+            return text[end + 1:] if ok else None
+        pos = end + 1
+    return None
+
+
+def _parse_csv_fast(text: str) -> tuple[np.ndarray, np.ndarray, int | None] | None:
+    """Read a measured table in bulk (linear time, one array per column, the text read a
+    chunk at a time); None when any line is not in the plain form or any value is out of
+    bounds, for :func:`_parse_csv` to read line by line and name the offending line."""
+    if any(end in text for end in _OTHER_LINE_ENDS):
+        return None
+    body = _csv_body(text)
+    if body is None:
+        return None
+    body = body.removesuffix("\n")
+    sizes: list[np.ndarray] = []
+    times: list[np.ndarray] = []
+    ranks: set[int] = set()
+    pos = 0
+    try:
+        while pos < len(body):
+            end = body.find("\n", min(pos + _CSV_CHUNK, len(body)))
+            end = len(body) if end < 0 else end
+            chunk = body[pos:end]
+            pos = end + 1
+            rows = _CSV_ROW.findall(chunk)
+            if len(rows) + len(_CSV_OTHER.findall(chunk)) != chunk.count("\n") + 1:
+                return None
+            if not rows:
+                continue
+            sizes.append(np.array([r[0] for r in rows]).astype(np.int64))
+            times.append(np.array([r[1] for r in rows]).astype(np.float64))
+            ranks.update(int(r) for r in {r[2] for r in rows} if r)
+    except (ValueError, OverflowError):
+        return None
+    if not sizes:
+        return None
+    n = np.concatenate(sizes)
+    t = np.concatenate(times)
+    if not (((n > 0) & (n <= MAX_BYTES)).all() and ((t > 0) & (t <= MAX_SECONDS)).all()
+            and min(ranks, default=2) >= 1 and len(ranks) <= 1):
+        return None
+    return n, t, (ranks.pop() if ranks else None)
+
+
 def parse_comm_text(text: str, *, where: str = "<text>", fmt: str | None = None) -> CommSamples:
     """Parse benchmark output held in a string (see :func:`parse_comm_file`).
 
@@ -245,6 +314,10 @@ def parse_comm_text(text: str, *, where: str = "<text>", fmt: str | None = None)
     fmt
         ``osu`` or ``nccl-tests``; None detects it.
     """
+    fast = _parse_csv_fast(text) if fmt in (None, "csv") else None
+    if fast is not None:  # a plain measured table, however long
+        return CommSamples(sizes=fast[0], times=fast[1], format="csv", ranks=fast[2],
+                           source=where)
     lines = text.splitlines()
     kind = fmt or _detect(lines)
     if kind == "osu":
@@ -364,6 +437,8 @@ def _stated(path: str | Path) -> dict[str, str]:
     except OSError:
         return {}
     out: dict[str, str] = {}
+    if "schedopt" not in text:
+        return out
     for line in text.splitlines():
         m = _STATED_LINE.match(line.strip())
         if m:

@@ -252,16 +252,41 @@ MAX_SEGMENTS = 8
 MIN_SEGMENT_POINTS = 3
 
 
-def _segment_table(x: np.ndarray, y: np.ndarray, min_points: int
+#: Most candidate breakpoints of :func:`fit_piecewise` (its tables grow as their square).
+MAX_BREAKPOINTS = 1024
+
+
+def _breakpoints(x: np.ndarray) -> np.ndarray:
+    """Indices into the sorted sizes ``x`` where a segment may start or end (0 and ``n``
+    included): every index when there are at most :data:`MAX_BREAKPOINTS` points; else only
+    between distinct sizes, and, past :data:`MAX_BREAKPOINTS` distinct sizes, between the
+    sizes at evenly spaced quantiles."""
+    n = len(x)
+    if n <= MAX_BREAKPOINTS:
+        return np.arange(n + 1)
+    cuts = np.r_[0, np.flatnonzero(np.diff(x) > 0) + 1, n]
+    if len(cuts) > MAX_BREAKPOINTS + 1:
+        pick = np.unique(np.linspace(0, len(cuts) - 1, MAX_BREAKPOINTS + 1).round()
+                         .astype(np.int64))
+        cuts = cuts[pick]
+    return cuts
+
+
+def _segment_table(x: np.ndarray, y: np.ndarray, min_points: int,
+                   bounds: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weighted least squares (weights ``1/y^2``: relative error) of a line over every run
-    ``x[i:j]`` of at least ``min_points`` sizes: squared-error sums and coefficients, each of
-    shape ``(n, n + 1)`` (infinite cost where a run is too short)."""
+    ``x[bounds[g]:bounds[h]]`` of at least ``min_points`` sizes: squared-error sums and
+    coefficients, each of shape ``(m, m + 1)`` for ``m + 1`` bounds (every index by default;
+    infinite cost where a run is too short)."""
+    bounds = np.arange(len(x) + 1) if bounds is None else bounds
     w = 1.0 / (y * y)
-    sums = [np.r_[0.0, np.cumsum(v)] for v in (w, w * x, w * x * x, w * y, w * x * y, w * y * y)]
-    i, j = np.meshgrid(np.arange(len(x)), np.arange(len(x) + 1), indexing="ij")
+    sums = [np.r_[0.0, np.cumsum(v)][bounds]
+            for v in (w, w * x, w * x * x, w * y, w * x * y, w * y * y)]
+    m = len(bounds) - 1
+    i, j = np.meshgrid(np.arange(m), np.arange(m + 1), indexing="ij")
     sw, sx, sxx, sy, sxy, syy = (s[j] - s[i] for s in sums)
-    ok = j - i >= min_points
+    ok = (j > i) & (bounds[j] - bounds[i] >= min_points)
     with np.errstate(divide="ignore", invalid="ignore"):
         det = sw * sxx - sx * sx
         b = np.where(det > 1e-12 * sw * sxx, (sw * sxy - sx * sy) / det, 0.0)
@@ -297,14 +322,14 @@ def _best_segmentations(cost: np.ndarray, k_max: int) -> list[list[tuple[int, in
     return out
 
 
-def _segments_of(runs: list[tuple[int, int]], x: np.ndarray, a: np.ndarray, b: np.ndarray
+def _segments_of(runs: list[tuple[int, int, float, float]], x: np.ndarray
                  ) -> tuple[CostSegment, ...]:
-    """Cost segments of ``runs``: each starts half-way between its first size and the last
-    size of the run before (the first at 0)."""
+    """Cost segments of ``runs`` (``x[i:j]`` and the line ``alpha + beta n`` fitted on it):
+    each starts half-way between its first size and the last size of the run before (the
+    first at 0)."""
     segs = []
-    for r, (i, j) in enumerate(runs):
+    for r, (i, _, alpha, beta) in enumerate(runs):
         start = 0 if r == 0 else int((x[i - 1] + x[i]) // 2) + 1
-        alpha, beta = float(a[i, j]), float(b[i, j])
         alpha = max(alpha, -beta * start)  # never a negative cost inside the segment
         segs.append(CostSegment(min_bytes=start, alpha_s=alpha, beta_s_per_byte=beta))
     return tuple(segs)
@@ -359,18 +384,20 @@ def fit_piecewise(samples: CommSamples, min_bytes: int | None = None, *,
         raise SchedoptError("a measured time is zero; relative errors are undefined",
                             "times", samples.source)
     k_max = segments or max_segments
-    cost, a, b = _segment_table(x, y, min(MIN_SEGMENT_POINTS, len(x)))
+    bounds = _breakpoints(x)
+    cost, a, b = _segment_table(x, y, min(MIN_SEGMENT_POINTS, len(x)), bounds)
     table = _best_segmentations(cost, k_max)
-    candidates = [(k + 1, runs) for k, runs in enumerate(table) if runs]
+    candidates = [(k + 1, [(int(bounds[g]), int(bounds[h]), float(a[g, h]), float(b[g, h]))
+                           for g, h in runs]) for k, runs in enumerate(table) if runs]
     if segments is not None:
         candidates = [c for c in candidates if c[0] == segments] or candidates[-1:]
     chosen = candidates[-1][1]
     for _, runs in candidates:
-        rel = np.abs(_predict(_segments_of(runs, x, a, b), x) - y) / y
+        rel = np.abs(_predict(_segments_of(runs, x), x) - y) / y
         if segments is not None or float(np.median(rel)) <= tolerance:
             chosen = runs
             break
-    segs = _segments_of(chosen, x, a, b)
+    segs = _segments_of(chosen, x)
     pred = _predict(segs, x)
     ss_tot = float(((y - y.mean()) ** 2).sum())
     r2 = 1.0 - float(((y - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
@@ -489,8 +516,11 @@ def table_curve(samples: CommSamples, min_bytes: int | None = None) -> AllReduce
         raise SchedoptError(
             f"fewer than two distinct message sizes at or above it in {samples.source or 'data'}",
             "min_bytes", lo)
-    times = np.array([float(np.median(samples.times[keep][samples.sizes[keep] == n]))
-                      for n in sizes])
+    order = np.lexsort((samples.times[keep], samples.sizes[keep]))
+    by_size, by_time = samples.sizes[keep][order], samples.times[keep][order]
+    first = np.searchsorted(by_size, sizes, side="left")
+    count = np.searchsorted(by_size, sizes, side="right") - first
+    times = (by_time[first + (count - 1) // 2] + by_time[first + count // 2]) / 2  # medians
     times = np.maximum.accumulate(times)
     x = sizes.astype(float)
     segs: list[CostSegment] = []

@@ -94,9 +94,10 @@ class GemmModel:
     """Time of one matrix product ``(b x) [m, k] @ [k, n]`` from its shape.
 
     ``eff = best x tile x wave x k / (k + k_half) x (unaligned if a dimension is not a multiple of
-    align, odd if one is odd)``, with split-K when there are fewer output tiles than ``units``, with ``tile = m n / (ceil(m/T) T ceil(n/T) T)`` and ``wave = tiles / (ceil(tiles /
-    units) units)`` for the better of a 128 tile and a 64 tile (the latter at ``small_tile``
-    efficiency); time = ``max(2 b m n k / (peak x eff), bytes / bandwidth, kernel_s)``.
+    align, odd if one is odd)``, with ``tile = m n / (ceil(m/T) T ceil(n/T) T)`` and ``wave =
+    tiles / (ceil(tiles / units) units)`` (split-K when there are fewer tiles than units), for
+    the better of a 128 tile and a 64 tile (the latter at ``small_tile`` efficiency); time =
+    ``max(2 b m n k / (peak x eff), bytes / bandwidth, kernel_s)``.
 
     Attributes
     ----------
@@ -770,7 +771,7 @@ def _flash_attention(causal: bool) -> Iterator[None]:
             q, k, v, dropout_p, causal or bool(is_causal), False, scale=scale
         )[0]
 
-    torch.nn.functional.scaled_dot_product_attention = flash
+    torch.nn.functional.scaled_dot_product_attention = flash  # type: ignore[assignment]
     try:
         yield
     finally:
@@ -802,7 +803,7 @@ def _build(spec: ModelSpec, attention: str, batch: int, seq: int,
     if spec.kind == "bert":
         from transformers import BertConfig, BertModel
 
-        cfg = BertConfig(**spec.config, attn_implementation=attn)
+        cfg = BertConfig(**spec.config, attn_implementation=attn)  # type: ignore[call-arg]
         with torch.device("meta"):
             model = BertModel(cfg).to(dtype)
             ids = torch.zeros(batch, seq, dtype=torch.long)
@@ -888,7 +889,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
     if missing:
         raise RuntimeError(f"{ts.name}: layers never run: {missing[:3]}")
     itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
-    layers = []
+    layers: list[dict[str, Any]] = []
     extra = 0.0
     for lname in costs.order:
         fwd = costs.time[lname]

@@ -28,10 +28,17 @@ from typing import Any
 
 from schedopt.errors import SchedoptError
 
-__all__ = ["BACKENDS", "Launch", "launch", "write_text_atomic"]
+__all__ = ["BACKENDS", "MAX_PROCS", "MAX_THREADS", "MAX_TIMEOUT_S", "Launch", "launch",
+           "write_text_atomic"]
 
 #: Backends the benchmarks accept.
 BACKENDS = ("gloo", "nccl")
+#: Most local ranks one run starts (one machine).
+MAX_PROCS = 64
+#: Most threads of one rank.
+MAX_THREADS = 1024
+#: Longest time limit of one run (seconds; 7 days).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 @dataclass(frozen=True)
 class Launch:
@@ -40,7 +47,7 @@ class Launch:
     Attributes
     ----------
     procs
-        Number of local processes (ranks), at least 2.
+        Number of local processes (ranks), 2 to :data:`MAX_PROCS`.
     backend
         ``gloo`` (CPU tensors over loopback) or ``nccl`` (one GPU per rank).
     threads
@@ -55,15 +62,23 @@ class Launch:
     timeout_s: float = 600.0
 
     def check(self) -> Launch:
-        """Raise a :class:`SchedoptError` naming a bad field; return self."""
-        if self.procs < 2:
-            raise SchedoptError("needs at least 2 processes", "procs", self.procs)
+        """Raise a :class:`SchedoptError` naming the command-line option of a bad field
+        (``--procs``, ``--backend``, ``--threads``, ``--timeout``); return self."""
+        if isinstance(self.procs, bool) or not isinstance(self.procs, int) or not (
+                2 <= self.procs <= MAX_PROCS):
+            raise SchedoptError(f"must be an integer from 2 to {MAX_PROCS} local processes",
+                                "--procs", self.procs)
         if self.backend not in BACKENDS:
-            raise SchedoptError(f"must be one of {', '.join(BACKENDS)}", "backend", self.backend)
-        if self.threads < 1:
-            raise SchedoptError("must be a positive integer", "threads", self.threads)
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise SchedoptError("must be a positive number of seconds", "timeout", self.timeout_s)
+            raise SchedoptError(f"must be one of {', '.join(BACKENDS)}", "--backend",
+                                self.backend)
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or not (
+                1 <= self.threads <= MAX_THREADS):
+            raise SchedoptError(f"must be an integer from 1 to {MAX_THREADS}", "--threads",
+                                self.threads)
+        if not (isinstance(self.timeout_s, int | float) and math.isfinite(self.timeout_s)
+                and 0 < self.timeout_s <= MAX_TIMEOUT_S):
+            raise SchedoptError(f"must be a number of seconds above 0 and at most "
+                                f"{MAX_TIMEOUT_S:,.0f} (7 days)", "--timeout", self.timeout_s)
         return self
 
 

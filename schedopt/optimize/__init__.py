@@ -13,19 +13,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# `solve` is also a module's name: bound here so that it stays the function.
-from schedopt.optimize.solve import solve as solve
-
 if TYPE_CHECKING:  # pragma: no cover
     from schedopt.optimize.options import SolveOptions as SolveOptions
     from schedopt.optimize.result import BaselineRow as BaselineRow
     from schedopt.optimize.result import Method as Method
     from schedopt.optimize.result import SolveResult as SolveResult
     from schedopt.optimize.result import Status as Status
+    from schedopt.optimize.solver import solve as solve
 
 _EXPORTS = {"SolveOptions": "schedopt.optimize.options", "BaselineRow": "schedopt.optimize.result",
             "Method": "schedopt.optimize.result", "SolveResult": "schedopt.optimize.result",
-            "Status": "schedopt.optimize.result", "solve": "schedopt.optimize.solve"}
+            "Status": "schedopt.optimize.result", "solve": "schedopt.optimize.solver"}
 
 
 def __getattr__(name: str) -> Any:

@@ -49,7 +49,7 @@ from schedopt.optimize.heuristics import schrage_order
 from schedopt.optimize.instance import Instance, Segments, build_instance
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.result import Status
-from schedopt.optimize.solve import solve
+from schedopt.optimize.solver import solve
 from schedopt.policies import POLICIES
 from schedopt.simulate.scenarios import (
     DIMENSIONS,
