@@ -233,6 +233,12 @@ SRC_HDR = "200 Gb IB HDR 24 GB/s per NIC (FACTS.md), 5 us per step (as EDR, FACT
 SRC_NDR = "400 Gb IB NDR 46 GB/s per NIC (FACTS.md: 46-48), 5 us per step (as EDR, FACTS.md)"
 
 
+#: Host cost of one NCCL collective call (s): ~2.5 us inside ncclGroupStart/ncclAllReduce/
+#: ncclGroupEnd (NVIDIA/nccl#1765) plus c10d's call and the kernel launch (nccl-tests' 0-byte op
+#: 5.5 us, NVIDIA/nccl-tests#128; an eager op 5-7 us, pytorch/pytorch#41383); docs/instances.md.
+NCCL_LAUNCH_S = 1e-5
+
+
 def _c(**kw: Any) -> Cluster:
     return Cluster.model_validate(kw)
 
@@ -247,7 +253,7 @@ def clusters() -> dict[str, Cluster | ClusterFamily]:
                f" experiments; {SRC_PCIE}; h2d and GPU-to-GPU traffic share PCIe.")
     out["dgx1-v100"] = _c(
         name="dgx1-v100", nodes=1, gpus_per_node=8, gpu="Tesla V100 SXM2", intra_link=NVLINK2,
-        collective="ring",
+        collective="ring", launch_overhead_s=NCCL_LAUNCH_S,
         source=f"NVIDIA DGX-1 with 8 V100 (NVLink2 hybrid cube mesh); {SRC_NVL2}.")
     out["k80-4x4-10gbe"] = _c(
         name="k80-4x4-10gbe", nodes=4, gpus_per_node=4, gpu="Tesla K80", intra_link=PCIE3,
@@ -271,11 +277,12 @@ def clusters() -> dict[str, Cluster | ClusterFamily]:
                f" intra: {SRC_NVL2}; inter: {SRC_EDR}.")
     out["dgx-a100"] = _c(
         name="dgx-a100", nodes=1, gpus_per_node=8, gpu="A100 SXM4 80GB", intra_link=NVSWITCH_A100,
-        collective="ring", source=f"One NVIDIA DGX A100 (8 A100, NVSwitch); {SRC_NVS_A}.")
+        collective="ring", launch_overhead_s=NCCL_LAUNCH_S,
+        source=f"One NVIDIA DGX A100 (8 A100, NVSwitch); {SRC_NVS_A}.")
     a100_4n = {
         "name": "dgx-a100-4n", "nodes": 4, "gpus_per_node": 8, "gpu": "A100 SXM4 80GB",
         "intra_link": NVSWITCH_A100, "inter_link": IB_HDR, "nics_per_node": 8,
-        "collective": "ring",
+        "collective": "ring", "launch_overhead_s": NCCL_LAUNCH_S,
         "source": f"4 DGX A100 (8 A100, NVSwitch, 8 x 200 Gb HDR InfiniBand compute NICs per"
                   f" node); intra: {SRC_NVS_A}; inter: {SRC_HDR}.",
     }
@@ -292,11 +299,12 @@ def clusters() -> dict[str, Cluster | ClusterFamily]:
     }))
     out["dgx-h100"] = _c(
         name="dgx-h100", nodes=1, gpus_per_node=8, gpu="H100 SXM5 80GB", intra_link=NVSWITCH_H100,
-        collective="ring", source=f"One NVIDIA DGX H100 (8 H100, NVSwitch); {SRC_NVS_H}.")
+        collective="ring", launch_overhead_s=NCCL_LAUNCH_S,
+        source=f"One NVIDIA DGX H100 (8 H100, NVSwitch); {SRC_NVS_H}.")
     h100_4n = {
         "name": "dgx-h100-4n", "nodes": 4, "gpus_per_node": 8, "gpu": "H100 SXM5 80GB",
         "intra_link": NVSWITCH_H100, "inter_link": IB_NDR, "nics_per_node": 8,
-        "collective": "ring",
+        "collective": "ring", "launch_overhead_s": NCCL_LAUNCH_S,
         "source": f"4 DGX H100 (8 H100, NVSwitch, 8 x 400 Gb NDR InfiniBand compute NICs per"
                   f" node); intra: {SRC_NVS_H}; inter: {SRC_NDR}.",
     }

@@ -16,7 +16,7 @@ Nothing heavy is imported here: each function loads its stage when called.
 from __future__ import annotations
 
 import importlib as _importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from schedopt.api import Stage as _Stage
 from schedopt.api import calibrate as calibrate
@@ -26,6 +26,7 @@ from schedopt.api import load_trace as load_trace
 from schedopt.api import make_plan as make_plan
 from schedopt.api import validate as validate
 from schedopt.errors import SchedoptError as SchedoptError
+from schedopt.lazy import lazy_names as _lazy_names
 
 # ``simulate``, ``optimize`` and ``emit`` are stage packages and API functions at once: the
 # packages (light: their names load on first use) are callable, ``schedopt.simulate(trace,
@@ -49,10 +50,7 @@ _TYPES = {"Cluster": "schedopt.model.cluster", "ClusterFamily": "schedopt.model.
           "Schedule": "schedopt.model.plan", "Trace": "schedopt.model.trace"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _TYPES:
-        return getattr(_importlib.import_module(_TYPES[name]), name)
-    raise AttributeError(f"module 'schedopt' has no attribute {name!r}")
+__getattr__ = _lazy_names("schedopt", _TYPES)
 
 
 __all__ = ["Cluster", "ClusterFamily", "Link", "Plan", "SchedoptError", "Schedule", "Trace",

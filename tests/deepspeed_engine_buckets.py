@@ -6,8 +6,9 @@ with ``DS_ACCELERATOR=cpu`` and ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MAS
 ``{"traces": {name: [[tensor, numel, dtype], ...]}, "cases": [{"trace": name,
 "config": {...}}, ...]}`` with tensors in forward (parameter) order; ``OUT.json`` gets, for every
 case, the buckets the engine reduced (lists of tensor names in reduction order), the elements of
-every all-reduce call of each ZeRO bucket, and the order in which autograd made the gradients
-ready.
+every all-reduce call of each ZeRO bucket, the elements and communication dtype of every
+all-reduce the engine itself issues (stage 0's fallback, ``BF16_Optimizer``'s flat buffer), the
+optimizer class the engine chose, and the order in which autograd made the gradients ready.
 
 The model has one 1-D parameter per trace tensor (its numel and dtype); the forward adds, layer by
 layer in forward order and tensor by tensor in list order, the sum of each parameter to a running
@@ -67,6 +68,7 @@ def run_case(tensors: list[list], config: dict) -> dict:
         p.register_post_accumulate_grad_hook(lambda _p, n=n: ready.append(n))
     buckets: list[list[str]] = []
     calls: list[list[int]] = []  # elements of every collective, per bucket
+    wire: list[list] = []  # the engine's all-reduces: [elements, communication dtype]
     saved = (DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy,
              DeepSpeedZeroOptimizer.allreduce_and_copy_with_multiple_ranks)
 
@@ -81,9 +83,17 @@ def run_case(tensors: list[list], config: dict) -> dict:
         calls[-1].append(sum(int(t.numel()) for t in small_bucket))
         return saved[2](self, small_bucket, *args, **kwargs)
 
-    def fallback_allreduce(self, small_bucket, *args, **kwargs):  # stage 0 fallback
-        by_ptr = {p.grad.data_ptr(): name_of[id(p)] for p in model.params}
-        buckets.append([by_ptr[t.data_ptr()] for t in small_bucket])
+    def fallback_allreduce(self, small_bucket, *args, **kwargs):  # the engine's all-reduce
+        by_ptr = {p.grad.data_ptr(): [name_of[id(p)]] for p in model.params
+                  if p.grad is not None}
+        # BF16_Optimizer hands over its flat fp32 gradient buffer (one per parameter group)
+        flats = getattr(self.optimizer, "fp32_groups_gradients_flat", [])
+        groups = getattr(self.optimizer, "bf16_groups", [])
+        by_ptr.update({f.data_ptr(): [name_of[id(p)] for p in g]
+                       for f, g in zip(flats, groups, strict=True)})
+        buckets.append([n for t in small_bucket for n in by_ptr[t.data_ptr()]])
+        wire.append([sum(int(t.numel()) for t in small_bucket),
+                     str(self.communication_data_type).removeprefix("torch.")])
         return saved[1](self, small_bucket, *args, **kwargs)
 
     DeepSpeedZeroOptimizer.average_tensor = zero_average
@@ -96,6 +106,7 @@ def run_case(tensors: list[list], config: dict) -> dict:
                **config}
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(),
                                           config=cfg)
+        optimizer = type(engine.optimizer).__name__
         loss = engine(torch.zeros(1))
         engine.backward(loss)
         engine.step()
@@ -105,7 +116,8 @@ def run_case(tensors: list[list], config: dict) -> dict:
     finally:
         (DeepSpeedZeroOptimizer.average_tensor, DeepSpeedEngine.allreduce_and_copy,
          DeepSpeedZeroOptimizer.allreduce_and_copy_with_multiple_ranks) = saved
-    return {"buckets": buckets, "calls": calls, "ready": ready}
+    return {"buckets": buckets, "calls": calls, "ready": ready, "wire": wire,
+            "optimizer": optimizer}
 
 
 def main() -> None:

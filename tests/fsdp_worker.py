@@ -62,7 +62,8 @@ def tiny_trace() -> Trace:
         own = list(module.named_parameters(recurse=False))
         if own and next(module.children(), None) is None:
             layers.append({"name": name, "forward_s": 1e-4, "backward_s": 2e-4, "tensors": [
-                {"name": f"{name}.{p}", "bytes": t.numel() * 4} for p, t in own]})
+                {"name": f"{name}.{p}", "bytes": t.numel() * 4,
+                 **({"rows": t.shape[0]} if t.dim() >= 2 else {})} for p, t in own]})
     return Trace.model_validate({"name": "tiny", "batch_size": BATCH, "layers": layers})
 
 
@@ -108,6 +109,16 @@ def main(argv: list[str]) -> int:
     trace = tiny_trace()
     dist.init_process_group("gloo", init_method=f"file://{argv[3]}", rank=rank,
                             world_size=world)
+    # every all-gather (output elements) and reduce-scatter (input elements) FSDP2 issues
+    comms: list[list] = []
+    step = [-1]
+    for attr, kind, arg in (("all_gather_single", "ag", 0), ("reduce_scatter_single", "rs", 1)):
+        def record(*args, _fn=getattr(dist, attr), _kind=kind, _arg=arg, **kwargs):
+            big = kwargs.get("input" if _arg else "output", args[_arg] if len(args) > _arg
+                             else None)
+            comms.append([step[0], _kind, int(big.numel()), str(big.dtype)])
+            return _fn(*args, **kwargs)
+        setattr(dist, attr, record)
     torch.manual_seed(SEED)
     model = apply_sharded_plan(Tiny(), trace, plan)
     groups = fsdp_groups(model)
@@ -125,6 +136,7 @@ def main(argv: list[str]) -> int:
     xs, ys = data(world, steps)
     losses = []
     for s in range(steps):
+        step[0] = s
         x = xs[s, rank * BATCH:(rank + 1) * BATCH]
         y = ys[s, rank * BATCH:(rank + 1) * BATCH]
         micro = list(zip(x.chunk(plan.accumulate), y.chunk(plan.accumulate), strict=True))
@@ -136,7 +148,7 @@ def main(argv: list[str]) -> int:
     if rank == 0:
         Path(argv[5]).write_text(json.dumps({
             "groups": groups, "snippet_groups": snippet_groups, "losses": losses,
-            "reduce_dtypes": reduce_dtypes,
+            "reduce_dtypes": reduce_dtypes, "comms": comms,
             "reference": reference_losses(world, steps, plan.accumulate)}))
     return 0
 

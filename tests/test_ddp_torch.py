@@ -17,7 +17,7 @@ import pytest
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
 from schedopt.policies import make_plan
-from schedopt.policies.ddp import ddp_limits
+from schedopt.policies.ddp import ddp_construction_limits, ddp_limits
 from schedopt.simulate.simulator import simulate
 
 torch = pytest.importorskip("torch")
@@ -216,3 +216,133 @@ def test_real_ddp_rebuilt_buckets(tmp_path: Path) -> None:
     # the mixed dtypes really produce buckets that are not contiguous in ready order
     assert any(sorted(b) != list(range(min(b), max(b) + 1))
                for run in runs for b in run["buckets"])
+
+
+# ------------------------------------------------- find_unused_parameters: no bucket rebuild
+
+def torch_construction(model, limits: list[int]) -> list[list[int]]:
+    """The buckets DDP hands its reducer at construction (``_ddp_init_helper``)."""
+    params = list(model.parameters())
+    buckets, _ = dist._compute_bucket_assignment_by_size(params, limits, [False] * len(params))
+    return [list(b) for b in reversed(buckets)]
+
+
+def _construction_limits(knobs: dict) -> list[int]:
+    return ddp_construction_limits(
+        ddp_limits(knobs.get("bucket_cap_mb"), knobs.get("first_bucket_mb"),
+                   knobs.get("bucket_cap_mb_list")),
+        knobs.get("bucket_cap_mb_list") is not None)
+
+
+def test_construction_limits_match_ddp_config() -> None:
+    config = getattr(torch.nn.parallel.distributed, "_BucketCapacityConfig", None)
+    if config is None:
+        pytest.skip("this torch has no _BucketCapacityConfig")
+    for cap, caps in [(None, None), (5, None), (0.5, None), (25, None), (None, [1.5, 10, 3.25])]:
+        limits, _ = config.create(cap, caps, False).compute_bucket_size_limits(
+            static_graph=False, find_unused_parameters=True)
+        assert _construction_limits({"bucket_cap_mb": cap, "bucket_cap_mb_list": caps}) == limits
+
+
+@pytest.mark.parametrize("model_name", ["resnet50", "bert-base", "gpt2"])
+@pytest.mark.parametrize("mix", ["float32", "mixed3"])
+def test_same_construction_buckets_as_torch(model_name: str, mix: str) -> None:
+    with torch.device("meta"):
+        model = _models()[model_name]()
+    _mix(model, mix)
+    trace, order = trace_of(model)
+    for knobs in KNOBS:
+        plan = make_plan("ddp", trace, CLUSTER, find_unused_parameters=True, **knobs)
+        expected = torch_construction(model, _construction_limits(knobs))
+        assert as_indices(plan.buckets, order) == expected, knobs
+        # static_graph rebuilds whatever find_unused_parameters says
+        rebuilt = make_plan("ddp", trace, CLUSTER, find_unused_parameters=True,
+                            static_graph=True, **knobs)
+        assert rebuilt.buckets == make_plan("ddp", trace, CLUSTER, **knobs).buckets
+
+
+RUN_UNUSED = textwrap.dedent("""
+    import json, sys, os
+    import torch, torch.nn as nn, torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+    layers, configs, rank, init = json.loads(sys.argv[1])
+    dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=2)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.ModuleList(nn.Linear(i, o).to(getattr(torch, d)) for i, o, d in layers)
+
+        def forward(self, x):
+            for f in self.fc:
+                x = f(x.to(f.weight.dtype))
+            return x.float()
+
+    out = []
+    for knobs in configs:
+        torch.manual_seed(0)
+        net = Net()
+        index = {id(p): i for i, p in enumerate(net.parameters())}
+        ddp = nn.parallel.DistributedDataParallel(net, **knobs)
+        launched = []
+
+        def hook(state, bucket):
+            launched.append([bucket.index(), [index[id(p)] for p in bucket.parameters()]])
+            return allreduce_hook(state, bucket)
+
+        ddp.register_comm_hook(None, hook)
+        iterations = []
+        for _ in range(4):
+            launched.clear()
+            ddp(torch.randn(4, layers[0][0])).sum().backward()
+            iterations.append(list(launched))
+        data = ddp._get_ddp_logging_data()
+        out.append({"iterations": iterations, "rebuilt": data.get("has_rebuilt_buckets")})
+    dist.destroy_process_group()
+    if rank == 0:
+        print(json.dumps(out))
+""")
+
+RUN_UNUSED_KNOBS = [{}, {"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1},
+                    {"bucket_cap_mb": 0.05}, {"bucket_cap_mb_list": [0.2, 1.5, 0.6]},
+                    {"bucket_cap_mb": 0.5, "static_graph": True}]
+
+
+@pytest.mark.slow
+def test_real_ddp_find_unused_parameters_keeps_construction_buckets(tmp_path: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
+    configs = [dict(k, find_unused_parameters=True) for k in RUN_UNUSED_KNOBS]
+    init = str(tmp_path / "rendezvous")
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", RUN_UNUSED, json.dumps([LAYERS, configs, rank, init])],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for rank in range(2)]
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=240))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc, (_, err) in zip(procs, outputs, strict=True):
+        if proc.returncode != 0:
+            pytest.fail(f"DDP run failed:\n{err[-3000:]}")
+    runs = json.loads(outputs[0][0].strip().splitlines()[-1])
+    trace = _layers_trace()
+    order = [t.name for t in trace.tensor_list]
+    for knobs, run in zip(RUN_UNUSED_KNOBS, runs, strict=True):
+        plan = make_plan("ddp", trace, CLUSTER, find_unused_parameters=True, **knobs)
+        expected = [[k, b] for k, b in enumerate(as_indices(plan.buckets, order))]
+        if knobs.get("static_graph"):
+            # rebuilt after the first iterations; the steady state is the rebuilt one
+            assert run["iterations"][-1] == expected, knobs
+            continue
+        assert run["rebuilt"] == 0
+        # the same buckets, launched in index order, at every iteration
+        assert run["iterations"] == [expected] * 4, knobs
+        simulate(trace, CLUSTER, plan)
+    # parameter-order buckets differ from the rebuilt ones
+    assert (make_plan("ddp", trace, CLUSTER, find_unused_parameters=True).buckets
+            != make_plan("ddp", trace, CLUSTER).buckets)

@@ -217,6 +217,59 @@ def test_deepspeed_engine_splits_calls_at_partition_boundaries(
     assert splits == (2 if not full else 4)
 
 
+BF16_CONFIGS = [
+    # (policy knobs, DeepSpeed config): BF16_Optimizer twice, then the ZeRO optimizer
+    ("zero_stage=1,bf16=true,grad_accum_dtype=fp32",
+     {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
+      "zero_optimization": {"stage": 1}}),
+    ("zero_stage=1,bf16=true,grad_accum_dtype=fp32,communication_data_type=fp32,"
+     "reduce_bucket_size=100,overlap_comm=true",
+     {"bf16": {"enabled": True}, "data_types": {"grad_accum_dtype": "fp32"},
+      "communication_data_type": "fp32",
+      "zero_optimization": {"stage": 1, "reduce_bucket_size": 100, "overlap_comm": True}}),
+    ("zero_stage=1,bf16=true,reduce_bucket_size=100",
+     {"bf16": {"enabled": True}, "zero_optimization": {"stage": 1, "reduce_bucket_size": 100}}),
+]
+
+
+def test_deepspeed_bf16_optimizer_reduces_one_flat_buffer(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Stage 1 with bf16 and fp32 gradient accumulation: the engine picks BF16_Optimizer, which
+    all-reduces its whole flat gradient buffer once, after the backward, in the communication
+    dtype; the plan is that one bucket (2 ranks; 1,201 elements padded to 1,204)."""
+    full = os.environ.get("SCHEDOPT_DEEPSPEED_FULL") == "1"
+    trs = {"abc": Trace.model_validate({"name": "abc", "batch_size": 1, "layers": [
+        {"name": n, "forward_s": 0.0, "backward_s": 0.001,
+         "tensors": [{"name": n, "bytes": 2 * k, "dtype": "bfloat16"}]}
+        for n, k in (("a", 301), ("b", 500), ("c", 400))]})}
+    todo = [("abc", f"deepspeed:{spec}", cfg) for spec, cfg in BF16_CONFIGS]
+    runs = [(2, trs, todo)]
+    if full:
+        gpt2 = {"gpt2-124m": load_trace("gpt2-124m-a100-bf16")}
+        runs.append((1, gpt2, [("gpt2-124m", f"deepspeed:{spec}", cfg)
+                               for spec, cfg in BF16_CONFIGS[:1]]))
+    for ranks, these, cases_ in runs:
+        results = run_engine(tmp_path_factory.mktemp(f"bf16-{ranks}"), these, cases_, ranks,
+                             600 if full else 240)
+        cluster = Cluster.model_validate({**ONE_RANK.model_dump(), "nodes": ranks})
+        for (name, spec, cfg), got in zip(cases_, results, strict=True):
+            trace = these[name]
+            plan = make_plan(spec, trace, cluster)
+            numel = sum(t.numel for t in trace.tensor_list)
+            if "grad_accum_dtype" not in cfg.get("data_types", {}):
+                assert got["optimizer"] == "DeepSpeedZeroOptimizer"
+                assert got["buckets"] == whole(plan), spec
+                continue
+            assert got["optimizer"] == "BF16_Optimizer"
+            assert got["buckets"] == plan.buckets == [[t.name for t in trace.tensor_list]]
+            assert not got["calls"] and not plan.overlap
+            # one all-reduce of the padded buffer, in the plan's communication dtype
+            [[elements, dtype]] = got["wire"]
+            assert dtype == plan.comm_dtype, spec
+            assert elements == -(-numel // (2 * ranks)) * 2 * ranks, spec
+            assert name != "abc" or elements == 1204
+
+
 def test_deepspeed_engine_cases_that_differed(engine_results: tuple) -> None:
     """The pinned cases, as the engine formed them (expected buckets written out)."""
     todo, results, _ = engine_results

@@ -94,6 +94,111 @@ def test_fsdp_groups_are_the_units_and_training_matches(tmp_path: Path, case: st
     for got, ref in zip(out["losses"], out["reference"], strict=True):
         assert got == pytest.approx(ref, rel=REL_TOL)
     assert out["losses"][1] < out["losses"][0]  # the step did train
+    # the collectives move the units' bytes with every first dimension padded to a multiple of
+    # the world size (head: weight [3, 8] and bias [3] gathered as [4, 8] and [4])
+    _check_padded_collectives(plan, out["comms"])
+
+
+def _check_padded_collectives(plan: Plan, comms: list) -> None:
+    from schedopt.model.cluster import Cluster
+    from schedopt.model.sharded import shard_units
+    from tests.fsdp_worker import tiny_trace
+
+    assert plan.sharding is not None
+    cluster = Cluster.model_validate({
+        "name": "w", "nodes": WORLD, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1e9}})
+    trace = tiny_trace()
+    padded = plan.model_copy(update={"sharding": plan.sharding.model_copy(
+        update={"padding": "dim0"})})
+    units = shard_units(trace, cluster, padded)
+    gathered = [int(b) // 4 for b in units.param_bytes]
+    reduced = [int(b) // 4 for b in units.grad_bytes]
+    plain = shard_units(trace, cluster, plan)
+    assert "head" in plan.sharding.units[-1] and gathered[-1] == 36
+    assert [int(b) // 4 for b in plain.param_bytes][-1] == 27
+    for step in (0, 1):
+        ag = [n for s, kind, n, _ in comms if s == step and kind == "ag"]
+        rs = [n for s, kind, n, _ in comms if s == step and kind == "rs"]
+        assert set(ag) == set(gathered) and ag[:len(gathered)] == gathered
+        assert rs == reduced[::-1]  # one reduce-scatter per unit, in backward order
+
+
+#: FSDP2 and a group of two dtypes: refused when both are trainable, accepted when the
+#: float64 one is frozen (only trainable parameters must share a dtype)
+MIXED = """
+import json, sys
+import torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+rank, init = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=2)
+
+
+class Two(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4).double()
+
+    def forward(self, x):
+        return self.b(self.a(x).double())
+
+
+out = {}
+for frozen in (False, True):
+    model = Two()
+    model.b.requires_grad_(not frozen)
+    fully_shard(model)
+    try:
+        model(torch.randn(2, 4)).sum().backward()
+        out[str(frozen)] = "ok"
+    except Exception as exc:
+        out[str(frozen)] = type(exc).__name__ + ": " + str(exc)
+dist.barrier()
+dist.destroy_process_group()
+if rank == 0:
+    print(json.dumps(out))
+"""
+
+
+def test_fsdp2_refuses_a_group_of_two_dtypes(tmp_path: Path) -> None:
+    from schedopt.emit.fsdp import fsdp_config
+    from schedopt.errors import SchedoptError
+    from schedopt.model.trace import Trace
+    from schedopt.policies import make_plan
+    from tests.test_sharded_policies import _cluster
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", MIXED, str(r), str(tmp_path / "rdv")],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(WORLD)]
+    outs = []
+    try:
+        outs = [proc.communicate(timeout=TIMEOUT_S) for proc in procs]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    assert all(proc.returncode == 0 for proc in procs), outs[0][1][-2000:] if outs else ""
+    got = json.loads(outs[0][0].strip().splitlines()[-1])
+    assert "uniform original parameter dtype" in got["False"]
+    assert got["True"] == "ok"
+    # the policy and the emitter refuse such a group
+    trace = Trace.model_validate({"name": "m", "batch_size": 1, "layers": [
+        {"name": n, "forward_s": 1e-3, "backward_s": 1e-3, "tensors": [
+            {"name": f"{n}.weight", "bytes": 16 * k, "dtype": d}]}
+        for n, k, d in (("emb", 4, "float32"), ("h.0.fc", 4, "float32"),
+                        ("h.1.fc", 8, "float64"), ("head", 4, "float64"))]})
+    with pytest.raises(SchedoptError, match=r"fsdp\.root\[0\].*several dtypes"):
+        make_plan("fsdp", trace, _cluster())
+    with pytest.raises(SchedoptError, match=r"fsdp\.units\[1\].*several dtypes"):
+        make_plan("fsdp:wrap=child", trace, _cluster())  # units emb, h, head: h mixes
+    bad = Plan.model_validate({"policy": "hand", "sharding": {"mode": "full", "units": [
+        ["emb", "h.0.fc", "h.1.fc"], ["head"]]}, "buckets": [["head.weight"], [
+        "emb.weight", "h.0.fc.weight", "h.1.fc.weight"]]})
+    with pytest.raises(SchedoptError, match="several dtypes"):
+        fsdp_config(trace, bad)
 
 
 def test_applying_without_a_process_group_is_one_error() -> None:

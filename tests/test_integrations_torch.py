@@ -391,3 +391,19 @@ def test_profile_counts_the_page_faults_that_freed_gradients_cost() -> None:
     kept = faults(MALLOC_TRIM_THRESHOLD_="4000000000", MALLOC_MMAP_THRESHOLD_="4000000000")
     assert fresh >= 0.9 * pages
     assert kept <= fresh
+
+
+def test_profile_records_the_launching_threads_time() -> None:
+    """Host time per layer (CPU time of the thread that runs the passes) is present, positive
+    and, on CPU where that thread also runs the kernels, at most the layer's wall time."""
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(nn.Linear(256, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(),
+                          nn.Linear(256, 4))
+    trace = profile_model(model, torch.randn(64, 256), name="m", batch_size=64, repeats=3,
+                          warmup=1, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    assert trace.has_host and trace.host_update_s > 0
+    for la in trace.layers:
+        assert 0 < la.host_forward_s <= la.forward_s
+        assert 0 < la.host_backward_s <= la.backward_s
+    assert "host_forward_s" in trace.model_dump_json()

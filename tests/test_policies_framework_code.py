@@ -100,6 +100,34 @@ def test_deepspeed_stage0_refuses_dtypes_the_fallback_cannot_reduce() -> None:
 
 # ---------------------------------------------- 3. ZeRO: a tensor across a partition boundary
 
+def test_deepspeed_bf16_optimizer_plan() -> None:
+    """Stage 1, bf16, fp32 gradient accumulation: BF16_Optimizer's one all-reduce of the whole
+    flat buffer after the backward, in bfloat16 unless ``communication_data_type`` says."""
+    from schedopt.simulate.simulator import simulate
+
+    tr = load_trace("gpt2-124m-a100-bf16")
+    plan = make_plan("deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=fp32,"
+                     "reduce_bucket_size=1000000,overlap_comm=true", tr, world(4))
+    assert plan.buckets == [[t.name for t in tr.tensor_list]]
+    assert not plan.overlap and plan.comm_dtype == "bfloat16" and not plan.partition
+    wide = make_plan("deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=float32,"
+                     "communication_data_type=fp32", tr, world(4))
+    assert wide.comm_dtype == "float32"
+    # twice the bytes on the wire: a longer iteration
+    assert (simulate(tr, world(4), wide).iteration_time_s
+            > simulate(tr, world(4), plan).iteration_time_s)
+    # the ZeRO optimizer otherwise (stage 2, or bf16 gradient accumulation)
+    for spec in ("deepspeed:zero_stage=2,bf16=true,grad_accum_dtype=fp32",
+                 "deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=bf16",
+                 "deepspeed:zero_stage=1,grad_accum_dtype=fp32"):
+        assert make_plan(spec, tr, world(4)).num_buckets == 1  # 124M < 5e8 elements
+        assert make_plan(spec, tr, world(4)).comm_dtype is None
+    with pytest.raises(SchedoptError, match="grad_accum_dtype"):
+        make_plan("deepspeed:zero_stage=0,bf16=true,grad_accum_dtype=fp32", tr, world(4))
+    with pytest.raises(SchedoptError, match="communication_data_type"):
+        make_plan("deepspeed:zero_stage=1,bf16=true,communication_data_type=fp8", tr, world(4))
+
+
 def test_deepspeed_zero_counts_the_calls_of_a_tensor_across_partitions() -> None:
     tr = load_trace("bert-base-a100-bf16")
     plan = make_plan("deepspeed:reduce_bucket_size=1000000", tr, world(4))

@@ -16,6 +16,7 @@ from schedopt.cli.common import (
     shipped_sample,
     user_errors,
 )
+from schedopt.cli.output import CsvOpt, check_formats, print_csv, progress
 from schedopt.errors import SchedoptError
 from schedopt.files import output_files
 from schedopt.model.limits import MAX_BYTES, MAX_GPUS_PER_NODE, MAX_NODES, check_int_option
@@ -136,6 +137,7 @@ def calibrate_cmd(
     starts: Annotated[int, typer.Option("--starts", help="Starts of the search.")] = 3,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the random starts.")] = 0,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
 ) -> None:
     """Fit each cluster's link, overlap and overhead parameters to measured iteration times."""
     from schedopt.measure.calibrate import (
@@ -149,6 +151,7 @@ def calibrate_cmd(
     from schedopt.measure.measurements import read_measurements
 
     with user_errors():
+        check_formats(as_json, as_csv)
         check_int_option(starts, "--starts", 1, MAX_STARTS)
         check_int_option(seed, "--seed", 0, 2**32 - 1)
         names = parse_fit(fit)
@@ -159,11 +162,16 @@ def calibrate_cmd(
         targets.update({f"--out (traces/{p.name})": p for mine in trace_files
                         for p in mine.values()})
         with output_files(targets) as files:  # every file reserved before the fit
-            cals = calibrate(rows, names, starts=starts, seed=seed, where=measurements.name)
+            with progress(f"calibrate: {len(rows)} rows, {starts} starts"):
+                cals = calibrate(rows, names, starts=starts, seed=seed, where=measurements.name)
             paths = write_calibrations(cals, out, files)
     if as_json:
         print_json({"clusters": [{**c.to_dict(), "out": str(p)} for c, p in zip(cals, paths,
                                                                                 strict=True)]})
+        return
+    if as_csv:  # one row per fitted parameter, in SI units as the JSON
+        print_csv([{"cluster": c.name, "out": str(p), **q.to_dict(), "unit": _si_unit(q.name)}
+                   for c, p in zip(cals, paths, strict=True) for q in c.params])
         return
     for cal, path in zip(cals, paths, strict=True):
         _print_calibration(cal, path)
@@ -171,11 +179,14 @@ def calibrate_cmd(
 
 def _print_calibration(cal: Any, path: Path) -> None:
     table = Table(title=f"{cal.name} ({cal.kind}, {len(cal.rows)} rows)")
-    for col in ("parameter", "prior", "fitted", "95% interval", "status"):
-        table.add_column(col, justify="left" if col in ("parameter", "status") else "right")
+    for col in ("parameter", "unit", "prior", "fitted", "95% interval", "status"):
+        table.add_column(col, justify="left" if col in ("parameter", "unit", "status")
+                         else "right")
     for p in cal.params:
-        ci = f"{p.low:.4g} .. {p.high:.4g}" if p.low is not None and p.high is not None else "-"
-        table.add_row(p.name, f"{p.prior:.4g}", f"{p.value:.4g}", ci,
+        unit, factor = display_unit(p.name)
+        ci = (f"{p.low * factor:.4g} .. {p.high * factor:.4g}"
+              if p.low is not None and p.high is not None else "-")
+        table.add_row(p.name, unit, f"{p.prior * factor:.4g}", f"{p.value * factor:.4g}", ci,
                       "fitted" if p.identified else f"unidentified: {p.note}")
     console.print(table)
     rows = Table(title="rows: residual of the fit, error predicted without the row")
@@ -193,30 +204,65 @@ def _print_calibration(cal: Any, path: Path) -> None:
                + "".join(f", {f}" for f in cal.trace_files.values()))
 
 
+def display_unit(name: str) -> tuple[str, float]:
+    """The unit a calibrated parameter is printed in and the factor from its SI value:
+    bandwidths in GB/s, latencies and overheads in us, slowdowns and scales as ratios."""
+    base = name.split("[")[0]
+    if base.endswith("bandwidth"):
+        return "GB/s", 1e-9
+    if base.endswith(("latency", "overhead")):
+        return "us", 1e6
+    return "ratio", 1.0
+
+
+def _si_unit(name: str) -> str:
+    """The SI unit of a calibrated parameter's JSON value."""
+    return {"GB/s": "B/s", "us": "s"}.get(display_unit(name)[0], "ratio")
+
+
 def validate_cmd(
     measurements: Annotated[Path, typer.Argument(help="Measurements CSV (docs/formats.md).")],
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="Run every row on this cluster (a file or"
+                                 " shipped name), or on its calibrated cluster of the same"
+                                 " name in a folder of `calibrate --out DIR` (re-timed traces"
+                                 " too).")
+    ] = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Predicted vs measured (PNG/SVG/PDF).")
     ] = None,
 ) -> None:
     """Predict every measured run and report the errors per row, per policy and overall."""
     from schedopt.measure.calibrate import validate
-    from schedopt.measure.measurements import read_measurements
+    from schedopt.measure.measurements import read_measurements, with_cluster
 
     with user_errors(), output_files({"--plot": plot}) as files:
+        check_formats(as_json, as_csv)
         check_figure_path(plot, "--plot")
-        report = validate(read_measurements(shipped_sample(measurements), label=str(measurements)))
+        rows = read_measurements(shipped_sample(measurements), label=str(measurements))
+        if cluster is not None:
+            rows = with_cluster(rows, cluster)
+        with progress(f"validate: {len(rows)} rows", enabled=len(rows) > 20):
+            report = validate(rows)
+        if cluster is not None:
+            names = {m.label: m.cluster_ref.name for m in rows}
+            for r in report.rows:
+                r["cluster"] = names[r["row"]]
         if plot is not None:
             from schedopt.report.validation_chart import validation_chart
 
             with files.writing(plot) as tmp:
-                validation_chart([(r["measured_s"], r["predicted_s"], r["policy_name"])
+                validation_chart([(r["measured_s"], r["predicted_s"], _configuration(r, rows))
                                   for r in report.rows], tmp,
                                  title=f"{measurements.name}: predicted vs measured")
     data = report.to_dict()
     if as_json:
         print_json(data)
+        return
+    if as_csv:
+        print_csv(data["rows"])
         return
     table = Table(title=f"{measurements.name}: predicted vs measured")
     for col in ("row", "trace", "cluster", "nodes", "policy", "measured ms", "predicted ms",
@@ -232,3 +278,13 @@ def validate_cmd(
                    f" max {st['max_abs_error'] * 100:.2f}%")
     typer.echo(f"overall: mean |error| {data['mean_abs_error'] * 100:.2f}%, max "
                f"{data['max_abs_error'] * 100:.2f}%")
+
+
+def _configuration(row: dict[str, Any], rows: list[Any]) -> str:
+    """A validate row's configuration (its colour in the plot): the policy spec, with the
+    cluster and nodes when the rows run on several."""
+    places = {(m.cluster_ref.name, m.row.nodes) for m in rows}
+    if len(places) == 1:
+        return str(row["policy"])
+    nodes = f" x{row['nodes']}" if row["nodes"] else ""
+    return f"{row['policy']} @ {row['cluster']}{nodes}"

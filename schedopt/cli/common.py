@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
+from schedopt.cli.output import WideConsole, choice
 from schedopt.errors import SchedoptError
 from schedopt.files import json_text, load_cluster, load_plan, load_trace
 from schedopt.model.limits import MAX_NODES
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from schedopt.model.plan import Plan, Schedule
     from schedopt.model.trace import Trace
 
-console = Console()
+console = WideConsole()
 _state = {"debug": False}
 log = logging.getLogger("schedopt")
 
@@ -61,11 +61,14 @@ WorkersOpt = Annotated[
 ]
 ShardingOpt = Annotated[
     str | None, typer.Option("--sharding", help="full | grad-op: search sharded plans"
-                             " (units, prefetch depths) instead of all-reduce buckets.")
+                             " (units, prefetch depths) instead of all-reduce buckets.",
+                             **choice("full", "grad-op"))
 ]
 MemoryCapOpt = Annotated[
-    int | None, typer.Option("--memory-cap", help="With --sharding: largest peak of"
-                             " unsharded parameters and gradients per rank (BYTES).")
+    str | None, typer.Option("--memory-cap", metavar="SIZE",
+                             help="With --sharding: largest peak of unsharded parameters and"
+                             " gradients per rank: bytes, or with a unit (40GiB, 512MB; KB, MB,"
+                             " GB in 1000s, KiB, MiB, GiB in 1024s).")
 ]
 AccumulateOpt = Annotated[
     int, typer.Option("--accumulate", help="With --sharding: micro-batches per step.")
@@ -95,13 +98,19 @@ def _fail(message: str) -> NoReturn:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn bad input into one line on stderr and exit status 2 (tracebacks with --debug)."""
+    """Turn bad input into one line on stderr and exit status 2 (tracebacks with --debug);
+    Ctrl-C into the line ``error: interrupted`` and exit status 130."""
     try:
         yield
     except SchedoptError as exc:
         if _state["debug"]:
             raise
         _fail(str(exc))
+    except KeyboardInterrupt:
+        if _state["debug"]:
+            raise
+        typer.echo("error: interrupted", err=True)
+        raise typer.Exit(130) from None
 
 
 def parse_counts(text: str, option: str) -> list[int]:

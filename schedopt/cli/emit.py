@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,7 +18,11 @@ from schedopt.cli.common import (
     print_json,
     user_errors,
 )
+from schedopt.cli.output import choice
 from schedopt.report import tables as report
+
+#: ``emit --target`` (the emitters of :mod:`schedopt.emit.registry`).
+EMIT_TARGETS = ("ddp", "fsdp", "horovod", "deepspeed", "megatron", "json")
 
 if TYPE_CHECKING:
     pass
@@ -29,7 +33,8 @@ def emit_cmd(
     cluster: ClusterArg,
     target: Annotated[
         str, typer.Option("--target", "-t",
-                          help="ddp | fsdp | horovod | deepspeed | megatron | json")
+                          help="ddp | fsdp | horovod | deepspeed | megatron | json",
+                          **choice(*EMIT_TARGETS))
     ],
     policy: PolicyOpt = None,
     plan_file: PlanOpt = None,
@@ -38,6 +43,12 @@ def emit_cmd(
     ] = None,
     nodes: NodesOpt = None,
     as_json: JsonOpt = False,
+    merge: Annotated[
+        Path | None, typer.Option("--merge", metavar="DS_CONFIG",
+                                  help="With -t deepspeed: also emit this ds_config with the"
+                                  " emitted keys merged in (its other keys kept; a different"
+                                  " zero_optimization.stage is refused), under its own name.")
+    ] = None,
 ) -> None:
     """Translate a policy's plan (or a saved plan) into a framework's settings."""
     from schedopt.emit.registry import emit
@@ -45,6 +56,8 @@ def emit_cmd(
     with user_errors():
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
         emitted = emit(tr, cl, plan, target)
+        if merge is not None:
+            emitted = _merged(emitted, merge, target)
         written = emitted.write(out) if out is not None else []
     if as_json:
         print_json(emitted.model_dump(mode="json"))
@@ -61,3 +74,17 @@ def emit_cmd(
         typer.echo(text.rstrip("\n"))
 
 
+
+
+def _merged(emitted: Any, merge: Path, target: str) -> Any:
+    """``emit --merge``: the emitted files plus the user's ds_config with the keys merged."""
+    from schedopt.emit.ds_merge import merged_file
+    from schedopt.errors import SchedoptError
+
+    if target != "deepspeed":
+        raise SchedoptError("merges into a DeepSpeed config: use it with --target deepspeed",
+                            "--merge", str(merge))
+    name, text, notes = merged_file(merge, emitted.files["deepspeed.json"], set(emitted.files))
+    return emitted.model_copy(update={
+        "files": {**emitted.files, name: text},
+        "notes": [*emitted.notes, *(f"--merge: {n}" for n in notes)]})

@@ -14,12 +14,15 @@ from schedopt.cli.common import (
     rel_to,
     user_errors,
 )
+from schedopt.cli.output import choice, progress
 from schedopt.errors import SchedoptError
 from schedopt.files import load_cluster, load_trace, output_files
 from schedopt.model.limits import check_int_option
 
 #: Most timed or untimed calls, iterations or repeats a benchmark option asks for.
 MAX_REPEATS = 100_000
+#: ``--backend`` of the commands that launch ranks.
+BACKENDS = ("gloo", "nccl")
 #: Most alternating rounds of ``bench-ddp``.
 MAX_ROUNDS = 1_000
 
@@ -52,7 +55,8 @@ def profile_cmd(
                           "process alone; N >= 2: N local ranks, the median over them).")
     ] = 1,
     backend: Annotated[
-        str, typer.Option("--backend", help="With --procs N: gloo (CPU) | nccl (a GPU each).")
+        str, typer.Option("--backend", help="With --procs N: gloo (CPU) | nccl (a GPU each).",
+                          **choice(*BACKENDS))
     ] = "gloo",
     threads: Annotated[
         int, typer.Option("--threads", help="With --procs N: OMP_NUM_THREADS of every rank.")
@@ -71,20 +75,34 @@ def profile_cmd(
     ] = False,
 ) -> None:
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
+    import warnings
+
     from schedopt.measure.launch import MAX_PROCS, Launch
-    from schedopt.measure.profile import check_profile_options
+    from schedopt.measure.profile import ProfileWarning, check_profile_options, start_warnings
 
     with user_errors(), output_files({"--out": out}) as files:
+        need_torch("profile")
         check_profile_options(name, batch_size, repeats, warmup)
         check_int_option(procs, "--procs", 1, MAX_PROCS)
         Launch(max(procs, 2), backend, threads, timeout).check()  # the options of --procs N
-        if procs == 1:
-            tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
-                               warmup, device, (grad_copy, grad_view))
-        else:
-            tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size, repeats,
-                                warmup, device, (procs, backend, threads, timeout),
-                                (grad_copy, grad_view))
+        for note in start_warnings(warmup):
+            typer.echo(f"warning: {note}", err=True)
+        with warnings.catch_warnings(record=True) as caught, \
+                progress(f"profile {factory}: {warmup} warm-up + {repeats} measured"
+                         f" iterations{f' on {procs} ranks' if procs > 1 else ''}"):
+            warnings.simplefilter("always", ProfileWarning)
+            if procs == 1:
+                tr = _profile_here(factory, input_shape, input_dtype, name, batch_size, repeats,
+                                   warmup, device, (grad_copy, grad_view))
+            else:
+                tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size,
+                                    repeats, warmup, device, (procs, backend, threads, timeout),
+                                    (grad_copy, grad_view))
+        for w in caught:
+            if issubclass(w.category, ProfileWarning):
+                typer.echo(f"warning: {w.message}", err=True)
+            else:
+                warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     typer.echo(f"wrote {out}: {len(tr.layers)} layers, {tr.num_tensors} tensors, "
                f"{tr.total_bytes / 2**20:.1f} MiB, compute {tr.compute_s * 1e3:.3f} ms")
@@ -124,7 +142,8 @@ def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
 
 def bench_comm_cmd(
     out: Annotated[Path, typer.Option("--out", help="Output file (nccl-tests layout).")],
-    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl")] = "gloo",
+    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl", **choice(*BACKENDS))
+                       ] = "gloo",
     procs: ProcsOpt = 2,
     sizes: Annotated[
         str, typer.Option("--sizes", help="MIN:MAX message bytes (K, M, G suffixes).")
@@ -141,7 +160,7 @@ def bench_comm_cmd(
     pattern: Annotated[
         str, typer.Option("--pattern", help="isolated: every timed call alone after a barrier"
                           " (the median call); queued: launched back to back (the mean, as"
-                          " nccl-tests).")
+                          " nccl-tests).", **choice("isolated", "queued"))
     ] = "isolated",
     threads: ThreadsOpt = 1,
     timeout: TimeoutOpt = 600.0,
@@ -157,15 +176,18 @@ def bench_comm_cmd(
     from schedopt.measure.launch import Launch
 
     with user_errors(), output_files({"--out": out}) as files:
+        need_torch("bench-comm")
         spec = Launch(procs, backend, threads, timeout).check()
         lo, hi = parse_sizes(sizes)
         check_int_option(iters, "--iters", 1, MAX_REPEATS)
         check_int_option(warmup, "--warmup", 0, MAX_REPEATS)
         check_int_option(overlap_repeats, "--overlap-repeats", 0, MAX_REPEATS)
         check_int_option(overlap_bytes, "--overlap-bytes", 4, MAX_MESSAGE_BYTES)
-        res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
-                         overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
-                         pattern=pattern)
+        with progress(f"bench-comm: all-reduces of {lo:,} to {hi:,} B on {procs} {backend}"
+                      " ranks"):
+            res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
+                             overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
+                             pattern=pattern)
         files.write_text(out, format_nccl_tests(res))
     for n, t in zip(res.sizes, res.times, strict=True):
         typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
@@ -186,8 +208,10 @@ def bench_ddp_cmd(
     input_shape: Annotated[
         str, typer.Option("--input-shape", help="Shape of one input batch per rank.")
     ],
-    trace: Annotated[Path, typer.Option("--trace", help="The model's trace (`profile`).")],
-    cluster: Annotated[Path, typer.Option("--cluster", help="Cluster of the rows.")],
+    trace: Annotated[str, typer.Option("--trace", help="The model's trace (`profile`): a file"
+                                       " or a shipped name.")],
+    cluster: Annotated[str, typer.Option("--cluster", help="Cluster of the rows: a file or a"
+                                         " shipped name.")],
     out: Annotated[Path, typer.Option("--out", help="Measurements CSV to write.")],
     policies: Annotated[
         list[str] | None, typer.Option("--policy", "-p", help="ddp[:knobs], cntk or sync-easgd"
@@ -200,7 +224,8 @@ def bench_ddp_cmd(
         str, typer.Option("--input-dtype", help="float32, or int64 for token ids.")
     ] = "float32",
     procs: ProcsOpt = 2,
-    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl")] = "gloo",
+    backend: Annotated[str, typer.Option("--backend", help="gloo | nccl", **choice(*BACKENDS))
+                       ] = "gloo",
     iters: Annotated[int, typer.Option("--iters", help="Timed iterations per run.")] = 20,
     warmup: Annotated[int, typer.Option("--warmup", help="Untimed iterations (>= 2).")] = 5,
     rounds: Annotated[
@@ -219,20 +244,25 @@ def bench_ddp_cmd(
     from schedopt.measure.launch import Launch
 
     with user_errors(), output_files({"--out": out}) as files:
+        need_torch("bench-ddp")
         spec = Launch(procs, backend, threads, timeout).check()
         check_int_option(iters, "--iters", 2, MAX_REPEATS)
         check_int_option(warmup, "--warmup", 2, MAX_REPEATS)
         check_int_option(rounds, "--rounds", 1, MAX_ROUNDS)
-        tr, cl = load_trace(str(trace)), load_cluster(str(cluster))
+        tr, cl = load_trace(trace), load_cluster(cluster)
+        trace_path, cluster_path = instance_path(trace, "trace"), instance_path(cluster,
+                                                                                "cluster")
         if cl.world_size != procs:
             raise SchedoptError(f"the cluster has {cl.world_size} ranks, --procs {procs}",
                                 "cluster", str(cluster))
         configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
-        rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
-                         input_dtype=input_dtype, trace_path=trace, iters=iters,
-                         warmup=warmup, rounds=rounds, bucket_view=bucket_view)
-        files.write_text(out, rows_csv(rows, trace_ref=rel_to(trace, out.parent),
-                                       cluster_ref=rel_to(cluster, out.parent), spec=spec,
+        with progress(f"bench-ddp: {len(configs)} configurations x {rounds} rounds on {procs}"
+                      f" {backend} ranks"):
+            rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
+                             input_dtype=input_dtype, trace_path=trace_path, iters=iters,
+                             warmup=warmup, rounds=rounds, bucket_view=bucket_view)
+        files.write_text(out, rows_csv(rows, trace_ref=_ref(trace, trace_path, out),
+                                       cluster_ref=_ref(cluster, cluster_path, out), spec=spec,
                                        iters=iters, warmup=warmup))
     for r in rows:
         mark = "ok" if r.buckets_ok else "MISMATCH"
@@ -242,3 +272,25 @@ def bench_ddp_cmd(
                f"OMP_NUM_THREADS={threads})")
 
 
+
+
+def need_torch(command: str) -> None:
+    """Refuse a command that measures with PyTorch when torch is not installed, naming the
+    extra that installs it."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise SchedoptError(f"{command} needs PyTorch: pip install 'schedopt[torch]'") from None
+
+
+def instance_path(ref: str, kind: str) -> Path:
+    """The file of a trace or cluster given as a path or a shipped name."""
+    from schedopt.files import _resolve
+
+    return _resolve(ref, kind)
+
+
+def _ref(given: str, path: Path, out: Path) -> str:
+    """How the measurements CSV names a trace or cluster: a shipped name as given, a file
+    relative to the CSV's folder."""
+    return given if not Path(given).exists() else rel_to(path, out.parent)

@@ -31,6 +31,7 @@ from schedopt.cli.common import (
     user_errors,
     wrote,
 )
+from schedopt.cli.output import CsvOpt, check_formats, choice, parse_size, print_csv, progress
 from schedopt.errors import SchedoptError
 from schedopt.files import output_files
 from schedopt.model.limits import (
@@ -49,18 +50,25 @@ if TYPE_CHECKING:
     from schedopt.optimize import SolveResult
 
 
+#: ``tune --framework`` (besides comma lists), ``optimize --target`` and ``--next-forward``.
+FRAMEWORK_CHOICES = ("ddp", "horovod", "deepspeed", "megatron", "all")
+TARGET_CHOICES = ("ddp", "horovod", "bytescheduler", "any")
+NEXT_FORWARD_CHOICES = ("wait-for-all", "per-layer")
+
+
 def tune_cmd(
     trace: TraceArg,
     cluster: ClusterArg,
     nodes: NodesOpt = None,
     framework: Annotated[
         str, typer.Option("--framework", "-f", help="ddp | horovod | deepspeed | megatron | all,"
-                          " or a comma list.")
+                          " or a comma list.", **choice(*FRAMEWORK_CHOICES))
     ] = "all",
     time_limit: Annotated[
         float, typer.Option("--time-limit", help="Time limit of the optimum's search (s).")
     ] = 10.0,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write each knob's curve (PNG/SVG/PDF).")
     ] = None,
@@ -69,6 +77,7 @@ def tune_cmd(
     from schedopt.study.tune import FRAMEWORKS, tune_all
 
     with user_errors(), output_files({"--plot": plot}) as files:
+        check_formats(as_json, as_csv)
         check_figure_path(plot, "--plot")
         check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
         names = list(FRAMEWORKS) if framework.strip() == "all" else [
@@ -82,7 +91,8 @@ def tune_cmd(
                                     "--framework", name)
         names = list(dict.fromkeys(names))  # each framework once
         tr, cl = load_pair(trace, cluster, nodes)
-        results, optimum = tune_all(tr, cl, names, time_limit_s=time_limit)
+        with progress(f"tune {', '.join(names)} (then the optimum, up to {time_limit:g} s)"):
+            results, optimum = tune_all(tr, cl, names, time_limit_s=time_limit)
         rows = [r.as_dict() for r in results]
         if plot is not None:
             from schedopt.report.charts import tune_chart
@@ -92,6 +102,9 @@ def tune_cmd(
                            title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
     if as_json:
         print_json({"optimum": optimum, "frameworks": rows})
+        return
+    if as_csv:
+        print_csv(rows)
         return
     console.print(report.tune_table(rows, f"{tr.name} on {cl.name} ({cl.world_size} GPUs)",
                                     optimum))
@@ -105,7 +118,8 @@ def optimize_cmd(
     cluster: ClusterArg,
     nodes: NodesOpt = None,
     next_forward: Annotated[
-        str, typer.Option("--next-forward", help="wait-for-all | per-layer")
+        str, typer.Option("--next-forward", help="wait-for-all | per-layer",
+                          **choice(*NEXT_FORWARD_CHOICES))
     ] = "wait-for-all",
     reorder: Annotated[
         bool, typer.Option("--reorder", help="Allow launch orders other than readiness order.")
@@ -116,7 +130,8 @@ def optimize_cmd(
     target: Annotated[
         str | None,
         typer.Option("--target", help="ddp | horovod | bytescheduler | any: search the plans"
-                     " that framework executes (the options above widen it)."),
+                     " that framework executes (the options above widen it).",
+                     **choice(*TARGET_CHOICES)),
     ] = None,
     time_limit: Annotated[
         float, typer.Option("--time-limit", help="Search time limit in seconds.")
@@ -128,6 +143,7 @@ def optimize_cmd(
         Path | None, typer.Option("--out", help="Write the result and its plan (JSON).")
     ] = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     robust: RobustOpt = None,
     robust_clusters: RobustClustersOpt = None,
     vary: VaryOpt = "alpha,beta,compute",
@@ -140,6 +156,7 @@ def optimize_cmd(
     from schedopt.optimize import solve
 
     with user_errors(), output_files({"--out": out}) as files:
+        check_formats(as_json, as_csv)
         check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
         if work_limit is not None:
             check_float_option(work_limit, "--work-limit", 0.0, MAX_SECONDS)
@@ -156,7 +173,7 @@ def optimize_cmd(
         cls, opts = _solve_options(tr, cl, target, next_forward, reorder, partition, {
             "time_limit_s": time_limit, "work_limit_s": work_limit, "workers": workers,
             "seed": seed},
-            (sharding, memory_cap, accumulate))
+            (sharding, parse_size(memory_cap, "--memory-cap"), accumulate))
         log.info("solving %s on %s: %s", tr.name, cl.name, cls)
         if robust is not None or robust_clusters:
             res: Any = _robust(tr, cl, opts, robust, robust_clusters, nodes, vary, per_link)
@@ -172,6 +189,13 @@ def optimize_cmd(
         return
     if as_json:
         print_json(data)
+    elif as_csv:
+        print_csv([{"plan": "optimized", "iteration_time_s": res.iteration_time_s,
+                    "vs_optimized": 1.0, "expressible": None, "status": res.status}]
+                  + [{"plan": b.policy, "iteration_time_s": b.iteration_time_s,
+                      "vs_optimized": b.iteration_time_s / res.iteration_time_s,
+                      "expressible": b.expressible, "status": None}
+                     for b in sorted(res.baselines, key=lambda b: b.iteration_time_s)])
     else:
         _print_optimized(res, tr, cl, cls, out)
     if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130

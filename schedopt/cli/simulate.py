@@ -29,6 +29,7 @@ from schedopt.cli.common import (
     user_errors,
     wrote,
 )
+from schedopt.cli.output import CsvOpt, check_formats, choice, print_csv, progress
 from schedopt.files import load_cluster, load_trace, output_files
 from schedopt.policies import POLICIES, make_plan, sharded_specs
 from schedopt.report import tables as report
@@ -49,6 +50,7 @@ def simulate_cmd(
     plan_file: PlanOpt = None,
     nodes: NodesOpt = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     gantt: Annotated[
         Path | None, typer.Option("--gantt", help="Write a Gantt chart (PNG/SVG/PDF).")
     ] = None,
@@ -66,6 +68,7 @@ def simulate_cmd(
     """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
     spread = None
     with user_errors():
+        check_formats(as_json, as_csv)
         check_figure_path(gantt, "--gantt")
         with output_files({"--gantt": gantt, "--chrome-trace": chrome_trace}) as files:
             tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)
@@ -83,6 +86,10 @@ def simulate_cmd(
         extra = {} if spread is None else {"spread": spread.as_dict()}
         print_json(result_dict(plan, sched, **extra))
         return
+    if as_csv:
+        extra = {} if spread is None else {"spread": spread.as_dict()}
+        print_csv(result_dict(plan, sched, **extra))
+        return
     _print_breakdown(tr, cl, plan, sched)
     if spread is not None:
         typer.echo(spread.line())
@@ -95,11 +102,27 @@ def _write_visuals(files: OutputFiles, tr: Trace, cl: Cluster, plan: Plan, sched
         from schedopt.report.charts import gantt_chart
 
         with files.writing(gantt) as tmp:
-            gantt_chart(sched, tmp, title=f"{tr.name} on {cl.name}: {plan.policy}")
+            gantt_chart(sched, tmp, title=f"{tr.name} on {cl.name}: {plan_title(plan)}")
     if chrome_trace is not None:
         from schedopt.report.chrome import chrome_trace_events
 
         files.write_json(chrome_trace, chrome_trace_events(sched))
+
+
+def plan_title(plan: Plan, limit: int = 90) -> str:
+    """The policy and its knobs (``ddp bucket_cap_mb=50, first_bucket_mb=1``), for a title;
+    a long knob value is cut."""
+    def value(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:g}"
+        if isinstance(v, list) and len(v) > 4:
+            return f"[{len(v)} values]"
+        return str(v)
+
+    knobs = ", ".join(f"{k}={value(v)}" for k, v in plan.knobs.items() if v is not None)
+    if len(knobs) > limit:
+        knobs = knobs[: limit - 3] + "..."
+    return f"{plan.policy} {knobs}" if knobs else plan.policy
 
 
 def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> None:
@@ -144,21 +167,26 @@ def compare(
                       " separate specs with commas."),
     ] = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Write a stacked breakdown chart (PNG/SVG/PDF).")
     ] = None,
     sharding: Annotated[
         str | None, typer.Option("--sharding", help="Also (or, without -p, only) the sharded"
-                                 " baselines of this mode: full (fsdp, zero3) or grad-op.")
+                                 " baselines of this mode: full (fsdp, zero3) or grad-op.",
+                                 **choice("full", "grad-op"))
     ] = None,
 ) -> None:
     """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
     with user_errors(), output_files({"--plot": plot}) as files:
+        check_formats(as_json, as_csv)
         check_figure_path(plot, "--plot")
         extra = sharded_specs(sharding) if sharding is not None else []
         tr, cl = load_pair(trace, cluster, nodes)
         given = split_policy_specs(policies)
-        rows = compare_rows(tr, cl, (given or []) + extra if given or extra else list(POLICIES))
+        with progress(f"compare on {cl.world_size} GPUs", enabled=cl.world_size >= 64):
+            rows = compare_rows(tr, cl, (given or []) + extra if given or extra
+                                else list(POLICIES))
         if plot is not None:
             from schedopt.report.charts import breakdown_chart
 
@@ -168,6 +196,9 @@ def compare(
                                 title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs)")
     if as_json:
         print_json(rows)
+        return
+    if as_csv:
+        print_csv([{"label": r["label"], **r} for r in rows])
         return
     console.print(report.compare_table(rows, f"{tr.name} on {cl.name} ({cl.world_size} GPUs)"))
     wrote(plot)
@@ -190,32 +221,37 @@ def scale(
         Path | None, typer.Option("--plot", help="Write the scaling curves (PNG/SVG/PDF).")
     ] = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
 ) -> None:
     """Scaling curves: throughput of every policy as the cluster grows node by node."""
     with user_errors(), output_files({"--plot": plot}) as files:
+        check_formats(as_json, as_csv)
         check_figure_path(plot, "--plot")
         counts = parse_counts(nodes, "--nodes")
         tr = load_trace(trace)
         specs = split_policy_specs(policies) or list(POLICIES)
         out: list[dict[str, Any]] = []
-        for n in counts:
-            cl = load_cluster(cluster, n)
-            for row in compare_rows(tr, cl, specs):
-                out.append({"nodes": n, "gpus": cl.world_size, "policy": row["policy"],
-                            "label": row["label"],
-                            "iteration_time_s": row["iteration_time_s"],
-                            "throughput_samples_s": row["throughput_samples_s"],
-                            "scaling_efficiency": row["scaling_efficiency"]})
+        with progress(f"scale over {len(counts)} cluster sizes",
+                      enabled=len(counts) * len(specs) > 8 or max(counts) >= 16) as step:
+            for n in counts:
+                cl = load_cluster(cluster, n)
+                step(f"{n} nodes ({cl.world_size} GPUs)")
+                out.extend(_scale_rows(tr, cl, n, specs))
         if plot is not None:
             from schedopt.report.charts import scaling_chart
 
             series: dict[str, list[tuple[int, float]]] = {}
-            for r in out:
+            reference = [] if any(s.split(":")[0] == "ddp" for s in specs) else [
+                r for n in counts for r in _scale_rows(tr, load_cluster(cluster, n), n, ["ddp"])]
+            for r in out + reference:  # DDP always drawn: the reference users know
                 series.setdefault(r["label"], []).append((r["gpus"], r["throughput_samples_s"]))
             with files.writing(plot) as tmp:
                 scaling_chart(series, tmp, title=f"{tr.name} on {cluster}")
     if as_json:
         print_json(out)
+        return
+    if as_csv:
+        print_csv(out)
         return
     table = Table(title=f"{tr.name}: throughput (samples/s) and scaling efficiency")
     table.add_column("policy", no_wrap=True)
@@ -230,3 +266,12 @@ def scale(
     wrote(plot)
 
 
+
+
+def _scale_rows(tr: Trace, cl: Cluster, n: int, specs: list[str]) -> list[dict[str, Any]]:
+    """The rows of ``scale`` for one cluster size."""
+    return [{"nodes": n, "gpus": cl.world_size, "policy": row["policy"], "label": row["label"],
+             "iteration_time_s": row["iteration_time_s"],
+             "throughput_samples_s": row["throughput_samples_s"],
+             "scaling_efficiency": row["scaling_efficiency"]}
+            for row in compare_rows(tr, cl, specs)]

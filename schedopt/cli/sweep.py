@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from schedopt.cli.output import WideConsole, choice
 from schedopt.errors import SchedoptError
 
 app = typer.Typer(
@@ -21,7 +21,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Run many traces x clusters x policies x optimizer settings into SQLite; report them.",
 )
-console = Console()
+console = WideConsole()
 
 DbOpt = Annotated[Path, typer.Option("--db", help="The SQLite results file.")]
 
@@ -41,7 +41,8 @@ def run_cmd(
     spec: Annotated[Path, typer.Argument(help="Sweep spec (YAML or JSON).")],
     db: DbOpt,
     executor: Annotated[
-        str, typer.Option("--executor", help="local (process pool) or ray (one task per row).")
+        str, typer.Option("--executor", help="local (process pool) or ray (one task per row).",
+                          **choice("local", "ray"))
     ] = "local",
     workers: Annotated[
         int, typer.Option("--workers", help="Rows at once (local) or CPUs of a local Ray; "

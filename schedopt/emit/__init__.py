@@ -11,8 +11,9 @@ use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from schedopt.lazy import lazy_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from schedopt.emit.common import Emitted as Emitted
@@ -28,17 +29,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from schedopt.emit.registry import SHARDED_TARGETS as SHARDED_TARGETS
     from schedopt.emit.registry import emit as emit
 
-_EXPORTS = {"Emitted": "common", "ddp_caps": "ddp", "emit_ddp": "ddp",
-            "emit_deepspeed": "deepspeed", "emit_fsdp": "fsdp", "emit_horovod": "horovod",
-            "emit_megatron": "megatron", "emit_json": "plan_json", "EMITTERS": "registry",
-            "SHARDED_ONLY_TARGETS": "registry", "SHARDED_TARGETS": "registry",
-            "emit": "registry"}
+_EXPORTS = {name: f"schedopt.emit.{module}" for name, module in (
+    ("Emitted", "common"), ("ddp_caps", "ddp"), ("emit_ddp", "ddp"),
+    ("emit_deepspeed", "deepspeed"), ("emit_fsdp", "fsdp"), ("emit_horovod", "horovod"),
+    ("emit_megatron", "megatron"), ("emit_json", "plan_json"), ("EMITTERS", "registry"),
+    ("SHARDED_ONLY_TARGETS", "registry"), ("SHARDED_TARGETS", "registry"),
+    ("emit", "registry"))}
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"schedopt.emit.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module 'schedopt.emit' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)

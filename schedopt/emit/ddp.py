@@ -236,6 +236,8 @@ def emit_ddp(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     found = search("ddp", plan, trace, cluster, candidates, blocked=caps.notes)
     config = {**found.chosen.config, "gradient_as_bucket_view": True,
               "find_unused_parameters": False}
+    if plan.policy == "ddp" and plan.knobs.get("static_graph"):
+        config["static_graph"] = True  # the plan's own setting (the buckets are the same)
     return found.emitted("ddp", config,
                          _snippet(plan, trace, config, found.plan.buckets, found.exact))
 

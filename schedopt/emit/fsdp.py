@@ -29,6 +29,11 @@ when the CPU reaches the module, ahead of the GPU, and an empty backward list me
 default), ``streams = 1`` (FSDP2 has separate all-gather and reduce-scatter streams), and a tied
 parameter used in two units (FSDP2 shards a parameter in one group: the later module joins the
 earlier unit's call). Each becomes a note and ``exact = False``.
+
+FSDP2 always pads every parameter's first dimension to a multiple of the world size, so the
+emitted run moves the padded bytes whatever the plan's ``padding`` (``emitted_time_s``
+simulates them); a unit whose tensors have several dtypes is refused, as FSDP2 refuses such a
+group (``_init_mp_dtypes``).
 """
 
 from __future__ import annotations
@@ -136,10 +141,14 @@ def fsdp_config(trace: Trace, plan: Plan) -> tuple[dict, list[str]]:
     Raises
     ------
     SchedoptError
-        The plan is not sharded or does not fit the trace.
+        The plan is not sharded or does not fit the trace, or a unit holds tensors of several
+        dtypes (FSDP2 refuses such a group at its first forward).
     """
+    from schedopt.policies.fsdp import check_group_dtypes
+
     sharding = _sharding(plan, "fsdp")
     plan.check_against(trace)
+    check_group_dtypes(trace, [list(u) for u in sharding.units], "plan.sharding.units")
     groups = unit_modules([list(u) for u in sharding.units], [la.name for la in trace.layers])
     notes = _tied_moves(plan, trace, groups)
     groups = [g for g in groups if g]
@@ -222,10 +231,11 @@ def _baseline_spec(plan: Plan, trace: Trace, cluster: Cluster | None) -> str | N
 
 
 def _as_run(plan: Plan, config: dict) -> Plan:
-    """The plan as FSDP2 runs it: its prefetch depths and two streams (tied moves aside)."""
+    """The plan as FSDP2 runs it: its prefetch depths, two streams and first dimensions padded
+    to a multiple of the world size (tied moves aside)."""
     sharding = _sharding(plan, "fsdp").model_copy(update={
         "forward_prefetch": config["forward_prefetch"],
-        "backward_prefetch": config["backward_prefetch"], "streams": 2})
+        "backward_prefetch": config["backward_prefetch"], "streams": 2, "padding": "dim0"})
     return plan.model_copy(update={"sharding": sharding})
 
 

@@ -576,6 +576,7 @@ def _retimed_traces(group: _Group, cal: Calibration, where: str) -> dict[str, di
         note = (f"compute times multiplied by {p.value:.4g}, fitted by `schedopt calibrate` on "
                 f"{where} ({len(cal.rows)} rows)")
         doc["source"] = f"{trace.source}; {note}" if trace.source else note
+        doc["retimed_from"] = trace.retimed_from or trace.fingerprint()  # plans still bind
         out[ref] = doc
     return out
 

@@ -344,7 +344,9 @@ def fit_piecewise(samples: CommSamples, min_bytes: int | None = None, *,
     chosen jointly by dynamic programming (segmented least squares). With ``segments`` None,
     the number of segments is the smallest whose median relative error over the fitted sizes
     is at most ``tolerance`` (at most ``max_segments``, each fitted on at least
-    :data:`MIN_SEGMENT_POINTS` sizes).
+    :data:`MIN_SEGMENT_POINTS` sizes). Past :data:`MAX_BREAKPOINTS` samples, segments break
+    only between distinct sizes (at most :data:`MAX_BREAKPOINTS` of them, evenly spaced), so
+    that time and memory stay linear in the samples.
 
     Parameters
     ----------

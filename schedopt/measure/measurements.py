@@ -366,3 +366,73 @@ def read_measurements(path: str | Path, *, label: str | None = None) -> list[Mea
     if not out:
         raise SchedoptError("no data rows", where, f"{len(lines)} lines")
     return out
+
+
+def with_cluster(rows: list[Measurement], cluster: str | Path) -> list[Measurement]:
+    """The rows run on another cluster: ``validate --cluster``.
+
+    Parameters
+    ----------
+    rows
+        Rows from :func:`read_measurements`.
+    cluster
+        A cluster (or family) file or shipped name: every row's cluster becomes it. Or a folder
+        written by ``calibrate --out DIR``: each row's cluster becomes ``DIR/<its cluster's
+        name>.json``, and its trace ``DIR/traces/<its trace's stem>.json`` where
+        ``compute_scale`` re-timed it (a plan row made for the trace binds to the re-timed one).
+
+    Returns
+    -------
+    list of Measurement
+        New rows; their node counts and plans are those written.
+
+    Raises
+    ------
+    SchedoptError
+        ``--cluster`` named with the value: unknown, unreadable, no calibrated cluster of a
+        row's name in the folder, or a row that does not fit the new cluster.
+    """
+    from dataclasses import replace
+
+    from schedopt.files import safe_file_stem
+
+    folder = Path(cluster)
+    loader = _Loader(Path(), "--cluster")
+    out: list[Measurement] = []
+    for m in rows:
+        tr = m.trace_obj
+        if folder.is_dir():
+            path = folder / f"{safe_file_stem(m.cluster_ref.name, 'cluster')}.json"
+            if not path.is_file():
+                raise SchedoptError(f"no calibrated cluster {m.cluster_ref.name!r} in the folder"
+                                    f" (row {m.label}; `calibrate --out` writes one per cluster"
+                                    " name)", "--cluster", str(cluster))
+            ref = loader.cluster(str(path), m.line)
+            retimed = folder / "traces" / f"{safe_file_stem(Path(m.row.trace).stem, 'trace')}.json"
+            if retimed.is_file():
+                candidate = loader.trace(str(retimed), m.line)
+                if candidate.retimed_from == (tr.retimed_from or tr.fingerprint()):
+                    tr = candidate
+        else:
+            ref = _given_cluster(loader, str(cluster), m.line)
+        new = replace(m, cluster_ref=ref, trace_obj=tr)
+        try:
+            new.plan_for(new.cluster()).check_against(tr)
+        except SchedoptError as exc:
+            raise SchedoptError(f"row {m.label} does not fit this cluster: {exc}", "--cluster",
+                                str(cluster)) from None
+        out.append(new)
+    return out
+
+
+def _given_cluster(loader: _Loader, cluster: str, line: int) -> ClusterRef:
+    """The cluster document ``--cluster`` names (a file or a shipped name)."""
+    try:
+        return loader.cluster(cluster, line)
+    except SchedoptError as exc:
+        why = str(exc).split(" column cluster: ", 1)[-1].removeprefix("cluster: ")
+        if "neither a file nor a shipped name" in why:
+            why = ("unknown cluster: neither a file, a folder of `calibrate --out` nor a shipped"
+                   " name")
+            raise SchedoptError(why, "--cluster", cluster) from None
+        raise SchedoptError(f"--cluster: {why}") from None

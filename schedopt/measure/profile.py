@@ -18,10 +18,12 @@ Measurement (:func:`profile_model`)
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import mmap
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -276,36 +278,51 @@ def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates
     fwd_marks: list[tuple[int, Any]] = []
     grad_marks: list[tuple[int, Any]] = []
     handles = []
+    host_fwd: list[tuple[int, int]] = []
+    host_grad: list[tuple[int, int]] = []
+
+    def marker(marks: list, host: list, key: int) -> Callable[..., None]:
+        def hook(*_a: Any) -> None:  # returns None: a forward hook's result replaces the output
+            marks.append((key, clock.mark()))
+            host.append(_host_mark())
+        return hook
+
     for i, (_, module) in enumerate(candidates):
-        handles.append(module.register_forward_hook(
-            lambda *_a, i=i: fwd_marks.append((i, clock.mark()))))
+        handles.append(module.register_forward_hook(marker(fwd_marks, host_fwd, i)))
     for j, (_, p) in enumerate(params):
-        handles.append(p.register_post_accumulate_grad_hook(
-            lambda _p, j=j: grad_marks.append((j, clock.mark()))))
+        handles.append(p.register_post_accumulate_grad_hook(marker(grad_marks, host_grad, j)))
     was_training = model.training
     model.train()
     runs: list[dict[str, Any]] = []
     try:
         for it in range(iterations):
+            log.info("%s iteration %d of %d", "warm-up" if it < warmup else "measured",
+                     it + 1 if it < warmup else it - warmup + 1,
+                     warmup if it < warmup else iterations - warmup)
             model.zero_grad(set_to_none=True)
             fwd_marks.clear()
             grad_marks.clear()
+            host_fwd.clear()
+            host_grad.clear()
             f0 = _minor_faults()
             t0 = clock.mark()
             inputs = _to_device(example_inputs, dev)
-            t1 = clock.mark()
+            t1, h1 = clock.mark(), _host_mark()
             loss = loss_fn(_call(model, inputs))
-            t2 = clock.mark()
+            t2, h2 = clock.mark(), _host_mark()
             loss.backward()
-            t3 = clock.mark()
-            t4 = t3
+            t3, h3 = clock.mark(), _host_mark()
+            t4, h4 = t3, h3
             if opt is not None:
                 opt.step()
-                t4 = clock.mark()
+                t4, h4 = clock.mark(), _host_mark()
             clock.sync()
             f1 = _minor_faults()
             if it >= warmup:
                 runs.append(_segments(clock, (t0, t1, t2, t3, t4), fwd_marks, grad_marks))
+                runs[-1]["host"] = _host_segments(
+                    (h1, h2, h3, h4), [i for i, _ in fwd_marks], host_fwd,
+                    [j for j, _ in grad_marks], host_grad)
                 runs[-1]["faults"] = f1 - f0 if f0 is not None and f1 is not None else None
     except SchedoptError:
         raise
@@ -348,6 +365,37 @@ def _shape_of(inputs: Any) -> Any:
     return type(inputs).__name__
 
 
+def _host_mark() -> tuple[int, float]:
+    """The calling thread and its CPU time (s)."""
+    return threading.get_ident(), time.thread_time()
+
+
+def _host_segments(marks: tuple, fwd_ids: list[int], fwd: list, grad_ids: list[int],
+                   grads: list) -> dict[str, Any]:
+    """One iteration's host figures in the shape of :func:`_segments`: each mark's time is the
+    launching thread's CPU time since the start of the forward, summed over consecutive marks
+    taken on one thread (a stretch between marks of two threads, as from the main thread to
+    autograd's device thread, counts 0: no one thread's CPU time measures it)."""
+    h1, h2, h3, h4 = marks
+
+    def run(seq: list[tuple[int, float]]) -> list[float]:
+        out, acc = [0.0], 0.0
+        for (ta, a), (tb, b) in itertools.pairwise(seq):
+            acc += max(0.0, b - a) if ta == tb else 0.0
+            out.append(acc)
+        return out
+
+    f = run([h1, *fwd, h2])
+    b = run([h2, *grads, h3])
+    return {
+        "fwd": list(zip(fwd_ids, f[1:-1], strict=True)), "fwd_end": f[-1],
+        "bwd_start": f[-1],
+        "grads": [(j, f[-1] + t) for j, t in zip(grad_ids, b[1:-1], strict=True)],
+        "bwd_end": f[-1] + b[-1],
+        "update": max(0.0, h4[1] - h3[1]) if h3[0] == h4[0] else 0.0,
+    }
+
+
 def _segments(clock: _Clock, marks: tuple, fwd: list, grads: list) -> dict[str, Any]:
     """One iteration's raw figures, in seconds from the start of the forward."""
     t0, t1, t2, t3, t4 = marks
@@ -383,13 +431,19 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
     n = len(order)
     fwd_times: list[list[float]] = [[] for _ in range(n)]
     bwd_times: list[list[float]] = [[] for _ in range(n)]
+    host_fwd: list[list[float]] = [[] for _ in range(n)]
+    host_bwd: list[list[float]] = [[] for _ in range(n)]
     extra_owner: dict[int, int] = {}
     for run in runs:
+        hf, _ = _forward_times(run["host"], pos, n)
+        hb, _ = _backward_times(run["host"], owner, n)
         f, ends = _forward_times(run, pos, n)
         b, ends = _backward_times(run, owner, n)
         for k in range(n):
             fwd_times[k].append(f[k])
             bwd_times[k].append(b[k])
+            host_fwd[k].append(hf[k])
+            host_bwd[k].append(hb[k])
         if run is first:
             ready = dict(run["grads"])
             for j in fired:
@@ -408,11 +462,18 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                                      "dtype": _dtype_name(p.dtype)})
             if p.dim() > 1:  # the leading dimension, for partitioning policies
                 tensors[home[j]][-1]["rows"] = int(p.shape[0])
+    spread_warning([sum(col) for col in zip(*fwd_times, *bwd_times, strict=True)])
     fwd_scale, bwd_scale = _pass_scale(fwd_times), _pass_scale(bwd_times)
     layers = [{"name": candidates[order[k]][0],
                "forward_s": statistics.median(fwd_times[k]) * fwd_scale,
                "backward_s": statistics.median(bwd_times[k]) * bwd_scale, "tensors": tensors[k]}
               for k in range(n)]
+    cpu = dev.type != "cuda"  # there the launching thread runs the kernels: never longer
+    for k, layer in enumerate(layers):
+        for key, col in (("host_forward_s", host_fwd[k]), ("host_backward_s", host_bwd[k])):
+            val = statistics.median(col)
+            wall = layer["forward_s" if key == "host_forward_s" else "backward_s"]
+            layer[key] = min(val, wall) if cpu else val
     data: dict[str, Any] = {
         "name": name, "batch_size": batch_size,
         "source": f"measured with schedopt.measure.profile.profile_model on {dev}, torch "
@@ -421,6 +482,7 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                   f"{_faults_note(runs, dev)}",
         "h2d_s": statistics.median(r["h2d"] for r in runs) if dev.type == "cuda" else 0.0,
         "update_s": statistics.median(r["update"] for r in runs),
+        "host_update_s": statistics.median(r["host"]["update"] for r in runs),
         "layers": layers,
     }
     trace = Trace.model_validate(data)
@@ -434,6 +496,59 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         if consistent != [t.name for t in trace.ready_order]:
             trace = Trace.model_validate({**data, "grad_ready_order": consistent})
     return trace
+
+
+class ProfileWarning(UserWarning):
+    """A profile that may not be typical: a loaded machine, no warm-up, a wide spread.
+
+    ``schedopt profile`` prints each as a ``warning:`` line on stderr.
+    """
+
+
+#: Spread (slowest over fastest measured iteration) above which a profile is suspect.
+SPREAD_LIMIT = 1.5
+#: The 1-minute load average, per CPU, above which the machine counts as loaded.
+LOAD_LIMIT = 0.5
+
+
+def spread_warning(totals: list[float], limit: float = SPREAD_LIMIT) -> float | None:
+    """Warn (:class:`ProfileWarning`) when the measured iterations' times spread by more
+    than ``limit`` (max / min); return the spread (None with fewer than two positive times)."""
+    import warnings
+
+    times = [t for t in totals if t > 0]
+    if len(times) < 2:
+        return None
+    spread = max(times) / min(times)
+    if spread > limit:
+        warnings.warn(f"the measured iterations spread {spread:.2f}x (slowest over fastest, "
+                      f"more than {limit:g}x): something else ran; rerun on a quiet machine or"
+                      " with more --repeats", ProfileWarning, stacklevel=2)
+    return spread
+
+
+def start_warnings(warmup: int, load: tuple[float, float, float] | None = None,
+                   cpus: int | None = None) -> list[str]:
+    """What makes a profile about to start suspect: the machine loaded (1-minute load
+    average above :data:`LOAD_LIMIT` per CPU) or no warm-up iteration.
+
+    ``load`` and ``cpus`` default to ``os.getloadavg()`` and ``os.cpu_count()``.
+    """
+    import os
+
+    out = []
+    try:
+        load = load if load is not None else os.getloadavg()
+    except OSError:  # not available on this platform
+        load = None
+    cpus = cpus or os.cpu_count() or 1
+    if load is not None and load[0] > LOAD_LIMIT * cpus:
+        out.append(f"the machine is loaded (load average {load[0]:.1f} on {cpus} CPUs): compute"
+                   " times may be several times too long; profile on a quiet machine")
+    if warmup == 0:
+        out.append("--warmup 0: the first iteration (allocations, kernel selection, caches) is"
+                   " measured; use --warmup 2 or more")
+    return out
 
 
 def _pass_scale(times: list[list[float]]) -> float:

@@ -8,7 +8,15 @@ from functools import cached_property
 from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_serializer,
+    model_validator,
+)
 
 from schedopt.errors import SchedoptError
 from schedopt.model.cluster import Cluster
@@ -20,6 +28,7 @@ __all__ = ["Breakdown", "Member", "Members", "Plan", "Schedule", "Sharding", "in
 
 NextForward = Literal["wait-for-all", "per-layer"]
 ShardingMode = Literal["full", "grad-op"]
+ShardPadding = Literal["none", "dim0"]
 
 #: Most all-gathers a sharded plan may run ahead of their unit.
 MAX_PREFETCH = 64
@@ -86,6 +95,11 @@ class Sharding(BaseModel):
     streams
         1: all-gathers and reduce-scatters share one stream (issue in one order); 2: a stream
         each (FSDP2). The network is one resource either way.
+    padding
+        ``none``: a unit's collectives move its tensors' bytes. ``dim0``: every tensor's first
+        dimension is padded to a multiple of the world size first (FSDP2's ``Shard(0)``); the
+        first dimension is the tensor's ``rows``, or its elements when ``rows`` is unset (a 1-D
+        tensor). Left out of the serialised form at ``none``.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -99,6 +113,16 @@ class Sharding(BaseModel):
                                    description="All-gathers run ahead in the backward.")
     streams: Annotated[Literal[1, 2], BeforeValidator(strict_int)] = Field(
         2, description="Streams for all-gathers and reduce-scatters (1 shared, 2 separate).")
+    padding: ShardPadding = Field(
+        default="none", description="none, or dim0: first dimensions padded to a multiple of the world"
+                            " size (FSDP2).")
+
+    @model_serializer(mode="wrap")
+    def _drop_no_padding(self, handler: Any) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("padding") == "none":
+            data.pop("padding")  # added later: left out when unset (plan files unchanged)
+        return data
 
     def check_against(self, trace: Trace) -> list[list[str]]:
         """Check the units against ``trace`` and return each unit's tensor names (forward order;
@@ -227,7 +251,8 @@ class Plan(BaseModel):
         SchedoptError
             Naming the offending field and value.
         """
-        if self.trace_hash is not None and self.trace_hash != trace.fingerprint():
+        if self.trace_hash is not None and self.trace_hash not in (trace.fingerprint(),
+                                                                   trace.retimed_from):
             raise SchedoptError(
                 f"plan was made for another trace (this trace is {trace.fingerprint()})",
                 "plan.trace_hash",
@@ -280,6 +305,18 @@ class Plan(BaseModel):
         seen: set[str] = set()
         i = 0
         for k, bucket in enumerate(self.buckets):
+            if not self.partition:  # whole tensors: a member is a tensor's name
+                try:
+                    layer[i:i + len(bucket)] = [owner[m] for m in bucket]
+                    nbytes[i:i + len(bucket)] = [size[m] for m in bucket]
+                except KeyError:
+                    bad = next(m for m in bucket if m not in size)
+                    message = ("member does not match the partition"
+                               if parse_member(bad)[0] in size else "unknown tensor")
+                    raise SchedoptError(message, f"plan.buckets[{k}]", bad) from None
+                i += len(bucket)
+                seen.update(bucket)
+                continue
             for member in bucket:
                 tensor, piece = parse_member(member)
                 sizes = self.partition.get(tensor)

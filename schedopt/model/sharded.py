@@ -26,8 +26,8 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan, parse_member
 from schedopt.model.trace import DTYPE_BYTES, Trace
 
-__all__ = ["Network", "ShardedUnits", "check_no_contention", "comm_member_bytes", "peak_bytes",
-           "shard_units"]
+__all__ = ["Network", "ShardedUnits", "check_no_contention", "comm_member_bytes",
+           "dim0_padded_numel", "peak_bytes", "shard_units"]
 
 
 def comm_member_bytes(trace: Trace, plan: Plan, nbytes: np.ndarray) -> np.ndarray:
@@ -43,6 +43,19 @@ def comm_member_bytes(trace: Trace, plan: Plan, nbytes: np.ndarray) -> np.ndarra
     return nbytes.astype(float) * np.asarray(scale, dtype=float)
 
 
+def dim0_padded_numel(numel: int, rows: int | None, world_size: int) -> int:
+    """Elements of a tensor whose first dimension is padded to a multiple of ``world_size``.
+
+    FSDP2 (torch 2.13, ``_fsdp_param.py``: ``padded_sharded_param_size`` is the size of the
+    first of ``torch.chunk(param, world_size, dim=0)``; ``_fsdp_common.py``:
+    ``_get_dim0_padded_size``) gives every rank ``ceil(rows / world_size)`` rows, so the
+    all-gather output and the reduce-scatter input hold ``ceil(rows / world_size) *
+    world_size`` rows of ``numel / rows`` elements. ``rows`` None is read as a 1-D tensor.
+    """
+    rows = numel if rows is None else rows
+    return -(-rows // world_size) * world_size * (numel // rows)
+
+
 @dataclass(frozen=True)
 class ShardedUnits:
     """A sharded plan's units as arrays (forward order, ``u = 0..U-1``).
@@ -52,9 +65,10 @@ class ShardedUnits:
     layers
         Layer indices of every unit.
     param_bytes
-        ``P_u``: the unit's parameter bytes (the tensors' own dtype).
+        ``P_u``: the unit's parameter bytes (the tensors' own dtype; first dimensions padded
+        with the plan's ``padding``).
     grad_bytes
-        ``G_u``: the bytes its reduce-scatter moves (``comm_dtype``).
+        ``G_u``: the bytes its reduce-scatter moves (``comm_dtype``; padded likewise).
     forward_s, backward_s
         The unit's compute (sum over its layers), one micro-batch.
     ag_s, rs_s
@@ -118,7 +132,12 @@ def shard_units(trace: Trace, cluster: Cluster, plan: Plan) -> ShardedUnits:
     names = plan.sharding.check_against(trace)
     index = {la.name: i for i, la in enumerate(trace.layers)}
     layers = [[index[n] for n in unit] for unit in plan.sharding.units]
-    size = {t.name: (t.bytes, t.dtype) for t in trace.tensor_list}
+    world = cluster.world_size
+    if plan.sharding.padding == "dim0" and world > 1:
+        size = {t.name: (dim0_padded_numel(t.numel, t.rows, world) * DTYPE_BYTES[t.dtype], t.dtype)
+                for t in trace.tensor_list}
+    else:
+        size = {t.name: (t.bytes, t.dtype) for t in trace.tensor_list}
     target = None if plan.comm_dtype is None else DTYPE_BYTES[plan.comm_dtype]
     p_b = np.array([sum(size[n][0] for n in unit) for unit in names], dtype=float)
     g_b = p_b if target is None else np.array(

@@ -154,12 +154,18 @@ class Trace(BaseModel):
     grad_ready_order: list[str] | None = Field(
         None, description="Optional gradient-ready order of tensor names."
     )
+    retimed_from: str | None = Field(
+        None, description="Fingerprint of the trace this one re-times (same layers and tensors,"
+        " other times: `calibrate --fit compute_scale`); plans made for it bind to this one."
+    )
 
     @model_serializer(mode="wrap")
     def _drop_zero_host(self, handler: Any) -> Any:
         data = handler(self)
         if isinstance(data, dict) and data.get("host_update_s") == 0.0:
             data.pop("host_update_s")  # added later: left out at 0 (hashes unchanged)
+        if isinstance(data, dict) and data.get("retimed_from", 0) is None:
+            data.pop("retimed_from")  # likewise, left out when absent
         return data
 
     @model_validator(mode="after")

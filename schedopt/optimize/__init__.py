@@ -10,8 +10,9 @@ names below load on first use, so that importing the package does not load OR-To
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from schedopt.lazy import lazy_names
 
 if TYPE_CHECKING:  # pragma: no cover
     from schedopt.optimize.options import SolveOptions as SolveOptions
@@ -26,10 +27,7 @@ _EXPORTS = {"SolveOptions": "schedopt.optimize.options", "BaselineRow": "schedop
             "Status": "schedopt.optimize.result", "solve": "schedopt.optimize.solver"}
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'schedopt.optimize' has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _EXPORTS)
 
 
 __all__ = ["BaselineRow", "Method", "SolveOptions", "SolveResult", "Status", "solve"]

@@ -27,7 +27,8 @@ from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.period import BucketTails
 
-__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound"]
+__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound",
+           "stage_groups"]
 
 
 def constant_bound(inst: Instance) -> int:
@@ -135,16 +136,22 @@ def lower_bound(inst: Instance, hi: int, *, with_dp: bool = True) -> int:
     return min(lb, hi)
 
 
+def stage_groups(inst: Instance) -> list[int | tuple[int, ...]]:
+    """The one-stage relaxations of several stages, as ``build_instance``'s ``stage``: each
+    stage alone, and per resource of the last stage the stages that hold it (as one task)."""
+    groups: list[int | tuple[int, ...]] = list(range(len(inst.stages)))
+    groups += list(dict.fromkeys(on for on in inst.last_stage_groups() if len(on) > 1))
+    return groups
+
+
 def stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance) -> int:
     """Lower bound (``inst``'s ticks) for several communication stages, from one-stage
     relaxations: each stage alone (dropping the others only makes buckets finish earlier), and,
     per resource of the last stage, the stages that hold it as one task (the resource serves
     them one at a time after the bucket is ready, and the last stage ends after them). Valid
     for every launch order with ``opts.reorder``, for readiness order otherwise."""
-    groups: list[int | tuple[int, ...]] = list(range(len(inst.stages)))
-    groups += list(dict.fromkeys(on for on in inst.last_stage_groups() if len(on) > 1))
     bound = 0
-    for s in groups:
+    for s in stage_groups(inst):
         one = build_instance(trace, cluster, opts, stage=s)
         v1, _, proven = solve_fifo(one, reorder=opts.reorder)
         b1 = v1 if proven else lower_bound(one, v1)

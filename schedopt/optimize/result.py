@@ -159,7 +159,7 @@ class SolveResult(BaseModel):
     hint_iteration_time_s: float | None = Field(None, description="Its simulated time (s).")
     improvement_s: float = Field(0.0, description="Hint time minus the plan's time (s).")
     tick_s: float = Field(0.0, description="Time unit of the integer model (s).")
-    wall_stop: bool = Field(False, description="The wall-clock safety stop fired.")
+    wall_stop: bool = Field(False, description="The wall-clock safety stop fired (not Ctrl-C).")
     partition_gain_s: float | None = Field(
         None, description="With partitioning: the best unpartitioned plan's period minus this "
         "plan's (s).")

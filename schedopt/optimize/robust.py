@@ -169,7 +169,7 @@ class RobustResult(BaseModel):
     source: str = Field(description="What produced the plan.")
     solve_time_s: float = Field(description="Wall-clock time (s).")
     interrupted: bool = Field(False, description="Stopped by Ctrl-C.")
-    wall_stop: bool = Field(False, description="The wall-clock safety stop fired.")
+    wall_stop: bool = Field(False, description="The wall-clock safety stop fired (not Ctrl-C).")
     simulations: int = Field(0, description="Simulations of the local search.")
     scenarios: list[ScenarioRow] = Field(default_factory=list, description="Every scenario.")
     candidates: list[CandidateRow] = Field(default_factory=list, description="Candidates.")
@@ -558,7 +558,8 @@ def _result(state: _Robust) -> RobustResult:
         status=status, worst_s=worst, worst_scenario=names[int(np.argmax(best.times))],
         nominal_s=best.times[0], bound_s=bound, bound_scenario=names[bi] if bi >= 0 else "",
         gap=gap, source=best.source, solve_time_s=time.perf_counter() - state.t0,
-        interrupted=control.interrupted, wall_stop=wall, simulations=state.sims,
+        interrupted=control.interrupted, wall_stop=wall and not control.interrupted,
+        simulations=state.sims,
         scenarios=[_scenario_row(state, i, best) for i in range(len(names))],
         candidates=[CandidateRow(source=c.source, worst_s=c.worst,
                                  worst_scenario=names[int(np.argmax(c.times))],

@@ -42,18 +42,23 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
-from schedopt.optimize.bounds import constant_bound, lower_bound, stage_bound
+from schedopt.optimize.bounds import constant_bound, lower_bound, stage_bound, stage_groups
 from schedopt.optimize.budget import AGREE, Budget, Share
 from schedopt.optimize.coarse import coarse_programme
 from schedopt.optimize.control import Control, Halt, StepTimeout
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
 from schedopt.optimize.flowshop import bottleneck_plans, flow_order, resource_bound
 from schedopt.optimize.heuristics import local_search, schrage_order
-from schedopt.optimize.instance import Instance, Segments, build_instance
+from schedopt.optimize.instance import TICK_BUDGET, Instance, Segments, build_instance
 from schedopt.optimize.lns import windowed_lns
 from schedopt.optimize.model import CommModel, unimodal_order
 from schedopt.optimize.options import SolveOptions
-from schedopt.optimize.relax import relaxation
+from schedopt.optimize.relax import (
+    host_free_period,
+    launch_candidates,
+    relaxation,
+    simulated_descent,
+)
 from schedopt.optimize.result import Method, SolveResult, Status
 from schedopt.optimize.shared_link import (
     PLAN_S_PER_UNIT,
@@ -61,6 +66,7 @@ from schedopt.optimize.shared_link import (
     shared_link_applies,
     shared_link_bound,
 )
+from schedopt.optimize.unimodal import MAX_UNITS as UNIMODAL_UNITS
 from schedopt.optimize.unimodal import unimodal_exact
 from schedopt.policies import POLICIES
 from schedopt.simulate.simulator import simulate
@@ -112,6 +118,9 @@ LNS_THEN_MODEL, LNS_ALONE = Share(0.5), Share(1.0)
 UNPARTITIONED = Share(0.4)
 #: The flow-shop bound's programmes (several stages).
 FLOW_SHOP_BOUND = Share(0.3)
+#: The unimodal programme on the one-stage relaxations of several stages (reordered,
+#: per-layer), all of them together.
+STAGE_PROGRAMMES = Share(0.5)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
 STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.3, 10.0), Share(0.5)
 #: A CP-SAT pass that is the last step: all the work left.
@@ -744,6 +753,8 @@ def _solve_multi_stage(search: SolveState) -> None:
     if not best.solved and inst.n <= FULL_MODEL_UNITS:  # O(n^2) programmes per stage
         search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
         search.budget.spend(BOUND_DP_S * inst.n ** 2 * len(inst.stages))
+    if not best.solved and opts.reorder and inst.per_layer:
+        _stages_programmes(search, inst)
     if not best.solved:
         _stages_local_search(search, inst, model)
     if model and not best.solved and search.work_left() > MIN_STEP_S:
@@ -790,6 +801,48 @@ def _stages_flow_shop_bound(search: SolveState, inst: Instance) -> None:
     search.prove(bound, Method.FLOW_SHOP)
 
 
+def _stages_programmes(search: SolveState, inst: Instance) -> None:
+    """The unimodal programme (:mod:`.unimodal`) on every one-stage relaxation of several
+    stages (:func:`.bounds.stage_groups`), the busiest resource first, within
+    :data:`STAGE_PROGRAMMES` of the work left, shared equally by the relaxations not yet run.
+
+    Each relaxation's bound bounds every plan of the stages in every launch order (dropping
+    stages only makes buckets end earlier; the stages that share a resource of the last
+    stage take it one at a time after the bucket's release): it is proven less both integer
+    models' tick budgets. Its plan, on the same units, is judged by the exact multi-stage
+    period and offered."""
+    best = search.best
+    assert best is not None
+    trace, cluster, opts = search.trace, search.cluster, search.opts
+    ones = [build_instance(trace, cluster, opts, merge=bool(opts.merge_layers), stage=s)
+            for s in stage_groups(inst)]
+    ones = [one for one in ones if one.n == inst.n and one.n <= UNIMODAL_UNITS]
+    ones.sort(key=lambda one: -(one.a + int(one.p.sum())) * one.tick)  # busiest first
+    work = search.budget.work(STAGE_PROGRAMMES)
+    for k, one in enumerate(ones):
+        if best.solved or search.work_left() <= MIN_STEP_S or work <= MIN_STEP_S:
+            break
+        share = work / (len(ones) - k)
+        dp_val, dp_segs = solve_fifo_per_layer(one)[:2]
+        hi = min(int(dp_val), int(one.evaluate(best.segs).period))
+        res = unimodal_exact(one, lower_bound(one, hi) - 1, hi, deadline=search.budget.deadline,
+                             max_work=int(share / STATE_S))
+        search.budget.spend(BOUND_DP_S * one.n ** 2 * 2)  # the DP and the bucketing bound
+        if res is None:
+            continue
+        search.budget.spend(res.work * STATE_S)
+        work -= res.work * STATE_S
+        search.wall_stop |= res.wall_stop
+        slack = TICK_BUDGET * (one.lower_bound_s + inst.lower_bound_s)
+        search.prove(int(np.floor((res.bound * one.tick - slack) / inst.tick)),
+                     Method.STAGE_RELAXATION)
+        for segs in (res.segs, dp_segs):
+            if segs:
+                search.offer(segs, int(inst.evaluate(segs).period), Method.UNIMODAL)
+        log.info("stage relaxation %s: bound %d of %d ticks", one.stages[0].name,
+                 res.bound, one.tick)
+
+
 def _stages_local_search(search: SolveState, inst: Instance, model: bool) -> None:
     """The local search over bucketings (and, with reordering, launch orders) judged by the
     exact multi-stage period, from the best plan."""
@@ -822,6 +875,23 @@ def _result(search: SolveState) -> SolveResult:
     sim = simulate(trace, cluster, plan).iteration_time_s
     value_s = best.value * tick
     method = best.method
+    model_plan = plan
+    relax = relaxation(cluster, trace=trace)
+    if relax is not None and relax.host:  # the calls' host cost: plans with fewer calls
+        for segs in launch_candidates(inst):
+            cand = inst.to_plan(segs, knobs=_knobs(opts))
+            cand_s = simulate(trace, cluster, cand).iteration_time_s
+            if cand_s < sim * (1 - 1e-12):
+                plan, sim, value_s, method = cand, cand_s, cand_s, Method.DP_HEURISTIC
+        start = inst.segments_of_plan(plan)[0]
+        if start and inst.is_fifo(start) and inst.stages:  # then moves judged by simulation
+            segs, desc_s = simulated_descent(
+                start, inst.n,
+                lambda sg: simulate(trace, cluster, inst.to_plan(sg, knobs=_knobs(opts)))
+                .iteration_time_s)
+            if desc_s < sim * (1 - 1e-12):
+                plan = inst.to_plan(segs, knobs=_knobs(opts))
+                sim, value_s, method = desc_s, desc_s, Method.LOCAL_SEARCH
     if hint is not None and hint.row.iteration_time_s < sim * (1 - 1e-12):
         notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning "
                      f"{hint.row.policy}'s plan")
@@ -834,7 +904,6 @@ def _result(search: SolveState) -> SolveResult:
             if hsegs:
                 value_s = int(inst.evaluate(hsegs).period) * tick
         method = Method.HINT
-    relax = relaxation(cluster)
     if relax is None:
         bound_s = min(best.bound * tick, value_s)
         agree = abs(value_s - sim) <= AGREE * sim
@@ -845,7 +914,12 @@ def _result(search: SolveState) -> SolveResult:
         gap = max(0.0, (value_s - bound_s) / value_s) if value_s > 0 else 0.0
     else:  # judged by the simulator; the model's bound relaxed to stay valid
         notes.append(relax.note)
-        bound_s = min(best.bound * tick * relax.factor, sim)
+        bound_s = best.bound * tick * relax.factor
+        if relax.only_host and best.bound >= best.value:  # the optimum without a host
+            free = host_free_period(trace, cluster, model_plan)
+            if abs(best.value * tick - free) <= AGREE * free:
+                bound_s = max(bound_s, free)
+        bound_s = min(bound_s, sim)
         value_s, agree = sim, True  # the objective is the simulated period
         gap = max(0.0, (sim - bound_s) / sim) if sim > 0 else 0.0
     status = Status.OPTIMAL if gap <= 0.0 and agree else Status.FEASIBLE
@@ -859,7 +933,8 @@ def _result(search: SolveState) -> SolveResult:
         status=status, plan=plan, objective_s=value_s, iteration_time_s=sim, bound_s=bound_s,
         gap=gap, solve_time_s=search.budget.elapsed(), method=method,
         bound_method=best.bound_method, interrupted=search.control.interrupted,
-        wall_stop=search.wall_stop, work_s=search.budget.work_used_s,
+        wall_stop=search.wall_stop and not search.control.interrupted,
+        work_s=search.budget.work_used_s,
         partition_gain_s=gain,
         hint_policy=hint.row.policy if hint is not None else None,
         hint_iteration_time_s=hint_time,

@@ -1,10 +1,13 @@
-"""PyTorch DistributedDataParallel after its one-time bucket rebuild.
+"""PyTorch DistributedDataParallel in its steady state (after its one-time bucket rebuild).
 
 After the first iteration the reducer re-runs ``_compute_bucket_assignment_by_size`` over the
 parameters in the order their gradients became ready, with limits ``[first cap, cap]`` (or the
 per-bucket caps of ``bucket_cap_mb_list``); the buckets it returns are launched strictly in index
-order and the optimizer step follows the last one. Checked against torch 2.13 in
-tests/test_ddp_torch.py (the function itself, and a real gloo run).
+order and the optimizer step follows the last one. With ``find_unused_parameters=True`` (and
+``static_graph=False``) the reducer never rebuilds (``Reducer::should_rebuild_buckets``,
+reducer.hpp), and the construction-time buckets, made in parameter order, serve every
+iteration. Checked against torch 2.13 in tests/test_ddp_torch.py (the functions themselves, and
+real gloo runs).
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.policies.common import mib_to_bytes, new_plan, pack_in_order, positive
 
-__all__ = ["DEFAULT_BUCKET_CAP_MB", "DEFAULT_FIRST_BUCKET_MB", "ddp", "ddp_buckets", "ddp_limits"]
+__all__ = ["DEFAULT_BUCKET_CAP_MB", "DEFAULT_FIRST_BUCKET_MB", "ddp", "ddp_buckets",
+           "ddp_construction_buckets", "ddp_construction_limits", "ddp_limits"]
 
 #: ``bucket_cap_mb`` when left unset (MiB).
 DEFAULT_BUCKET_CAP_MB = 25.0
@@ -77,6 +81,49 @@ def ddp_buckets(trace: Trace, limits: Sequence[int]) -> list[list[str]]:
     return [b.members for b in closed] + [b.members for b in reversed(still_open)]
 
 
+def ddp_construction_limits(limits: Sequence[int], per_bucket: bool = False) -> list[int]:
+    """The byte limits of DDP's construction-time bucket assignment.
+
+    ``_BucketCapacityConfig.compute_bucket_size_limits`` (torch 2.13, with
+    ``find_unused_parameters=True`` and ``static_graph=False``) passes per-bucket caps as given,
+    else ``[first, cap]`` when the first limit is below the cap and ``[cap]`` otherwise.
+
+    Parameters
+    ----------
+    limits
+        What :func:`ddp_limits` returned.
+    per_bucket
+        True when ``limits`` are the per-bucket caps of ``bucket_cap_mb_list``.
+    """
+    if per_bucket or limits[0] < limits[-1]:
+        return list(limits)
+    return [limits[-1]]
+
+
+def ddp_construction_buckets(trace: Trace, limits: Sequence[int]) -> list[list[str]]:
+    """DDP's construction-time buckets, in launch (index) order.
+
+    What a DDP built with ``find_unused_parameters=True`` (and ``static_graph=False``) uses at
+    every iteration, since its reducer never rebuilds them. ``_compute_bucket_assignment_by_size``
+    walks the parameters in ``model.parameters()`` order (the trace's forward order), one
+    accumulator per dtype, a bucket closing once its size reaches its limit; without
+    ``tensor_indices`` it sorts the buckets by their smallest parameter index, and DDP hands the
+    reducer the reverse of that list (``_ddp_init_helper``), so the bucket holding the last
+    parameters comes first. Members keep parameter order.
+
+    Parameters
+    ----------
+    trace
+        The instance; its tensors in forward order are the parameter list.
+    limits
+        Byte limits (:func:`ddp_construction_limits`).
+    """
+    index = {t.name: i for i, t in enumerate(trace.tensor_list)}
+    closed, still_open = pack_in_order(trace.tensor_list, limits, close="reach")
+    buckets = sorted((b.members for b in [*closed, *still_open]), key=lambda m: index[m[0]])
+    return buckets[::-1]
+
+
 def ddp(
     trace: Trace,
     cluster: Cluster,
@@ -84,8 +131,11 @@ def ddp(
     bucket_cap_mb: float | None = None,
     first_bucket_mb: float | None = None,
     bucket_cap_mb_list: list[float] | None = None,
+    find_unused_parameters: bool = False,
+    static_graph: bool = False,
+    gradient_as_bucket_view: bool = False,
 ) -> Plan:
-    """PyTorch DDP (steady state, after the bucket rebuild).
+    """PyTorch DDP in its steady state: after the bucket rebuild, or without one.
 
     Parameters
     ----------
@@ -97,6 +147,17 @@ def ddp(
         Override of the first bucket's limit in MiB (torch's ``_DEFAULT_FIRST_BUCKET_BYTES``).
     bucket_cap_mb_list
         Per-bucket caps in MiB (DDP's ``bucket_cap_mb_list``, torch >= 2.13).
+    find_unused_parameters
+        DDP's ``find_unused_parameters``: when true (and ``static_graph`` false) the reducer
+        never rebuilds its buckets, and the construction-time buckets
+        (:func:`ddp_construction_buckets`, parameter order) serve every iteration.
+    static_graph
+        DDP's ``static_graph``: the buckets are rebuilt in gradient-ready order whatever
+        ``find_unused_parameters`` says.
+    gradient_as_bucket_view
+        DDP's ``gradient_as_bucket_view``: the gradients are views into the buckets. It
+        changes neither the buckets nor their order (only the copy into the bucket, which
+        ``profile --grad-view`` times); recorded in the plan and emitted.
 
     Returns
     -------
@@ -105,6 +166,17 @@ def ddp(
         the optimizer step waits for all of them.
     """
     limits = ddp_limits(bucket_cap_mb, first_bucket_mb, bucket_cap_mb_list)
-    knobs = {"bucket_cap_mb": bucket_cap_mb, "first_bucket_mb": first_bucket_mb,
-             "bucket_cap_mb_list": bucket_cap_mb_list, "limits_bytes": limits}
-    return new_plan("ddp", trace, cluster, ddp_buckets(trace, limits), knobs)
+    knobs: dict[str, object] = {"bucket_cap_mb": bucket_cap_mb,
+                                "first_bucket_mb": first_bucket_mb,
+                                "bucket_cap_mb_list": bucket_cap_mb_list}
+    knobs.update({k: True for k, v in (("find_unused_parameters", find_unused_parameters),
+                                       ("static_graph", static_graph),
+                                       ("gradient_as_bucket_view", gradient_as_bucket_view))
+                  if v})
+    if find_unused_parameters and not static_graph:
+        limits = ddp_construction_limits(limits, bucket_cap_mb_list is not None)
+        buckets = ddp_construction_buckets(trace, limits)
+    else:
+        buckets = ddp_buckets(trace, limits)
+    knobs["limits_bytes"] = limits
+    return new_plan("ddp", trace, cluster, buckets, knobs)

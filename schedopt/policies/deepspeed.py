@@ -30,6 +30,16 @@ backward (stage 2) or after it. The plan says ``overlap=False`` (communication a
 backward), which gives exactly that iteration time; only the position of the reductions in a
 Gantt chart differs. The post-step all-gather of the updated parameter partitions (ZeRO 1/2) is
 not part of the plan; it belongs to ``update_s``.
+
+Stage 1 with ``bf16`` and ``grad_accum_dtype`` fp32 (``runtime/engine.py``,
+``_do_optimizer_sanity_check``: without CPU offload the engine wraps the optimizer in
+``BF16_Optimizer``, not the ZeRO one) keeps no buckets: ``BF16_Optimizer`` flattens the
+parameter group into one buffer padded to a multiple of ``2 * world_size`` elements and
+accumulates the gradients into an fp32 copy of it after the backward (``backward_epilogue``);
+``allreduce_gradients`` then hands that buffer to ``buffered_allreduce_fallback``
+(``get_grads_for_reduction``), which all-reduces it whole, cast to the communication dtype
+(``communication_data_type``, bfloat16 unless set). ``reduce_bucket_size`` and ``overlap_comm``
+play no part.
 """
 
 from __future__ import annotations
@@ -42,13 +52,53 @@ from schedopt.model.plan import Plan, piece_name
 from schedopt.model.trace import Tensor, Trace
 from schedopt.policies.common import Pack, itemsize, new_plan, pack_in_order, positive
 
-__all__ = ["STAGE0_BUCKET_ELEMENTS", "deepspeed", "deepspeed_buckets", "zero_slices"]
+__all__ = ["STAGE0_BUCKET_ELEMENTS", "deepspeed", "deepspeed_buckets", "uses_bf16_optimizer",
+           "zero_slices"]
 
 #: The accelerator's dtype order for the stage-0 fallback (CUDA ``supported_dtypes``).
 _STAGE0_DTYPE_ORDER = ("float32", "float16", "bfloat16")
 
 #: ``MEMORY_OPT_ALLREDUCE_SIZE``: the stage-0 bucket size ``allreduce_gradients`` always uses.
 STAGE0_BUCKET_ELEMENTS = 500_000_000
+
+#: DeepSpeed's dtype names (``runtime/config.py``, ``DtypeEnum``) -> schedopt dtypes.
+_DS_DTYPES = {name: dtype for dtype, names in (
+    ("float16", ("fp16", "float16", "half", "torch.float16")),
+    ("float32", ("fp32", "float32", "float", "torch.float32")),
+    ("bfloat16", ("bf16", "bfloat16", "torch.bfloat16"))) for name in names}
+
+#: ``get_communication_data_type``: the names ``communication_data_type`` accepts.
+_DS_COMM_DTYPES = {"fp16": "float16", "fp32": "float32", "bf16": "bfloat16"}
+
+
+def _ds_dtype(value: str | None, field_name: str, names: dict[str, str]) -> str | None:
+    """A DeepSpeed dtype name as a schedopt dtype (None stays None)."""
+    if value is None:
+        return None
+    dtype = names.get(value.lower()) if isinstance(value, str) else None
+    if dtype is None:
+        raise SchedoptError(f"must be one of {', '.join(names)}", field_name, value)
+    return dtype
+
+
+def uses_bf16_optimizer(zero_stage: int, bf16: bool, grad_accum_dtype: str | None) -> bool:
+    """Whether DeepSpeed's engine wraps the optimizer in ``BF16_Optimizer`` (no CPU offload).
+
+    ``_do_optimizer_sanity_check`` (``runtime/engine.py``, 0.19.8): ZeRO stage 1 with bfloat16
+    parameters and fp32 gradient accumulation.
+
+    Raises
+    ------
+    SchedoptError
+        Stage 0 with bf16 and another accumulation dtype, which DeepSpeed refuses.
+    """
+    accum = _ds_dtype(grad_accum_dtype, "deepspeed.grad_accum_dtype", _DS_DTYPES)
+    model = "bfloat16" if bf16 else "float32"
+    if zero_stage == 0 and accum is not None and accum != model:
+        raise SchedoptError(f"DeepSpeed refuses {model} parameters with {accum} gradient "
+                            "accumulation without ZeRO", "deepspeed.grad_accum_dtype",
+                            grad_accum_dtype)
+    return zero_stage == 1 and bf16 and accum == "float32"
 
 
 def _stage0_buckets(trace: Trace) -> list[list[str]]:
@@ -157,6 +207,9 @@ def deepspeed(
     reduce_bucket_size: float = 5e8,
     overlap_comm: bool = False,
     torch_autocast: bool = False,
+    bf16: bool = False,
+    grad_accum_dtype: str | None = None,
+    communication_data_type: str | None = None,
 ) -> Plan:
     """DeepSpeed's gradient reduction as a plan.
 
@@ -174,20 +227,41 @@ def deepspeed(
     torch_autocast
         DeepSpeed's ``torch_autocast`` is enabled: one pending bucket per gradient dtype
         (default False: one bucket sequence for all dtypes). Stages 1 and 2 only.
+    bf16
+        ``bf16.enabled``: bfloat16 parameters (default False).
+    grad_accum_dtype
+        ``data_types.grad_accum_dtype`` (a DeepSpeed dtype name such as ``fp32``); unset: the
+        parameters' dtype. With ``bf16`` at stage 1, ``fp32`` selects ``BF16_Optimizer``: one
+        all-reduce of every gradient after the backward.
+    communication_data_type
+        DeepSpeed's ``communication_data_type`` (``fp32``, ``fp16``, ``bf16``); the plan's
+        ``comm_dtype`` under ``BF16_Optimizer`` (unset: bfloat16, the engine's default with
+        bf16). Recorded only on the other paths.
 
     Returns
     -------
     Plan
         Buckets in launch order; overlapped with the backward only with ``overlap_comm`` (stage
-        0 never overlaps); the optimizer step waits for all.
+        0 and ``BF16_Optimizer`` never overlap); the optimizer step waits for all.
     """
     if zero_stage not in (0, 1, 2):
         raise SchedoptError("must be 0, 1 or 2 (stage 3 is not modelled)",
                             "deepspeed.zero_stage", zero_stage)
     size = int(positive(reduce_bucket_size, "deepspeed.reduce_bucket_size"))
-    for name, flag in (("overlap_comm", overlap_comm), ("torch_autocast", torch_autocast)):
+    for name, flag in (("overlap_comm", overlap_comm), ("torch_autocast", torch_autocast),
+                       ("bf16", bf16)):
         if not isinstance(flag, bool):
             raise SchedoptError("must be true or false", f"deepspeed.{name}", flag)
+    comm = _ds_dtype(communication_data_type, "deepspeed.communication_data_type",
+                     _DS_COMM_DTYPES)
+    if uses_bf16_optimizer(zero_stage, bf16, grad_accum_dtype):
+        knobs = {"zero_stage": zero_stage, "reduce_bucket_size": reduce_bucket_size,
+                 "overlap_comm": overlap_comm, "torch_autocast": torch_autocast, "bf16": bf16,
+                 "grad_accum_dtype": grad_accum_dtype,
+                 "communication_data_type": communication_data_type,
+                 "optimizer": "BF16_Optimizer"}
+        return new_plan("deepspeed", trace, cluster, [[t.name for t in trace.tensor_list]],
+                        knobs, overlap=False, comm_dtype=comm or "bfloat16")
     buckets = deepspeed_buckets(trace, zero_stage=zero_stage, bucket_elements=size,
                                 overlap_comm=overlap_comm, torch_autocast=torch_autocast)
     partition: dict[str, list[int]] = {}
@@ -196,5 +270,7 @@ def deepspeed(
     knobs = {"zero_stage": zero_stage, "reduce_bucket_size": reduce_bucket_size,
              "overlap_comm": overlap_comm, "torch_autocast": torch_autocast,
              "bucket_elements_used": STAGE0_BUCKET_ELEMENTS if zero_stage == 0 else size}
+    knobs |= {k: v for k, v in (("bf16", bf16), ("grad_accum_dtype", grad_accum_dtype),
+                                ("communication_data_type", communication_data_type)) if v}
     return new_plan("deepspeed", trace, cluster, buckets, knobs, partition=partition,
                     overlap=overlap_comm and zero_stage > 0)

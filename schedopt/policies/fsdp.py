@@ -12,24 +12,63 @@ Read in torch 2.13.0, ``torch/distributed/fsdp/_fully_shard/``:
   post-forward order (one ahead); in the forward the next group's all-gather is issued by its
   pre-forward hook while the current group computes (implicit prefetch, one ahead).
 
+- ``_fsdp_param.py`` (``_init_sharded_param``): each parameter is sharded on its first
+  dimension into ``torch.chunk`` pieces, every rank holding ``ceil(rows / world_size)`` rows
+  (zero-padded), so the all-gather and the reduce-scatter (``_fsdp_collectives.py``,
+  ``foreach_reduce``: ``_get_dim0_padded_size``) move the padded sizes.
+- ``_fsdp_param_group.py`` (``_init_mp_dtypes``): a group's trainable parameters must share one
+  dtype ("FSDP expects uniform original parameter dtype"), checked at the first forward.
+
 The plan: a unit per block (layers sharing a name prefix that ends in a block index, such as
 ``transformer.h.3``) or per top-level child; the root's own layers (embeddings, final norm,
 head) become a unit per contiguous run (an approximation: FSDP2 gathers them as one group and
 keeps it unsharded after the forward); mode ``full``; prefetch 1 and 1; two streams;
-``reduce_dtype`` the communication dtype (``MixedPrecisionPolicy``).
+``reduce_dtype`` the communication dtype (``MixedPrecisionPolicy``); padding ``dim0``. A unit
+(or, with ``wrap="block"``, the root's layers together, FSDP2's one root group) whose tensors
+have several dtypes is refused, as FSDP2 refuses it.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
+from schedopt.errors import SchedoptError
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Dtype, Trace
 from schedopt.policies.common import positive
-from schedopt.policies.units import block_units, child_units, sharded_plan
+from schedopt.policies.units import block_key, block_units, child_units, sharded_plan
 
-__all__ = ["fsdp"]
+__all__ = ["check_group_dtypes", "fsdp"]
+
+
+def check_group_dtypes(trace: Trace, groups: list[list[str]], field_name: str) -> None:
+    """Refuse a parameter group whose tensors have several dtypes, as FSDP2 does.
+
+    Parameters
+    ----------
+    trace
+        The instance; a tied tensor counts in the group of its earliest layer.
+    groups
+        Layer names per FSDP2 parameter group.
+    field_name
+        Reported in the error.
+
+    Raises
+    ------
+    SchedoptError
+        Naming the first such group and its dtypes (torch 2.13 ``_init_mp_dtypes``: "FSDP
+        expects uniform original parameter dtype").
+    """
+    owner = trace.tensor_layer_by_name
+    index = {la.name: i for i, la in enumerate(trace.layers)}
+    for k, group in enumerate(groups):
+        members = {index[n] for n in group}
+        dtypes = sorted({t.dtype for t in trace.tensor_list if owner[t.name] in members})
+        if len(dtypes) > 1:
+            raise SchedoptError(f"FSDP2 refuses a parameter group of several dtypes "
+                                f"({', '.join(dtypes)}): its trainable parameters must share "
+                                "one", f"{field_name}[{k}]", group[:3])
 
 
 def fsdp(
@@ -68,10 +107,15 @@ def fsdp(
                         ("backward_prefetch", backward_prefetch)):
         positive(value, f"fsdp.{name}", allow_zero=True)
     units = block_units(trace) if wrap == "block" else child_units(trace)
+    names = [[trace.layers[i].name for i in unit] for unit in units]
+    check_group_dtypes(trace, names, "fsdp.units")
+    if wrap == "block":  # the root's own layers are one FSDP2 group
+        root = [la.name for la in trace.layers if block_key(la.name) is None]
+        check_group_dtypes(trace, [root] if root else [], "fsdp.root")
     knobs = {"wrap": wrap, "reshard_after_forward": reshard_after_forward,
              "forward_prefetch": forward_prefetch, "backward_prefetch": backward_prefetch,
              "reduce_dtype": reduce_dtype}
     return sharded_plan("fsdp", trace, cluster, units, knobs,
                         mode="full" if reshard_after_forward else "grad-op",
                         forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch,
-                        streams=2, comm_dtype=reduce_dtype)
+                        streams=2, comm_dtype=reduce_dtype, padding="dim0")

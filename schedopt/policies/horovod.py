@@ -165,6 +165,7 @@ def horovod(
     cycle_time_ms: float = 1.0,
     fusion_threshold_mb: float = 128.0,
     groups: int | list[list[str]] | None = None,
+    fusion_threshold_bytes: int | None = None,
 ) -> Plan:
     """Horovod's tensor fusion (HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, groups).
 
@@ -183,6 +184,10 @@ def horovod(
     groups
         Explicit groups: a number of contiguous groups over the parameter list, or lists of
         tensor names.
+    fusion_threshold_bytes
+        The fusion threshold in bytes, as ``HOROVOD_FUSION_THRESHOLD`` sets it (the spec may
+        write that name, and ``HOROVOD_CYCLE_TIME`` for ``cycle_time_ms``); replaces
+        ``fusion_threshold_mb``.
 
     Returns
     -------
@@ -193,8 +198,18 @@ def horovod(
     cycle_ms = positive(cycle_time_ms, "horovod.cycle_time_ms", allow_zero=True)
     mb = positive(fusion_threshold_mb, "horovod.fusion_threshold_mb", allow_zero=True)
     unit = cluster.gpus_per_node * 8 * FUSION_BUFFER_ATOMIC_UNIT
-    threshold = -(-mib_to_bytes(mb) // unit) * unit
+    given = mib_to_bytes(mb)
+    if fusion_threshold_bytes is not None:
+        if fusion_threshold_mb != 128.0:
+            raise SchedoptError("give the threshold once: in bytes or in MiB",
+                                "horovod.fusion_threshold_bytes", fusion_threshold_bytes)
+        given = int(positive(fusion_threshold_bytes, "horovod.fusion_threshold_bytes",
+                             allow_zero=True))
+    threshold = -(-given // unit) * unit
     buckets = horovod_buckets(trace, cycle_s=cycle_ms / 1000.0, threshold=threshold, groups=groups)
     knobs = {"cycle_time_ms": cycle_time_ms, "fusion_threshold_mb": fusion_threshold_mb,
              "groups": groups, "threshold_bytes": threshold}
+    if fusion_threshold_bytes is not None:  # the spec's unit, not the default MiB
+        knobs = {"cycle_time_ms": cycle_time_ms, "fusion_threshold_bytes":
+                 fusion_threshold_bytes, "groups": groups, "threshold_bytes": threshold}
     return new_plan("horovod", trace, cluster, buckets, knobs)

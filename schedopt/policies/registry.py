@@ -115,6 +115,14 @@ def _split_knobs(text: str) -> list[str]:
     return parts
 
 
+#: Knobs a spec may write by a framework's environment variable: the variable -> the knob
+#: (in the variable's unit: ``HOROVOD_FUSION_THRESHOLD`` bytes, ``HOROVOD_CYCLE_TIME`` ms).
+ENV_KNOBS: dict[str, dict[str, str]] = {
+    "horovod": {"HOROVOD_FUSION_THRESHOLD": "fusion_threshold_bytes",
+                "HOROVOD_CYCLE_TIME": "cycle_time_ms"},
+}
+
+
 def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     """Split ``NAME:key=value,...`` into the name and its knobs.
 
@@ -128,7 +136,10 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise SchedoptError("knobs are written key=value", "policy", spec)
-        knobs[key.strip()] = _parse_value(value.strip())
+        key = ENV_KNOBS.get(name, {}).get(key.strip(), key.strip())
+        if key in knobs:
+            raise SchedoptError("knob given twice", f"{name}.knob", key)
+        knobs[key] = _parse_value(value.strip())
     return name, knobs
 
 

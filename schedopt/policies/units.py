@@ -124,13 +124,14 @@ def prefetch_depth(sizes: list[int], limit: int) -> int:
 def sharded_plan(policy: str, trace: Trace, cluster: Cluster, units: list[list[int]],
                  knobs: dict[str, Any], *, mode: Literal["full", "grad-op"],
                  forward_prefetch: int, backward_prefetch: int, streams: Literal[1, 2],
-                 comm_dtype: Any = None) -> Plan:
+                 comm_dtype: Any = None, padding: Literal["none", "dim0"] = "none") -> Plan:
     """A sharded :class:`Plan` of ``units`` (layer indices, forward order), bound to ``trace``
     and ``cluster``; buckets are the units' tensors, units in backward order."""
     names = [[trace.layers[i].name for i in unit] for unit in units]
     sharding = Sharding(mode=mode, units=names, forward_prefetch=min(forward_prefetch,
                                                                      MAX_PREFETCH),
-                        backward_prefetch=min(backward_prefetch, MAX_PREFETCH), streams=streams)
+                        backward_prefetch=min(backward_prefetch, MAX_PREFETCH), streams=streams,
+                        padding=padding)
     tensors = sharding.check_against(trace)
     return new_plan(policy, trace, cluster, reversed(tensors), knobs, sharding=sharding,
                     comm_dtype=comm_dtype)

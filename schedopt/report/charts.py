@@ -15,7 +15,7 @@ from schedopt.model.plan import Schedule
 from schedopt.report.aggregate import row_spans
 
 __all__ = ["breakdown_chart", "gantt_chart", "pick_curves", "scaling_chart", "steady_window",
-           "tune_chart"]
+           "tied_curves", "tune_chart"]
 
 _COLORS = {"io": "#9e9e9e", "h2d": "#795548", "fwd": "#4caf50", "bwd": "#2196f3",
            "comm": "#ff9800", "update": "#9c27b0", "ag": "#00bcd4", "rs": "#ff5722"}
@@ -123,17 +123,23 @@ def scaling_chart(series: Mapping[str, Sequence[tuple[int, float]]], path: str |
         Output file (PNG, SVG, PDF).
     limit
         Draw only this many curves: the fastest at the largest size (a series named
-        ``optimal`` always). None draws all.
+        ``optimal`` and the first DDP series always). Equal curves are one line whose label
+        names them all (``a = b (equal)``). None draws all.
     """
-    names = list(series) if limit is None else pick_curves(series, limit)
+    groups = {g[0]: g for g in tied_curves(series)}  # equal curves: one line, every name
+    lead = {n: first for first, g in groups.items() for n in g}
+    always = [lead[n] for n in series if n == "optimal" or n.split(":")[0] == "ddp"]
+    names = list(groups) if limit is None else pick_curves(
+        {n: series[n] for n in groups}, limit, list(dict.fromkeys(always)))
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     styles = ["-", "--", "-.", ":"]
     markers = ["o", "s", "^", "v", "D", "x", "+", "*"]
-    for i, name in enumerate(names):
-        xs, ys = zip(*sorted(series[name]), strict=True)
+    for i, group in enumerate(groups[n] for n in names):
+        xs, ys = zip(*sorted(series[group[0]]), strict=True)
+        label = group[0] if len(group) == 1 else " = ".join(group) + " (equal)"
         line = ax.plot(xs, ys, marker=markers[i % len(markers)],
-                       linestyle=styles[i % len(styles)], label=name)[0]
-        if name == "optimal":
+                       linestyle=styles[i % len(styles)], label=label)[0]
+        if "optimal" in group:
             line.set_color("black")
             line.set_linewidth(2.0)
     sizes = sorted({p[0] for pts in series.values() for p in pts})
@@ -147,12 +153,31 @@ def scaling_chart(series: Mapping[str, Sequence[tuple[int, float]]], path: str |
     ax.set_xlabel("GPUs")
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3, which="both")
-    left_out = len(series) - len(names)
+    left_out = len(series) - sum(len(groups[n]) for n in names)
     ax.legend(fontsize=8, title=f"{left_out} more not drawn" if left_out else None,
               title_fontsize=7)
     ax.set_title(title)
     fig.tight_layout()
     _save(fig, path)
+
+
+def tied_curves(series: Mapping[str, Sequence[tuple[int, float]]],
+                rel: float = 1e-6) -> list[list[str]]:
+    """The names of ``series`` grouped by equal curves (same sizes, values within ``rel``),
+    in order of first appearance: one line is drawn per group, labelled with every name."""
+    groups: list[list[str]] = []
+    for name, pts in series.items():
+        mine = sorted(pts)
+        for group in groups:
+            other = sorted(series[group[0]])
+            if len(other) == len(mine) and all(
+                    a[0] == b[0] and abs(a[1] - b[1]) <= rel * max(abs(a[1]), abs(b[1]))
+                    for a, b in zip(mine, other, strict=True)):
+                group.append(name)
+                break
+        else:
+            groups.append([name])
+    return groups
 
 
 def breakdown_chart(rows: Sequence[tuple[str, dict[str, float]]], path: str | Path, *,

@@ -20,7 +20,8 @@ def validation_chart(points: Sequence[tuple[float, float, str]], path: str | Pat
     Parameters
     ----------
     points
-        ``(measured_s, predicted_s, label)`` per row; one colour per label (the policy).
+        ``(measured_s, predicted_s, label)`` per row; one colour and marker per label (the
+        configuration: the policy with its knobs).
     path
         Output file; the format follows the suffix (PNG, SVG, PDF).
     title
@@ -29,7 +30,7 @@ def validation_chart(points: Sequence[tuple[float, float, str]], path: str | Pat
         Half-width of the shaded relative band around ``y = x`` (default ±10%).
     """
     fig, ax = plt.subplots(figsize=(5.5, 5.0))
-    values = [v for m, p, _ in points for v in (m, p)]
+    values = [v * 1e3 for m, p, _ in points for v in (m, p)]
     lo, hi = min(values) * 0.8, max(values) * 1.2
     log = hi / lo > 20
     xs = [lo, hi]
@@ -37,21 +38,22 @@ def validation_chart(points: Sequence[tuple[float, float, str]], path: str | Pat
                     color="#cfd8dc", alpha=0.6, label=f"±{band * 100:.0f}%", linewidth=0)
     ax.plot(xs, xs, color="#37474f", linewidth=1.0, label="y = x")
     labels = list(dict.fromkeys(lab for _, _, lab in points))
-    cmap = plt.get_cmap("tab10")
+    cmap = plt.get_cmap("tab20" if len(labels) > 10 else "tab10")
+    markers = "osD^v<>pP*X"
     for k, lab in enumerate(labels):
         sel = [(m * 1e3, p * 1e3) for m, p, la in points if la == lab]
-        ax.scatter([m / 1e3 for m, _ in sel], [p / 1e3 for _, p in sel], s=22,
-                   color=cmap(k % 10), label=lab, zorder=3)
+        ax.scatter([m for m, _ in sel], [p for _, p in sel], s=22, marker=markers[k % 11],
+                   color=cmap(k % cmap.N), label=lab, zorder=3)
     if log:
         ax.set_xscale("log")
         ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     ax.set_ylim(lo, hi)
-    ax.set_xlabel("measured iteration time (s)")
-    ax.set_ylabel("predicted iteration time (s)")
+    ax.set_xlabel("measured iteration time (ms)")
+    ax.set_ylabel("predicted iteration time (ms)")
     if title:
         ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8 if len(labels) <= 10 else 6, loc="upper left")
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)

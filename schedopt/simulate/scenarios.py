@@ -160,10 +160,12 @@ def scale_trace(trace: Trace, compute: float) -> Trace:
     """``trace`` with every layer's forward and backward time scaled by ``compute``."""
     if compute == 1.0:
         return trace
-    data = trace.model_dump()
-    for layer in data["layers"]:
-        layer["forward_s"] *= compute
-        layer["backward_s"] *= compute
+    data = trace.model_dump(exclude={"layers"})
+    # the tensors are kept as they are (already checked): only the layers' times are new
+    data["layers"] = [{"name": layer.name, "forward_s": layer.forward_s * compute,
+                       "backward_s": layer.backward_s * compute, "tensors": layer.tensors,
+                       "host_forward_s": layer.host_forward_s,
+                       "host_backward_s": layer.host_backward_s} for layer in trace.layers]
     try:
         return Trace.model_validate(data)
     except ValidationError as exc:

@@ -330,14 +330,21 @@ def tune_all(trace: Trace, cluster: Cluster, frameworks: Sequence[str], *,
         One :class:`TuneResult` per framework, and the optimizer's summary (``status``,
         ``iteration_time_s``, ``gap``, ``method``) or None when ``optimum`` is False.
     """
+    import logging
+
+    log = logging.getLogger("schedopt")
     opt: dict[str, Any] | None = None
     if optimum:
         from schedopt.optimize import SolveOptions, solve
 
+        log.info("searching the optimum (up to %g s)", time_limit_s)
         opts = SolveOptions.model_validate({"time_limit_s": time_limit_s, "workers": 1, "seed": 0})
         res = solve(trace, cluster, opts)
         opt = {"status": str(res.status), "iteration_time_s": res.iteration_time_s,
                "gap": res.gap, "method": res.method}
     t_opt = opt["iteration_time_s"] if opt else None
-    return [tune(trace, cluster, f, grid=grid, rounds=rounds, optimum_time_s=t_opt)
-            for f in frameworks], opt
+    results = []
+    for f in frameworks:
+        log.info("tuning %s's %s", f, FRAMEWORKS[f].name)
+        results.append(tune(trace, cluster, f, grid=grid, rounds=rounds, optimum_time_s=t_opt))
+    return results, opt

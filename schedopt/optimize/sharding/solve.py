@@ -467,7 +467,7 @@ def _result(search: _Search, trace: Trace, cluster: Cluster) -> SolveResult:
     notes.append(f"peak of unsharded parameters and gradients {sched.peak_memory_bytes:,.0f} "
                  f"bytes" + (f" (cap {cap:,})" if cap is not None else ""))
     control = search.control
-    wall_stop = control.halted and not search.exact
+    wall_stop = control.halted and not search.exact and not control.interrupted
     if control.interrupted:
         notes.append("interrupted: the best plan found so far")
     elif wall_stop:

@@ -1,0 +1,149 @@
+"""Benchmark of the optimizer on multi-stage collectives with several tensors per layer.
+
+Usage::
+
+    python benchmarks/bench_multistage.py                  # every layout, seeds 0 and 1
+    python benchmarks/bench_multistage.py --only pipelined --seeds 0 1 2
+    python benchmarks/bench_multistage.py --work-limit 20 --json out.json
+
+Instances (generated, :func:`random_trace`): 60 layers, each with 2 or 3 gradient tensors
+(a weight of 0.05-16 MB, log-uniform, and one or two small tensors of 1-64 KB, as biases and
+norms), forward times of 0.1-3 ms (log-uniform), the backward twice the forward, the compute
+scaled so that it equals the bandwidth time of every gradient on the busiest resource
+(``ratio``), and an update step of 5% of the compute. Layouts (every multi-stage collective,
+per-layer next-forward with reordering, one worker, seed 0, 60 s):
+
+* ``pipelined``: the pipelined hierarchical all-reduce of 4 DGX A100 (8 GPUs on NVSwitch,
+  InfiniBand HDR): reduce-scatter and all-gather on the intra-node link, the all-reduce on
+  the network, both about equally loaded;
+* ``ps-dedicated``: 8 single-GPU 10GbE nodes with 2 dedicated servers (push and pull on
+  different links: a two-machine flow shop);
+* ``ps-local-reduce``: 4 nodes of 4 K80 on 10GbE with 4 dedicated servers after a local reduce
+  (push and pull share the PCIe link: one task per bucket);
+* ``ps-colocated``: the same cluster with colocated servers (push and pull share the NIC).
+
+The table prints the plan, the bound, the gap, the status, the time, the deterministic work
+and the methods that found the plan and proved the bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from schedopt.files import load_cluster
+from schedopt.model.cluster import Cluster, PSConfig
+from schedopt.model.trace import Trace
+from schedopt.optimize import SolveOptions, solve
+
+PER_LAYER_REORDER = {"next_forward": "per-layer", "reorder": True}
+
+LAYOUTS = ("pipelined", "ps-dedicated", "ps-local-reduce", "ps-colocated")
+
+
+def layout_cluster(layout: str) -> Cluster:
+    """The cluster of one multi-stage layout (module docstring)."""
+    if layout == "pipelined":
+        base = load_cluster("dgx-a100-family", nodes=4)
+        return base.model_copy(update={"collective": "hierarchical",
+                                       "pipelined_hierarchical": True,
+                                       "name": "dgx-a100-4n-pipelined"})
+    if layout == "ps-dedicated":
+        flat = load_cluster("10gbe-k80-family", nodes=8)
+        return flat.model_copy(update={"collective": "ps", "allreduce": None,
+                                       "ps": PSConfig(servers=2, colocated=False),
+                                       "name": "10gbe-8n-ps2-dedicated"})
+    ps = load_cluster("k80-4x4-10gbe-ps")
+    if layout == "ps-local-reduce":
+        return ps.model_copy(update={"ps": PSConfig(servers=4, colocated=False),
+                                     "name": "k80-4x4-10gbe-ps-dedicated"})
+    assert layout == "ps-colocated", layout
+    return ps
+
+
+def random_trace(seed: int, tensors: int, cluster: Cluster, layers: int = 60,
+                 ratio: float = 1.0) -> Trace:
+    """A random trace of ``layers`` layers with ``tensors`` (2 or 3) gradient tensors each
+    (module docstring), its compute scaled to ``ratio`` times the bandwidth time of every
+    gradient on ``cluster``'s busiest resource."""
+    rng = np.random.default_rng([seed, tensors, layers])
+    docs = []
+    for i in range(layers):
+        weight = 4 * int(np.exp(rng.uniform(np.log(12_500), np.log(4_000_000))))
+        small = [4 * int(rng.integers(256, 16_384)) for _ in range(tensors - 1)]
+        fwd = float(np.exp(rng.uniform(np.log(1e-4), np.log(3e-3))))
+        docs.append({"name": f"l{i}", "forward_s": fwd, "backward_s": 2 * fwd,
+                     "tensors": [{"name": f"l{i}.weight", "bytes": weight}]
+                     + [{"name": f"l{i}.t{j}", "bytes": b} for j, b in enumerate(small)]})
+    trace = Trace.model_validate({"name": f"rand60-s{seed}-t{tensors}", "batch_size": 32,
+                                  "layers": docs})
+    load: dict[str, float] = {}
+    for st in cluster.comm_stages():
+        for res in st.resources:
+            load[res] = load.get(res, 0.0) + st.beta_s_per_byte
+    comm = max(load.values()) * trace.total_bytes
+    scale = ratio * comm / trace.compute_s
+    out = trace.scaled(compute=scale)
+    return Trace.model_validate({**out.model_dump(), "update_s": 0.05 * out.compute_s})
+
+
+def run(layout: str, seed: int, tensors: int, limit: float, work_limit: float | None
+        ) -> dict[str, Any]:
+    """Solve one instance; the row of the table."""
+    cluster = layout_cluster(layout)
+    trace = random_trace(seed, tensors, cluster)
+    opts = SolveOptions(time_limit_s=limit, workers=1, seed=0, work_limit_s=work_limit,
+                        baselines=False, **PER_LAYER_REORDER)
+    res = solve(trace, cluster, opts)
+    return {"instance": trace.name, "layout": layout, "tensors": trace.num_tensors,
+            "optimum_ms": res.iteration_time_s * 1e3, "bound_ms": res.bound_s * 1e3,
+            "gap": res.gap, "status": str(res.status), "solve_s": res.solve_time_s,
+            "work_s": res.work_s, "method": str(res.method),
+            "bound_method": str(res.bound_method)}
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The table (markdown)."""
+    print("| layout | instance | tensors | plan (ms) | bound (ms) | gap | status | time (s) "
+          "| work (s) | plan by | bound by |")
+    print("|---" * 11 + "|")
+    for r in rows:
+        print(f"| {r['layout']} | {r['instance']} | {r['tensors']} | {r['optimum_ms']:.3f} | "
+              f"{r['bound_ms']:.3f} | {r['gap'] * 100:.3f}% | {r['status']} | "
+              f"{r['solve_s']:.1f} | {r['work_s']:.1f} | {r['method']} | {r['bound_method']} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="layouts whose name contains this")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--tensors", type=int, nargs="+", default=[2, 3],
+                    help="tensors per layer (2 or 3)")
+    ap.add_argument("--time-limit", type=float, default=60.0)
+    ap.add_argument("--work-limit", type=float, default=None,
+                    help="deterministic work limit (s); the time limit is then a safety stop")
+    ap.add_argument("--json", help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    rows = []
+    for layout in LAYOUTS:
+        if args.only and args.only not in layout:
+            continue
+        for tensors in args.tensors:
+            for seed in args.seeds:
+                row = run(layout, seed, tensors, args.time_limit, args.work_limit)
+                rows.append(row)
+                print(f"# {layout} {row['instance']}: {row['optimum_ms']:.3f} ms, gap "
+                      f"{row['gap'] * 100:.3f}%, {row['solve_s']:.1f} s", file=sys.stderr)
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
