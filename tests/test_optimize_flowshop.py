@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
-from schedopt.optimize.flowshop import resource_bound, resource_views
+from schedopt.optimize.flowshop import enumerate_plans, plan_count, resource_bound, resource_views
 from schedopt.optimize.instance import build_instance
 
 from .strategies import clusters, comparable_layers, traces
@@ -156,3 +156,45 @@ def test_several_stages_are_deterministic() -> None:
     assert one.plan.buckets == two.plan.buckets
     assert one.bound_s == two.bound_s
     assert not one.wall_stop
+
+
+@settings(max_examples=15, deadline=None)
+@given(case=pipelines(), reorder=st.booleans())
+def test_enumeration_is_the_brute_force_optimum(case: tuple[Trace, Cluster],
+                                                reorder: bool) -> None:
+    """Every bucketing and launch order, counted as :func:`plan_count` says: the optimum of
+    the class."""
+    trace, cluster = case
+    inst = build_instance(trace, cluster, SolveOptions(next_forward="per-layer",
+                                                       reorder=reorder, merge_layers=False))
+    if inst.n > 5:
+        return
+    val, segs = enumerate_plans(inst, reorder)
+    assert val == brute_force(inst, reorder=reorder)
+    assert int(inst.evaluate(segs).period) == val
+    bucketings = sum(1 for _ in itertools.product([0, 1], repeat=inst.n - 1))
+    assert plan_count(inst.n, reorder) >= bucketings
+    assert plan_count(5, True) == 1 + 4 * 2 + 6 * 6 + 4 * 24 + 120
+
+
+@settings(max_examples=15, deadline=None)
+@given(case=pipelines(), piece=st.sampled_from([1_000_000, 2_000_000, 4_000_000]),
+       per_layer=st.booleans())
+def test_partitioning_is_never_worse_than_the_unpartitioned_class(
+        case: tuple[Trace, Cluster], piece: int, per_layer: bool) -> None:
+    """With ``partition_bytes`` the plan is never slower than the best plan of the
+    unpartitioned class (brute force over every bucketing and launch order): that class is
+    solved first, its optimum proven on small instances, and its plan starts the search."""
+    trace, cluster = case
+    mode = "per-layer" if per_layer else "wait-for-all"
+    plain = build_instance(trace, cluster, SolveOptions(next_forward=mode, reorder=True,
+                                                        merge_layers=False))
+    if plain.n > 5:
+        return
+    best = brute_force(plain, reorder=True)
+    opts = SolveOptions(next_forward=mode, reorder=True, partition_bytes=piece,
+                        time_limit_s=20.0, work_limit_s=2.0,
+                        cp_sat={"max_deterministic_time": 0.5})
+    res = solve(trace, cluster, opts)
+    assert res.objective_s == pytest.approx(res.iteration_time_s, rel=1e-3)
+    assert res.objective_s <= best * plain.tick * (1 + 1e-3)

@@ -289,8 +289,8 @@ def test_choice_lists_match_the_registries() -> None:
     from schedopt.study.tune import FRAMEWORKS
 
     assert set(EMIT_TARGETS) == set(EMITTERS)
-    assert TARGET_CHOICES == TARGETS
-    assert FRAMEWORK_CHOICES == (*FRAMEWORKS, "all")
+    assert TARGETS == TARGET_CHOICES
+    assert (*FRAMEWORKS, "all") == FRAMEWORK_CHOICES
 
 
 def test_a_wrong_choice_is_still_one_error_line() -> None:

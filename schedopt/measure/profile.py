@@ -149,6 +149,7 @@ def profile_model(
     optimizer: Any = None,
     grad_copy: bool = False,
     grad_view: bool = False,
+    host: bool | None = None,
 ) -> Trace:
     """Measure a model's per-layer forward and backward times and gradient tensors.
 
@@ -182,6 +183,13 @@ def profile_model(
         As ``grad_copy``, then make the copy the gradient, as DDP's ``gradient_as_bucket_view``
         (the emitted setting): autograd's tensor is freed inside the backward and ``zero_grad``
         frees nothing, which on a CPU decides what memory each iteration maps afresh.
+    host
+        Record the host side: per layer, the CPU time of the thread that launched its forward
+        and backward (``host_forward_s``, ``host_backward_s``) and the optimizer step's
+        (``host_update_s``), docs/model.md "Host side". Default: on a GPU only. On a CPU the
+        launching thread runs the kernels itself, so its time is the compute time and no
+        separate launch precedes it: recorded only when asked, and then capped at the layer's
+        time.
 
     Returns
     -------
@@ -213,7 +221,7 @@ def profile_model(
     runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
                     warmup + repeats, warmup, copies)
     trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
-                         torch.__version__)
+                         torch.__version__, dev.type == "cuda" if host is None else host)
     return trace if copies is None else copies.noted(trace, warmup + repeats)
 
 
@@ -412,7 +420,7 @@ def _segments(clock: _Clock, marks: tuple, fwd: list, grads: list) -> dict[str, 
 
 def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                  candidates: list, params: list, runs: list[dict[str, Any]],
-                 version: str) -> Trace:
+                 version: str, host: bool) -> Trace:
     first = runs[0]
     # layers in the order their forward first ended; only those that ran
     order: list[int] = list(dict.fromkeys(i for i, _ in first["fwd"]))
@@ -469,7 +477,7 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                "backward_s": statistics.median(bwd_times[k]) * bwd_scale, "tensors": tensors[k]}
               for k in range(n)]
     cpu = dev.type != "cuda"  # there the launching thread runs the kernels: never longer
-    for k, layer in enumerate(layers):
+    for k, layer in enumerate(layers if host else []):
         for key, col in (("host_forward_s", host_fwd[k]), ("host_backward_s", host_bwd[k])):
             val = statistics.median(col)
             wall = layer["forward_s" if key == "host_forward_s" else "backward_s"]
@@ -482,7 +490,7 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                   f"{_faults_note(runs, dev)}",
         "h2d_s": statistics.median(r["h2d"] for r in runs) if dev.type == "cuda" else 0.0,
         "update_s": statistics.median(r["update"] for r in runs),
-        "host_update_s": statistics.median(r["host"]["update"] for r in runs),
+        "host_update_s": statistics.median(r["host"]["update"] for r in runs) if host else 0.0,
         "layers": layers,
     }
     trace = Trace.model_validate(data)

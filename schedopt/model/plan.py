@@ -114,8 +114,8 @@ class Sharding(BaseModel):
     streams: Annotated[Literal[1, 2], BeforeValidator(strict_int)] = Field(
         2, description="Streams for all-gathers and reduce-scatters (1 shared, 2 separate).")
     padding: ShardPadding = Field(
-        default="none", description="none, or dim0: first dimensions padded to a multiple of the world"
-                            " size (FSDP2).")
+        default="none", description="none, or dim0: first dimensions padded to a multiple of"
+                                    " the world size (FSDP2).")
 
     @model_serializer(mode="wrap")
     def _drop_no_padding(self, handler: Any) -> Any:

@@ -45,6 +45,7 @@ terms (:meth:`.period.PeriodTerms.bound`) turn it into a bound on the period.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -57,8 +58,9 @@ from schedopt.optimize.heuristics import schrage_order
 from schedopt.optimize.instance import Instance, Segments, build_instance
 from schedopt.optimize.options import SolveOptions
 
-__all__ = ["ResourceView", "bottleneck", "bottleneck_plans", "flow_order", "pair_bound",
-           "resource_bound", "resource_views"]
+__all__ = ["ENUMERATION_PLANS", "ResourceView", "bottleneck", "bottleneck_plans",
+           "enumerate_plans", "flow_order", "pair_bound", "plan_count", "resource_bound",
+           "resource_views"]
 
 
 class ResourceView:
@@ -245,6 +247,33 @@ def bottleneck_plans(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: I
         plans += [c for c in cands if c not in plans]
     return plans
 
+
+
+#: Most plans :func:`enumerate_plans` is used for (every bucketing and launch order).
+ENUMERATION_PLANS = 20_000
+
+
+def plan_count(n: int, reorder: bool) -> int:
+    """The plans of ``n`` units: ``C(n - 1, m - 1)`` bucketings of ``m`` buckets, each in
+    ``m!`` launch orders with ``reorder`` (one without)."""
+    return sum(math.comb(n - 1, m - 1) * (math.factorial(m) if reorder else 1)
+               for m in range(1, n + 1))
+
+
+def enumerate_plans(inst: Instance, reorder: bool) -> tuple[int, Segments]:
+    """The best plan over every bucketing and (with ``reorder``) every launch order, by the
+    exact period (ticks): the optimum of the class, the first such plan in enumeration
+    order. :func:`plan_count` plans are evaluated."""
+    best: tuple[int, Segments] | None = None
+    for bits in itertools.product((False, True), repeat=max(0, inst.n - 1)):
+        segs = inst.segments_from_cuts(np.array(bits, dtype=bool))
+        orders = itertools.permutations(segs) if reorder else iter([tuple(segs)])
+        for order in orders:
+            val = int(inst.evaluate(list(order)).period)
+            if best is None or val < best[0]:
+                best = (val, list(order))
+    assert best is not None
+    return best
 
 
 def bottleneck(inst: Instance) -> ResourceView:

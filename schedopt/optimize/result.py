@@ -63,7 +63,8 @@ class Method(StrEnum):
     #: A link shared by the batch copy and the gradients (:mod:`.shared_link`): its work with
     #: the fewest buckets a period allows (a bound), and plans of fewer buckets.
     SHARED_LINK = "shared-link"
-    #: Sharded plans: every configuration evaluated (small instances; proves the optimum).
+    #: Every plan evaluated (small instances; proves the optimum): sharded configurations,
+    #: and every bucketing and launch order of several communication stages.
     ENUMERATION = "enumeration"
     #: Sharded plans: units of the same number of tensor-holding layers, small depths.
     UNIFORM_UNITS = "uniform-units"

@@ -47,7 +47,14 @@ from schedopt.optimize.budget import AGREE, Budget, Share
 from schedopt.optimize.coarse import coarse_programme
 from schedopt.optimize.control import Control, Halt, StepTimeout
 from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
-from schedopt.optimize.flowshop import bottleneck_plans, flow_order, resource_bound
+from schedopt.optimize.flowshop import (
+    ENUMERATION_PLANS,
+    bottleneck_plans,
+    enumerate_plans,
+    flow_order,
+    plan_count,
+    resource_bound,
+)
 from schedopt.optimize.heuristics import local_search, schrage_order
 from schedopt.optimize.instance import TICK_BUDGET, Instance, Segments, build_instance
 from schedopt.optimize.lns import windowed_lns
@@ -749,6 +756,8 @@ def _solve_multi_stage(search: SolveState) -> None:
     _stages_starts(search, inst, segs)
     best = search.best
     assert best is not None
+    if _stages_enumerate(search, inst):
+        return
     _stages_flow_shop_bound(search, inst)
     if not best.solved and inst.n <= FULL_MODEL_UNITS:  # O(n^2) programmes per stage
         search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
@@ -785,6 +794,23 @@ def _stages_starts(search: SolveState, inst: Instance, segs: Segments) -> None:
     for c in plans:
         search.offer(c, int(inst.evaluate(c).period), Method.FLOW_SHOP)
     search.budget.spend(FLOW_SHOP_PLAN_S * inst.n ** 2 * len(inst.stages))
+
+
+def _stages_enumerate(search: SolveState, inst: Instance) -> bool:
+    """Small instances: every bucketing and launch order (:func:`.flowshop.enumerate_plans`),
+    when there are at most :data:`.flowshop.ENUMERATION_PLANS` and their judging takes at most
+    half of the work left; the best is the optimum of the class (proven)."""
+    count = plan_count(inst.n, search.opts.reorder)
+    if count > ENUMERATION_PLANS:
+        return False
+    charge = count * STAGE_EVAL_S * inst.n * len(inst.stages)
+    if charge > 0.5 * search.work_left():
+        return False
+    val, segs = enumerate_plans(inst, search.opts.reorder)
+    search.budget.spend(charge)
+    search.offer(segs, val, Method.ENUMERATION)
+    search.prove(val, Method.ENUMERATION)
+    return True
 
 
 def _stages_flow_shop_bound(search: SolveState, inst: Instance) -> None:
