@@ -425,7 +425,7 @@ def test_ctrl_c_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
                                monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C after the outputs are reserved and before they are complete: exit 130, no
     traceback, and neither the outputs nor their temporary files are left."""
-    import schedopt.cli.simulate as cli
+    import schedopt.simulate.simulator as cli
 
     for name, doc in ((T, TRACE), (C, CLUSTER)):
         _write(tmp_path, name, doc)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HEAVY = ("ortools", "matplotlib", "torch", "ray", "scipy", "networkx", "yaml")
+HEAVY = ("ortools", "matplotlib", "torch", "ray", "scipy", "networkx", "yaml", "numpy")
 
 
 def _loaded_after(code: str) -> list[str]:

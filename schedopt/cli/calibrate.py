@@ -18,8 +18,6 @@ from schedopt.cli.common import (
 )
 from schedopt.cli.output import CsvOpt, check_formats, print_csv, progress
 from schedopt.errors import SchedoptError
-from schedopt.files import output_files
-from schedopt.model.limits import MAX_BYTES, MAX_GPUS_PER_NODE, MAX_NODES, check_int_option
 
 if TYPE_CHECKING:
     pass
@@ -58,6 +56,7 @@ def fit_comm(
 ) -> None:
     """Fit the all-reduce cost (piecewise linear at protocol switches, or one line
     t = alpha + beta * n) to measured times; optionally write a cluster."""
+    from schedopt.files import output_files
     from schedopt.measure.comm_tables import (
         call_pattern,
         parse_comm_file,
@@ -65,6 +64,7 @@ def fit_comm(
         pooled_slowdowns,
     )
     from schedopt.measure.commfit import cluster_from_fit, fit_comm_cli, piecewise_summary
+    from schedopt.model.limits import MAX_BYTES, MAX_GPUS_PER_NODE, MAX_NODES, check_int_option
 
     with user_errors(), output_files({"--out": out}) as files:
         check_int_option(ranks, "--ranks", 2, MAX_NODES * MAX_GPUS_PER_NODE)
@@ -140,6 +140,7 @@ def calibrate_cmd(
     as_csv: CsvOpt = False,
 ) -> None:
     """Fit each cluster's link, overlap and overhead parameters to measured iteration times."""
+    from schedopt.files import output_files
     from schedopt.measure.calibrate import (
         MAX_STARTS,
         calibrate,
@@ -149,6 +150,7 @@ def calibrate_cmd(
         write_calibrations,
     )
     from schedopt.measure.measurements import read_measurements
+    from schedopt.model.limits import check_int_option
 
     with user_errors():
         check_formats(as_json, as_csv)
@@ -235,6 +237,7 @@ def validate_cmd(
     ] = None,
 ) -> None:
     """Predict every measured run and report the errors per row, per policy and overall."""
+    from schedopt.files import output_files
     from schedopt.measure.calibrate import validate
     from schedopt.measure.measurements import read_measurements, with_cluster
 

@@ -14,9 +14,6 @@ import typer
 
 from schedopt.cli.output import WideConsole, choice
 from schedopt.errors import SchedoptError
-from schedopt.files import json_text, load_cluster, load_plan, load_trace
-from schedopt.model.limits import MAX_NODES
-from schedopt.policies import make_plan
 
 if TYPE_CHECKING:
     from schedopt.model.cluster import Cluster
@@ -115,6 +112,7 @@ def user_errors() -> Iterator[None]:
 
 def parse_counts(text: str, option: str) -> list[int]:
     """Parse comma-separated node counts (1 to MAX_NODES, at most 64 of them)."""
+    from schedopt.model.limits import MAX_NODES
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
@@ -127,6 +125,7 @@ def parse_counts(text: str, option: str) -> list[int]:
 
 def load_pair(trace: str, cluster: str, nodes: int | None) -> tuple[Trace, Cluster]:
     """Load a trace and a cluster from names or paths."""
+    from schedopt.files import load_cluster, load_trace
     tr, cl = load_trace(trace), load_cluster(cluster, nodes)
     log.info("trace %s: %d layers, %d tensors; cluster %s: %d GPUs, %s", tr.name,
              len(tr.layers), tr.num_tensors, cl.name, cl.world_size, cl.collective)
@@ -136,6 +135,8 @@ def load_pair(trace: str, cluster: str, nodes: int | None) -> tuple[Trace, Clust
 def load_with_plan(trace: str, cluster: str, nodes: int | None, policy: str | None,
                    plan_file: Path | None) -> tuple[Trace, Cluster, Plan]:
     """Load a trace, a cluster and the plan given by exactly one of a policy spec or a file."""
+    from schedopt.files import load_plan
+    from schedopt.policies import make_plan
     if (policy is None) == (plan_file is None):
         raise SchedoptError("give exactly one of --policy and --plan", "options",
                             "both" if policy else "neither")
@@ -173,6 +174,7 @@ def _memory(sched: Schedule) -> dict[str, float]:
 
 def print_json(data: Any) -> None:
     """Print strict JSON to stdout (a NaN or infinite number is an error)."""
+    from schedopt.files import json_text
     sys.stdout.write(json_text(data, indent=None))
 
 

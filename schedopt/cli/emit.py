@@ -19,7 +19,6 @@ from schedopt.cli.common import (
     user_errors,
 )
 from schedopt.cli.output import choice
-from schedopt.report import tables as report
 
 #: ``emit --target`` (the emitters of :mod:`schedopt.emit.registry`).
 EMIT_TARGETS = ("ddp", "fsdp", "horovod", "deepspeed", "megatron", "json")
@@ -52,6 +51,7 @@ def emit_cmd(
 ) -> None:
     """Translate a policy's plan (or a saved plan) into a framework's settings."""
     from schedopt.emit.registry import emit
+    from schedopt.report import tables as report
 
     with user_errors():
         tr, cl, plan = load_with_plan(trace, cluster, nodes, policy, plan_file)

@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from schedopt.cli.common import JsonOpt, print_json, user_errors
-from schedopt.files import output_files
 
 
 def estimate_cmd(
@@ -34,6 +33,7 @@ def estimate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Estimate a trace from a model's shapes on a GPU profile (needs torch; docs/estimate.md)."""
+    from schedopt.files import output_files
     from schedopt.measure.estimate import estimate
 
     with user_errors(), output_files({"--out": out}) as files:

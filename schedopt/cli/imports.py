@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -22,7 +21,6 @@ from schedopt.cli.common import (
     wrote,
 )
 from schedopt.errors import SchedoptError
-from schedopt.files import output_files
 
 app = typer.Typer(no_args_is_help=True, help="Import measurements made by other tools.")
 
@@ -49,29 +47,6 @@ def _names(path: Path | None) -> list[str] | None:
     return [ln.strip() for ln in read_text(path, "--names").splitlines() if ln.strip()]
 
 
-def _fit_cluster(points: list[tuple[int, float]], ranks: int | None, name: str, source: str
-                 ) -> Any:
-    """A cluster whose all-reduce is the line through the measured collectives."""
-    from schedopt.measure.comm_tables import CommSamples
-    from schedopt.measure.commfit import cluster_from_fit, fit_alpha_beta
-    from schedopt.model.cluster import AllReduceFit
-
-    if ranks is None or ranks < 2:
-        raise SchedoptError("the traces do not state a process group of 2 or more ranks",
-                            "--out-cluster", ranks)
-    sizes = np.array([p[0] for p in points], dtype=np.int64)
-    times = np.array([p[1] for p in points], dtype=float)
-    samples = CommSamples(sizes, times, "kineto", ranks, source)
-    where = f"measured collectives of {source}"
-    try:
-        return cluster_from_fit(fit_alpha_beta(samples, 0), name=name, ranks=ranks, source=where)
-    except SchedoptError:  # one bucket size, or scattered times: the mean seconds per byte
-        fit = AllReduceFit.model_validate({
-            "alpha_s": 0.0, "beta_s_per_byte": float(times.sum() / sizes.sum()),
-            "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max())})
-        return cluster_from_fit(fit, name=name, ranks=ranks, source=where)
-
-
 @app.command("kineto")
 def kineto_cmd(
     files: FilesArg,
@@ -90,6 +65,8 @@ def kineto_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Read torch.profiler traces: layers, gradients, DDP buckets and measured collectives."""
+    from schedopt.files import output_files
+    from schedopt.measure.commfit import cluster_from_points
     from schedopt.measure.kineto import import_kineto
 
     paths = {"--out-trace": out_trace, "--out-cluster": out_cluster, "--out-points": out_points}
@@ -98,7 +75,7 @@ def kineto_cmd(
                             name=out_trace.name.split(".")[0])
         out.write_json(out_trace, imp.trace.model_dump(mode="json", exclude_none=True))
         if out_cluster is not None:
-            cluster = _fit_cluster(imp.points, imp.ranks, out_cluster.name.split(".")[0],
+            cluster = cluster_from_points(imp.points, imp.ranks, out_cluster.name.split(".")[0],
                                    ", ".join(f.name for f in files))
             out.write_json(out_cluster, cluster.model_dump(mode="json", exclude_none=True))
         if out_points is not None:
@@ -205,6 +182,7 @@ def explain_cmd(
 ) -> None:
     """Measured (torch.profiler) against predicted: per bucket, the step, and where the
     difference lies (compute, communication, host)."""
+    from schedopt.files import output_files
     from schedopt.measure.kineto import import_kineto
 
     with user_errors(), output_files({"--gantt": gantt}) as out:

@@ -14,17 +14,9 @@ from schedopt.cli.common import (
     user_errors,
 )
 from schedopt.errors import SchedoptError
-from schedopt.files import list_instances, load_trace_or_cluster
-from schedopt.model.cluster import Cluster
-from schedopt.model.plan import Plan
-from schedopt.model.trace import Trace
-from schedopt.policies import POLICIES, SHARDED_POLICIES
-from schedopt.report import tables as report
 
 if TYPE_CHECKING:
-    from schedopt.model.cluster import Cluster
-    from schedopt.model.plan import Plan
-    from schedopt.model.trace import Trace
+    pass
 
 
 def info(
@@ -32,6 +24,9 @@ def info(
     as_json: JsonOpt = False,
 ) -> None:
     """Describe a trace or a cluster."""
+    from schedopt.files import load_trace_or_cluster
+    from schedopt.model.trace import Trace
+    from schedopt.report import tables as report
     with user_errors():
         obj = load_trace_or_cluster(ref)
     if isinstance(obj, Trace):
@@ -64,6 +59,9 @@ def list_cmd(
     ] = False,
 ) -> None:
     """List the shipped instances (name, kind, size; sources with --long) and the policies."""
+    from schedopt.files import list_instances
+    from schedopt.policies import POLICIES, SHARDED_POLICIES
+    from schedopt.report import tables as report
     with user_errors():
         rows = list_instances()
     if as_json:
@@ -84,7 +82,9 @@ def schema(
 ) -> None:
     """Print the JSON Schema of a document kind (measurements: of one CSV row)."""
     from schedopt.measure.measurements import MeasurementRow
-    from schedopt.model.cluster import ClusterFamily
+    from schedopt.model.cluster import Cluster, ClusterFamily
+    from schedopt.model.plan import Plan
+    from schedopt.model.trace import Trace
 
     models: dict[str, Callable[[], dict[str, Any]]] = {
         "trace": Trace.model_json_schema,

@@ -16,8 +16,6 @@ from schedopt.cli.common import (
 )
 from schedopt.cli.output import choice, progress
 from schedopt.errors import SchedoptError
-from schedopt.files import load_cluster, load_trace, output_files
-from schedopt.model.limits import check_int_option
 
 #: Most timed or untimed calls, iterations or repeats a benchmark option asks for.
 MAX_REPEATS = 100_000
@@ -77,8 +75,10 @@ def profile_cmd(
     """Measure a PyTorch model's layer-wise trace (needs torch)."""
     import warnings
 
+    from schedopt.files import output_files
     from schedopt.measure.launch import MAX_PROCS, Launch
     from schedopt.measure.profile import ProfileWarning, check_profile_options, start_warnings
+    from schedopt.model.limits import check_int_option
 
     with user_errors(), output_files({"--out": out}) as files:
         need_torch("profile")
@@ -167,6 +167,7 @@ def bench_comm_cmd(
 ) -> None:
     """Measure all-reduce latency over message sizes and the contention between compute and
     communication on local ranks (needs torch); `fit-comm` reads the output."""
+    from schedopt.files import output_files
     from schedopt.measure.bench_comm import (
         MAX_MESSAGE_BYTES,
         bench_comm,
@@ -174,6 +175,7 @@ def bench_comm_cmd(
         parse_sizes,
     )
     from schedopt.measure.launch import Launch
+    from schedopt.model.limits import check_int_option
 
     with user_errors(), output_files({"--out": out}) as files:
         need_torch("bench-comm")
@@ -240,8 +242,10 @@ def bench_ddp_cmd(
 ) -> None:
     """Run real DistributedDataParallel per policy or plan on local ranks; write measurements
     rows (needs torch)."""
+    from schedopt.files import load_cluster, load_trace, output_files
     from schedopt.measure.bench_ddp import bench_ddp, ddp_configs, rows_csv
     from schedopt.measure.launch import Launch
+    from schedopt.model.limits import check_int_option
 
     with user_errors(), output_files({"--out": out}) as files:
         need_torch("bench-ddp")

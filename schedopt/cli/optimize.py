@@ -33,16 +33,6 @@ from schedopt.cli.common import (
 )
 from schedopt.cli.output import CsvOpt, check_formats, choice, parse_size, print_csv, progress
 from schedopt.errors import SchedoptError
-from schedopt.files import output_files
-from schedopt.model.limits import (
-    MAX_BYTES,
-    MAX_SECONDS,
-    check_float_option,
-    check_int_option,
-    check_pieces,
-)
-from schedopt.report import tables as report
-from schedopt.report.tables import SolveProgress
 
 if TYPE_CHECKING:
     from schedopt.model.cluster import Cluster
@@ -74,6 +64,9 @@ def tune_cmd(
     ] = None,
 ) -> None:
     """Best value of each framework's own knob, against its default and the optimized plan."""
+    from schedopt.files import output_files
+    from schedopt.model.limits import MAX_SECONDS, check_float_option
+    from schedopt.report import tables as report
     from schedopt.study.tune import FRAMEWORKS, tune_all
 
     with user_errors(), output_files({"--plot": plot}) as files:
@@ -153,7 +146,16 @@ def optimize_cmd(
     accumulate: AccumulateOpt = 1,
 ) -> None:
     """Find the best plan (exact DP or CP-SAT) and compare it with every baseline."""
+    from schedopt.files import output_files
+    from schedopt.model.limits import (
+        MAX_BYTES,
+        MAX_SECONDS,
+        check_float_option,
+        check_int_option,
+        check_pieces,
+    )
     from schedopt.optimize import solve
+    from schedopt.report.tables import SolveProgress
 
     with user_errors(), output_files({"--out": out}) as files:
         check_formats(as_json, as_csv)
@@ -254,6 +256,7 @@ def _print_optimized(res: SolveResult, tr: Trace, cl: Cluster, cls: dict[str, An
                      out: Path | None) -> None:
     """The table of ``optimize``: the optimized plan against every baseline, then the status."""
     from schedopt.optimize.sharding.options import sharded_labels
+    from schedopt.report import tables as report
 
     next_forward, reorder, partition = cls["next_forward"], cls["reorder"], cls["partition_bytes"]
     shard = sharded_labels(res)

@@ -30,11 +30,6 @@ from schedopt.cli.common import (
     wrote,
 )
 from schedopt.cli.output import CsvOpt, check_formats, choice, print_csv, progress
-from schedopt.files import load_cluster, load_trace, output_files
-from schedopt.policies import POLICIES, make_plan, sharded_specs
-from schedopt.report import tables as report
-from schedopt.report.tables import split_policy_specs
-from schedopt.simulate.simulator import simulate
 
 if TYPE_CHECKING:
     from schedopt.files import OutputFiles
@@ -66,6 +61,8 @@ def simulate_cmd(
     per_link: PerLinkOpt = False,
 ) -> None:
     """Simulate one policy (or a saved plan) and print its iteration time and breakdown."""
+    from schedopt.files import output_files
+    from schedopt.simulate.simulator import simulate
     spread = None
     with user_errors():
         check_formats(as_json, as_csv)
@@ -126,6 +123,7 @@ def plan_title(plan: Plan, limit: int = 90) -> str:
 
 
 def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> None:
+    from schedopt.report import tables as report
     table = Table(title=f"{tr.name} on {cl.name} ({cl.world_size} GPUs): {plan.policy}")
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -143,6 +141,8 @@ def _print_breakdown(tr: Trace, cl: Cluster, plan: Plan, sched: Schedule) -> Non
 
 def compare_rows(tr: Trace, cl: Cluster, specs: list[str]) -> list[dict[str, Any]]:
     """Simulate every policy in ``specs``; add scaling efficiency against one GPU."""
+    from schedopt.policies import make_plan
+    from schedopt.simulate.simulator import simulate
     one = cl.single_gpu()
     rows = []
     for spec in specs:
@@ -178,6 +178,10 @@ def compare(
     ] = None,
 ) -> None:
     """Compare every policy: iteration time, throughput, scaling efficiency, exposed comm."""
+    from schedopt.files import output_files
+    from schedopt.policies import POLICIES, sharded_specs
+    from schedopt.report import tables as report
+    from schedopt.report.tables import split_policy_specs
     with user_errors(), output_files({"--plot": plot}) as files:
         check_formats(as_json, as_csv)
         check_figure_path(plot, "--plot")
@@ -224,6 +228,9 @@ def scale(
     as_csv: CsvOpt = False,
 ) -> None:
     """Scaling curves: throughput of every policy as the cluster grows node by node."""
+    from schedopt.files import load_cluster, load_trace, output_files
+    from schedopt.policies import POLICIES
+    from schedopt.report.tables import split_policy_specs
     with user_errors(), output_files({"--plot": plot}) as files:
         check_formats(as_json, as_csv)
         check_figure_path(plot, "--plot")

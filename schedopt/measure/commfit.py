@@ -540,3 +540,31 @@ def table_curve(samples: CommSamples, min_bytes: int | None = None) -> AllReduce
         slope, icept = float(times[-1] / x[-1]), 0.0
     return AllReduceFit(alpha_s=max(float(icept), 0.0), beta_s_per_byte=float(slope), r2=None,
                         min_bytes=int(sizes[0]), max_bytes=int(sizes[-1]), segments=tuple(segs))
+
+
+def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name: str, source: str
+                 ) -> Any:
+    """A cluster whose all-reduce is the line through measured collectives ``(bytes, s)``
+    (``import kineto --out-cluster``); one size, or times no line fits, give the mean seconds
+    per byte.
+
+    Raises
+    ------
+    SchedoptError
+        Fewer than 2 ranks.
+    """
+
+    if ranks is None or ranks < 2:
+        raise SchedoptError("the traces do not state a process group of 2 or more ranks",
+                            "ranks", ranks)
+    sizes = np.array([p[0] for p in points], dtype=np.int64)
+    times = np.array([p[1] for p in points], dtype=float)
+    samples = CommSamples(sizes, times, "kineto", ranks, source)
+    where = f"measured collectives of {source}"
+    try:
+        return cluster_from_fit(fit_alpha_beta(samples, 0), name=name, ranks=ranks, source=where)
+    except SchedoptError:  # one bucket size, or scattered times: the mean seconds per byte
+        fit = AllReduceFit.model_validate({
+            "alpha_s": 0.0, "beta_s_per_byte": float(times.sum() / sizes.sum()),
+            "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max())})
+        return cluster_from_fit(fit, name=name, ranks=ranks, source=where)
