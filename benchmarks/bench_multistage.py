@@ -10,8 +10,9 @@ Instances (generated, :func:`random_trace`): 60 layers, each with 2 or 3 gradien
 (a weight of 0.05-16 MB, log-uniform, and one or two small tensors of 1-64 KB, as biases and
 norms), forward times of 0.1-3 ms (log-uniform), the backward twice the forward, the compute
 scaled so that it equals the bandwidth time of every gradient on the busiest resource
-(``ratio``), and an update step of 5% of the compute. Layouts (every multi-stage collective,
-per-layer next-forward with reordering, one worker, seed 0, 60 s):
+(``ratio``, 1 by default: the communication-bound regime), and an update step of 5% of the
+compute. Layouts (every multi-stage collective, per-layer next-forward with reordering, no
+baselines, one worker, seed 0, 60 s):
 
 * ``pipelined``: the pipelined hierarchical all-reduce of 4 DGX A100 (8 GPUs on NVSwitch,
   InfiniBand HDR): reduce-scatter and all-gather on the intra-node link, the all-reduce on
@@ -29,6 +30,7 @@ and the methods that found the plan and proved the bound.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from typing import Any
@@ -40,7 +42,7 @@ from schedopt.model.cluster import Cluster, PSConfig
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
 
-PER_LAYER_REORDER = {"next_forward": "per-layer", "reorder": True}
+PER_LAYER_REORDER: dict[str, Any] = {"next_forward": "per-layer", "reorder": True}
 
 LAYOUTS = ("pipelined", "ps-dedicated", "ps-local-reduce", "ps-colocated")
 
@@ -91,16 +93,16 @@ def random_trace(seed: int, tensors: int, cluster: Cluster, layers: int = 60,
     return Trace.model_validate({**out.model_dump(), "update_s": 0.05 * out.compute_s})
 
 
-def run(layout: str, seed: int, tensors: int, limit: float, work_limit: float | None
-        ) -> dict[str, Any]:
-    """Solve one instance; the row of the table."""
+def run(layout: str, seed: int, tensors: int, limit: float, work_limit: float | None,
+        ratio: float = 1.0) -> dict[str, Any]:
+    """Solve one instance (no baselines); the row of the table."""
     cluster = layout_cluster(layout)
-    trace = random_trace(seed, tensors, cluster)
+    trace = random_trace(seed, tensors, cluster, ratio=ratio)
     opts = SolveOptions(time_limit_s=limit, workers=1, seed=0, work_limit_s=work_limit,
                         baselines=False, **PER_LAYER_REORDER)
     res = solve(trace, cluster, opts)
     return {"instance": trace.name, "layout": layout, "tensors": trace.num_tensors,
-            "optimum_ms": res.iteration_time_s * 1e3, "bound_ms": res.bound_s * 1e3,
+            "ratio": ratio, "optimum_ms": res.iteration_time_s * 1e3, "bound_ms": res.bound_s * 1e3,
             "gap": res.gap, "status": str(res.status), "solve_s": res.solve_time_s,
             "work_s": res.work_s, "method": str(res.method),
             "bound_method": str(res.bound_method)}
@@ -108,11 +110,12 @@ def run(layout: str, seed: int, tensors: int, limit: float, work_limit: float | 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """The table (markdown)."""
-    print("| layout | instance | tensors | plan (ms) | bound (ms) | gap | status | time (s) "
-          "| work (s) | plan by | bound by |")
-    print("|---" * 11 + "|")
+    print("| layout | instance | tensors | ratio | plan (ms) | bound (ms) | gap | status "
+          "| time (s) | work (s) | plan by | bound by |")
+    print("|---" * 12 + "|")
     for r in rows:
-        print(f"| {r['layout']} | {r['instance']} | {r['tensors']} | {r['optimum_ms']:.3f} | "
+        print(f"| {r['layout']} | {r['instance']} | {r['tensors']} | {r['ratio']:g} | "
+              f"{r['optimum_ms']:.3f} | "
               f"{r['bound_ms']:.3f} | {r['gap'] * 100:.3f}% | {r['status']} | "
               f"{r['solve_s']:.1f} | {r['work_s']:.1f} | {r['method']} | {r['bound_method']} |")
 
@@ -123,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--tensors", type=int, nargs="+", default=[2, 3],
                     help="tensors per layer (2 or 3)")
+    ap.add_argument("--ratio", type=float, nargs="+", default=[1.0],
+                    help="compute over the busiest resource's bandwidth time")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--work-limit", type=float, default=None,
                     help="deterministic work limit (s); the time limit is then a safety stop")
@@ -133,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.only and args.only not in layout:
             continue
         for tensors in args.tensors:
-            for seed in args.seeds:
-                row = run(layout, seed, tensors, args.time_limit, args.work_limit)
+            for seed, ratio in itertools.product(args.seeds, args.ratio):
+                row = run(layout, seed, tensors, args.time_limit, args.work_limit, ratio)
                 rows.append(row)
                 print(f"# {layout} {row['instance']}: {row['optimum_ms']:.3f} ms, gap "
                       f"{row['gap'] * 100:.3f}%, {row['solve_s']:.1f} s", file=sys.stderr)

@@ -20,7 +20,8 @@ form. Per ``ProfilerStep#N`` range:
   sum of its nodes (the collective launches DDP makes inside them included; its wait for the
   buckets happens after the backward and is not counted). Times are means over the steps and
   ranks used, so that they add up to the mean step. The host time of a layer (its CPU span) is
-  reported apart (the trace's ``source`` and the summary).
+  reported apart (the trace's ``source`` and the summary). The update is the optimizer step
+  and the ops after the backward: their kernels on GPU traces, their op durations on CPU ones.
 * **buckets**: each all-reduce launched during the backward: ``record_param_comms`` (NCCL: ``In
   msg nelems``, ``dtype``, ``Group size``) with its NCCL kernel, or ``c10d::allreduce_`` with the
   ``gloo:all_reduce`` range of the gloo worker thread (CPU). Their sizes cut the gradient-ready
@@ -173,7 +174,7 @@ class _Bucket:
     dtype: str
     launch_s: float  # from the step start
     start_s: float  # transfer start, from the step start
-    start: float  # absolute µs (base-aligned)
+    start: float  # µs on a clock common to the files (base times aligned)
     end: float
     group: int | None
 
@@ -231,7 +232,8 @@ class _Rank:
         self.rank = dist.get("rank") if isinstance(dist, dict) else None
         self.world = dist.get("world_size") if isinstance(dist, dict) else None
         base = self.meta.get("baseTimeNanoseconds", 0)
-        self.offset = float(base) / 1e3 if isinstance(base, int | float) else 0.0
+        self.base_ns = int(base) if isinstance(base, int | float) and math.isfinite(base) else 0
+        self.offset = 0.0  # µs from the earliest base time of the files (set by the import)
         evs = sorted(keeper.events, key=lambda e: (e.ts, -e.end))
         self.steps = [(int(m.group(1)), e) for e in evs if e.cat == "user_annotation"
                       and (m := _STEP.match(e.name))]
@@ -369,12 +371,14 @@ class _Rank:
             layer_of_top[i] = len(layers) - 1
         if not layers:
             raise SchedoptError("no forward ops in the step", "file", where)
+        # ops record the sequence number the next autograd node will take, so ops that make
+        # no node (an input's .to(device)) share it with the op that does: the last one
         seq_layer: dict[int, int] = {}
         for i, e in enumerate(main):
             if e.seq is not None and e.ts < bwd_start:
                 li = layer_of_top.get(top_ancestor(i))
                 if li is not None:
-                    seq_layer.setdefault(e.seq, li)
+                    seq_layer[e.seq] = li
         busy: list[tuple[float, float]] = []
         for k, la in enumerate(layers):
             end = starts[k + 1] if k + 1 < len(layers) else bwd_start
@@ -411,8 +415,13 @@ class _Rank:
         buckets = self._buckets(window, by_tid, bwd_start, s0, where)
         after = [main[i] for i in range(len(main)) if mpar[i] < 0 and main[i].ts >= bwd_end
                  and not any(a <= main[i].ts < b for a, b in optim)]
-        update = (sum(b - a for a, b in optim if a >= bwd_start)
-                  + sum(e.end - e.ts for e in after)) * 1e-6
+        if self.gpu:  # the kernels of the optimizer's ops and of those after the backward
+            stepping = [main[i] for i in range(len(main)) if mpar[i] < 0
+                        and any(a <= main[i].ts < b for a, b in optim if a >= bwd_start)]
+            update = sum(self._gpu_time(e) for e in stepping + after) * 1e-6
+        else:
+            update = (sum(b - a for a, b in optim if a >= bwd_start)
+                      + sum(e.end - e.ts for e in after)) * 1e-6
         io = (fwd_start - s0) * 1e-6 if not self.gpu else 0.0
         if self.gpu:
             busy = [(k.ts, k.end) for k in self.kernels if s0 <= k.ts < s1
@@ -568,6 +577,9 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
     if len(ids) != len(set(ids)):
         raise SchedoptError("two files hold the same rank", "FILE",
                             ", ".join(f"{r.where}: rank {r.rank}" for r in ranks))
+    first_base = min(r.base_ns for r in ranks)  # relative: µs since the epoch lose precision
+    for r in ranks:
+        r.offset = (r.base_ns - first_base) / 1e3
     per_rank = [r.analyse(wanted) for r in ranks]
     all_steps = [s for rs in per_rank for s in rs]
     for s in all_steps:

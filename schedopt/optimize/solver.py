@@ -14,10 +14,13 @@ Method by class (``method="auto"``):
 * two stages that share a resource (parameter servers, colocated or after a local reduce):
   one task per bucket (:func:`.units.one_chain`), solved as one stage;
 * other multi-stage layouts (dedicated servers without a local reduce, pipelined
-  hierarchical): the one-stage programme on the summed cost, the local search judged by the
-  exact multi-stage period (:meth:`.Instance.stage_schedule`), and CP-SAT with every stage in
-  readiness order (a proof without reordering); the bound also takes one-stage relaxations
-  (:func:`.bounds.stage_bound`).
+  hierarchical): on small instances every bucketing and launch order
+  (:func:`.flowshop.enumerate_plans`, a proof); otherwise the one-stage programme on the
+  summed cost, the local search judged by the exact multi-stage period
+  (:meth:`.Instance.stage_schedule`), and CP-SAT with every stage in readiness order (a proof
+  without reordering); the bound also takes one-stage relaxations
+  (:func:`.bounds.stage_bound`), with reordering in per-layer mode solved by the unimodal
+  programme, whose plans are judged exactly too.
 
 Every plan is judged by the simulator; the result is never worse than the best baseline the
 options can express. ``SolveResult.method`` names what produced the plan returned and
@@ -127,7 +130,7 @@ UNPARTITIONED = Share(0.4)
 FLOW_SHOP_BOUND = Share(0.3)
 #: The unimodal programme on the one-stage relaxations of several stages (reordered,
 #: per-layer), all of them together.
-STAGE_PROGRAMMES = Share(0.5)
+STAGE_PROGRAMMES = Share(0.25)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
 STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.3, 10.0), Share(0.5)
 #: A CP-SAT pass that is the last step: all the work left.
@@ -762,10 +765,10 @@ def _solve_multi_stage(search: SolveState) -> None:
     if not best.solved and inst.n <= FULL_MODEL_UNITS:  # O(n^2) programmes per stage
         search.prove(stage_bound(trace, cluster, opts, inst), Method.STAGE_RELAXATION)
         search.budget.spend(BOUND_DP_S * inst.n ** 2 * len(inst.stages))
-    if not best.solved and opts.reorder and inst.per_layer:
-        _stages_programmes(search, inst)
     if not best.solved:
         _stages_local_search(search, inst, model)
+    if not best.solved and opts.reorder and inst.per_layer:
+        _stages_programmes(search, inst)
     if model and not best.solved and search.work_left() > MIN_STEP_S:
         start = sorted(best.segs)  # the same buckets in readiness order
         start_val = int(inst.evaluate(start).period)
