@@ -4,6 +4,7 @@ the brute-force optimum over every bucketing and launch order, and that count ev
 from __future__ import annotations
 
 import itertools
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import strategies as st
 
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
-from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize import SolveOptions, solve, solver
 from schedopt.optimize.flowshop import enumerate_plans, plan_count, resource_bound, resource_views
 from schedopt.optimize.instance import build_instance
 
@@ -175,6 +176,8 @@ def test_enumeration_is_the_brute_force_optimum(case: tuple[Trace, Cluster],
     bucketings = sum(1 for _ in itertools.product([0, 1], repeat=inst.n - 1))
     assert plan_count(inst.n, reorder) >= bucketings
     assert plan_count(5, True) == 1 + 4 * 2 + 6 * 6 + 4 * 24 + 120
+    assert plan_count(5, False) == 16
+    assert plan_count(5_000, True, limit=20_000) > 20_000  # stops early: no huge sum
 
 
 @settings(max_examples=15, deadline=None)
@@ -198,3 +201,26 @@ def test_partitioning_is_never_worse_than_the_unpartitioned_class(
     res = solve(trace, cluster, opts)
     assert res.objective_s == pytest.approx(res.iteration_time_s, rel=1e-3)
     assert res.objective_s <= best * plain.tick * (1 + 1e-3)
+
+
+@settings(max_examples=12, deadline=None)
+@given(case=pipelines())
+def test_stage_programmes_bound_below_brute_force(case: tuple[Trace, Cluster]) -> None:
+    """Without the enumeration, reordered per-layer plans of several stages take the bound of
+    the unimodal programme on every one-stage relaxation: never above the brute-force optimum
+    over every bucketing and launch order, and OPTIMAL only there."""
+    trace, cluster = case
+    opts = SolveOptions(next_forward="per-layer", reorder=True, merge_layers=False,
+                        time_limit_s=20.0, work_limit_s=2.0,
+                        cp_sat={"max_deterministic_time": 0.5})
+    inst = build_instance(trace, cluster, opts)
+    if inst.n > 5:
+        return
+    best = brute_force(inst, reorder=True)
+    with mock.patch.object(solver, "ENUMERATION_PLANS", 0):
+        res = solve(trace, cluster, opts)
+    assert res.bound_method != "enumeration"
+    assert res.objective_s == pytest.approx(res.iteration_time_s, rel=1e-3)
+    assert round(res.bound_s / res.tick_s) <= best
+    if res.status == "OPTIMAL":
+        assert round(res.objective_s / res.tick_s) == best

@@ -85,8 +85,7 @@ def profile_cmd(
         check_profile_options(name, batch_size, repeats, warmup)
         check_int_option(procs, "--procs", 1, MAX_PROCS)
         Launch(max(procs, 2), backend, threads, timeout).check()  # the options of --procs N
-        for note in start_warnings(warmup):
-            typer.echo(f"warning: {note}", err=True)
+        notes = start_warnings(warmup)  # said with the result: an error stays one line
         with warnings.catch_warnings(record=True) as caught, \
                 progress(f"profile {factory}: {warmup} warm-up + {repeats} measured"
                          f" iterations{f' on {procs} ranks' if procs > 1 else ''}"):
@@ -98,6 +97,8 @@ def profile_cmd(
                 tr = _profile_ranks(factory, input_shape, input_dtype, name, batch_size,
                                     repeats, warmup, device, (procs, backend, threads, timeout),
                                     (grad_copy, grad_view))
+        for note in notes:
+            typer.echo(f"warning: {note}", err=True)
         for w in caught:
             if issubclass(w.category, ProfileWarning):
                 typer.echo(f"warning: {w.message}", err=True)
@@ -280,11 +281,15 @@ def bench_ddp_cmd(
 
 def need_torch(command: str) -> None:
     """Refuse a command that measures with PyTorch when torch is not installed, naming the
-    extra that installs it."""
+    extra that installs it (torch itself is not imported here: that is the ranks' work)."""
+    import importlib.util
+
     try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise SchedoptError(f"{command} needs PyTorch: pip install 'schedopt[torch]'") from None
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise SchedoptError(f"{command} needs PyTorch: pip install 'schedopt[torch]'")
 
 
 def instance_path(ref: str, kind: str) -> Path:

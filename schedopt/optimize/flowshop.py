@@ -45,7 +45,6 @@ terms (:meth:`.period.PeriodTerms.bound`) turn it into a bound on the period.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable
 
 import numpy as np
@@ -253,11 +252,19 @@ def bottleneck_plans(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: I
 ENUMERATION_PLANS = 20_000
 
 
-def plan_count(n: int, reorder: bool) -> int:
+def plan_count(n: int, reorder: bool, limit: int | None = None) -> int:
     """The plans of ``n`` units: ``C(n - 1, m - 1)`` bucketings of ``m`` buckets, each in
-    ``m!`` launch orders with ``reorder`` (one without)."""
-    return sum(math.comb(n - 1, m - 1) * (math.factorial(m) if reorder else 1)
-               for m in range(1, n + 1))
+    ``m!`` launch orders with ``reorder`` (one without); once the count passes ``limit``, a
+    number above it (the sum stops there)."""
+    total, comb, orders = 0, 1, 1
+    for m in range(1, n + 1):
+        if m > 1:  # C(n - 1, m - 1) from C(n - 1, m - 2); m! from (m - 1)!
+            comb = comb * (n - m + 1) // (m - 1)
+            orders *= m if reorder else 1
+        total += comb * orders
+        if limit is not None and total > limit:
+            return total
+    return total
 
 
 def enumerate_plans(inst: Instance, reorder: bool) -> tuple[int, Segments]:

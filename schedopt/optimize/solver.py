@@ -803,7 +803,7 @@ def _stages_enumerate(search: SolveState, inst: Instance) -> bool:
     """Small instances: every bucketing and launch order (:func:`.flowshop.enumerate_plans`),
     when there are at most :data:`.flowshop.ENUMERATION_PLANS` and their judging takes at most
     half of the work left; the best is the optimum of the class (proven)."""
-    count = plan_count(inst.n, search.opts.reorder)
+    count = plan_count(inst.n, search.opts.reorder, limit=ENUMERATION_PLANS)
     if count > ENUMERATION_PLANS:
         return False
     charge = count * STAGE_EVAL_S * inst.n * len(inst.stages)
@@ -865,11 +865,11 @@ def _stages_programmes(search: SolveState, inst: Instance) -> None:
         slack = TICK_BUDGET * (one.lower_bound_s + inst.lower_bound_s)
         search.prove(int(np.floor((res.bound * one.tick - slack) / inst.tick)),
                      Method.STAGE_RELAXATION)
-        for segs in (res.segs, dp_segs):
+        for segs, method in ((res.segs, Method.UNIMODAL), (dp_segs, Method.FLOW_SHOP)):
             if segs:
-                search.offer(segs, int(inst.evaluate(segs).period), Method.UNIMODAL)
-        log.info("stage relaxation %s: bound %d of %d ticks", one.stages[0].name,
-                 res.bound, one.tick)
+                search.offer(segs, int(inst.evaluate(segs).period), method)
+        log.info("stage relaxation %s: bound %.6g s", one.stages[0].name,
+                 res.bound * one.tick)
 
 
 def _stages_local_search(search: SolveState, inst: Instance, model: bool) -> None:

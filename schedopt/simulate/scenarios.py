@@ -172,9 +172,15 @@ def scale_trace(trace: Trace, compute: float) -> Trace:
         raise from_validation_error(exc, "scenario trace") from None
 
 
-def _scenario(name: str, trace: Trace, cluster: Cluster, factors: dict[str, float]) -> Scenario:
-    return Scenario(name, dict(factors), scale_trace(trace, factors.get("compute", 1.0)),
-                    scale_cluster(cluster, factors))
+def _scenario(name: str, trace: Trace, cluster: Cluster, factors: dict[str, float],
+              traces: dict[float, Trace] | None = None) -> Scenario:
+    """One scenario; ``traces`` keeps the trace scaled by each compute factor, so that the
+    scenarios that share a factor share one trace."""
+    compute = factors.get("compute", 1.0)
+    cache = {} if traces is None else traces
+    if compute not in cache:
+        cache[compute] = scale_trace(trace, compute)
+    return Scenario(name, dict(factors), cache[compute], scale_cluster(cluster, factors))
 
 
 def _corner_name(dims: list[str], signs: tuple[int, ...], pct: float) -> str:
@@ -201,9 +207,10 @@ def corner_scenarios(trace: Trace, cluster: Cluster, pct: float,
     if pct == 0.0:
         return out
     step = pct / 100.0
+    traces: dict[float, Trace] = {1.0: trace}
     for signs in itertools.product((1, -1), repeat=len(dims)):
         factors = {d: 1.0 + s * step for d, s in zip(dims, signs, strict=True)}
-        out.append(_scenario(_corner_name(dims, signs, pct), trace, cluster, factors))
+        out.append(_scenario(_corner_name(dims, signs, pct), trace, cluster, factors, traces))
     return out
 
 
