@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from schedopt.cli.app import run
+from tests.hostile import refused
 
 DATA = Path(__file__).parent / "data"
 TRACE: dict[str, Any] = json.loads((DATA / "tiny_trace.json").read_text())
@@ -268,17 +269,7 @@ def test_hostile_input(case_id: str, tmp_path: Path, capsys: pytest.CaptureFixtu
     if case.prepare is not None:
         case.prepare(tmp_path)
     monkeypatch.chdir(tmp_path)
-    before = _files(tmp_path)
-    rc = run(case.argv)
-    out, err = capsys.readouterr()
-    assert rc == 2, (out, err)
-    assert out == "", out
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    assert case.needle in lines[0], err
-    assert "Traceback" not in err
-    assert _files(tmp_path) == before  # no output, no temporary file, no folder
+    refused(case.argv, case.needle, tmp_path, capsys)
 
 
 def test_osu_file_with_busbw_comment_is_read_as_osu(tmp_path: Path,

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from schedopt.cli.app import run
+from tests.hostile import refused, snapshot
 from tests.interrupt import cli_interrupted_at
 
 DATA = Path(__file__).parent / "data"
@@ -172,10 +173,6 @@ def _folder(path: Path) -> None:
     (path / "d.png").mkdir()
 
 
-def _snapshot(folder: Path) -> dict[str, float]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime for p in folder.rglob("*")}
-
-
 def _no_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every way of starting a rank, or of profiling in this process, fails the test."""
     def started(*args: Any, **kwargs: Any) -> Any:
@@ -200,17 +197,7 @@ def test_hostile_option(case_id: str, tmp_path: Path, capsys: pytest.CaptureFixt
     _folder(tmp_path)
     monkeypatch.chdir(tmp_path)
     _no_ranks(monkeypatch)
-    before = _snapshot(tmp_path)
-    rc = run(argv)
-    out, err = capsys.readouterr()
-    assert rc == 2, (out, err)
-    assert out == "", out
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("error: "), err
-    assert needle in lines[0], err
-    assert "Traceback" not in err
-    assert _snapshot(tmp_path) == before  # no output, no temporary file, no folder
+    refused(argv, needle, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("name", ["../x", "/abs/x", "..", "a/../../b"])
@@ -223,13 +210,13 @@ def test_calibrate_writes_only_under_out(name: str, tmp_path: Path,
     prior = json.loads((tmp_path / "toy-prior.json").read_text())
     prior["name"] = name
     (tmp_path / "toy-prior.json").write_text(json.dumps(prior))
-    before = _snapshot(tmp_path)
+    before = snapshot(tmp_path)
     rc = run(["calibrate", M, "--out", "o", "--starts", "1", "--json"])
     out, err = capsys.readouterr()
     assert rc == 0, err
     written = [Path(c["out"]) for c in json.loads(out)["clusters"]]
-    after = _snapshot(tmp_path)
-    new = sorted(set(after) - set(before))
+    after = snapshot(tmp_path)
+    new = sorted(str(p) for p in set(after) - set(before))
     assert new and all(p == "o" or p.startswith("o/") for p in new), new
     assert all(p.resolve().parent == (tmp_path / "o").resolve() for p in written), written
     assert {k: v for k, v in after.items() if k in before} == before  # inputs untouched

@@ -107,10 +107,11 @@ class Layer(BaseModel):
     backward_s: Seconds = Field(description="Backward time in seconds.")
     tensors: list[Tensor] = Field(default_factory=list, description="Gradient tensors.")
     host_forward_s: Seconds = Field(
-        0.0, description="Host time to launch the layer's forward (CPU time of the launching "
-        "thread; 0: never host-bound).")
+        default=0.0, description="Host time to launch the layer's forward (CPU time of the "
+        "launching thread; 0: never host-bound).")
     host_backward_s: Seconds = Field(
-        0.0, description="Host time to launch the layer's backward (0: never host-bound).")
+        default=0.0,
+        description="Host time to launch the layer's backward (0: never host-bound).")
 
     @model_serializer(mode="wrap")
     def _drop_zero_host(self, handler: Any) -> Any:

@@ -851,12 +851,16 @@ def _stages_programmes(search: SolveState, inst: Instance) -> None:
     for k, one in enumerate(ones):
         if best.solved or search.work_left() <= MIN_STEP_S or work <= MIN_STEP_S:
             break
-        share = work / (len(ones) - k)
+        pre = BOUND_DP_S * one.n ** 2 * 2  # the DP and the bucketing bound
+        share = work / (len(ones) - k) - pre
+        if share <= MIN_STEP_S:
+            break
         dp_val, dp_segs = solve_fifo_per_layer(one)[:2]
         hi = min(int(dp_val), int(one.evaluate(best.segs).period))
         res = unimodal_exact(one, lower_bound(one, hi) - 1, hi, deadline=search.budget.deadline,
                              max_work=int(share / STATE_S))
-        search.budget.spend(BOUND_DP_S * one.n ** 2 * 2)  # the DP and the bucketing bound
+        search.budget.spend(pre)
+        work -= pre
         if res is None:
             continue
         search.budget.spend(res.work * STATE_S)
