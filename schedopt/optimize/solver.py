@@ -676,8 +676,8 @@ def _run_cp_sat(search: SolveState, inst: Instance) -> None:
     best = search.best
     assert best is not None
     for p in _passes(search, inst):
-        if search.work_left() <= MIN_STEP_S or best.solved:
-            break
+        if search.work_left() <= MIN_STEP_S + MODEL_S_PER_UNIT * inst.n or best.solved:
+            break  # no work left beyond building the model
         cm = CommModel(inst, order=p.order, horizon=best.value,
                        period_lb=best.bound if p.valid else 0, exact_updates=p.exact_updates)
         cm.add_hint(best.segs)
@@ -699,7 +699,7 @@ def _run_model(search: SolveState, inst: Instance, cm: CommModel, share: Share,
     sol = cm.solve(time_limit_s=max(MIN_STEP_S, search.left()), workers=opts.workers,
                    seed=opts.seed, relative_gap=opts.relative_gap, extra=opts.cp_sat,
                    stop_at=stop_at, control=search.control, on_improve=seen,
-                   work_s=search.budget.work(share))
+                   work_s=max(0.0, search.budget.work(share) - MODEL_S_PER_UNIT * inst.n))
     search.budget.spend(sol.work_s + MODEL_S_PER_UNIT * inst.n)
     if sol.segs is not None:
         search.offer(sol.segs, int(inst.evaluate(sol.segs).period), Method.CP_SAT)
@@ -769,7 +769,7 @@ def _solve_multi_stage(search: SolveState) -> None:
         _stages_local_search(search, inst, model)
     if not best.solved and opts.reorder and inst.per_layer:
         _stages_programmes(search, inst)
-    if model and not best.solved and search.work_left() > MIN_STEP_S:
+    if model and not best.solved and search.work_left() > MIN_STEP_S + MODEL_S_PER_UNIT * inst.n:
         start = sorted(best.segs)  # the same buckets in readiness order
         start_val = int(inst.evaluate(start).period)
         cm = CommModel(inst, order="fifo", horizon=max(best.value, start_val),
@@ -782,8 +782,8 @@ def _solve_multi_stage(search: SolveState) -> None:
 
 def _stages_starts(search: SolveState, inst: Instance, segs: Segments) -> None:
     """The DP plan on the summed costs, the hint, the unpartitioned class's plan and the
-    plans paced by each resource (:func:`.flowshop.bottleneck_plans`), judged by the exact
-    multi-stage period."""
+    plans paced by each resource (:func:`.flowshop.bottleneck_plans`, when their charge fits
+    in the work left), judged by the exact multi-stage period."""
     search.start(inst, segs, int(inst.evaluate(segs).period), Method.DP_HEURISTIC)
     hint = search.hint
     if hint is not None and hint.segs is not None:
@@ -793,10 +793,13 @@ def _stages_starts(search: SolveState, inst: Instance, segs: Segments) -> None:
     psegs = _plain_segs(search, inst)
     if psegs:
         search.offer(psegs, int(inst.evaluate(psegs).period), Method.UNPARTITIONED)
+    charge = FLOW_SHOP_PLAN_S * inst.n ** 2 * len(inst.stages)
+    if charge > search.work_left():  # the bottleneck plans would pass the work limit
+        return
     plans = bottleneck_plans(search.trace, search.cluster, search.opts, inst)
     for c in plans:
         search.offer(c, int(inst.evaluate(c).period), Method.FLOW_SHOP)
-    search.budget.spend(FLOW_SHOP_PLAN_S * inst.n ** 2 * len(inst.stages))
+    search.budget.spend(charge)
 
 
 def _stages_enumerate(search: SolveState, inst: Instance) -> bool:
