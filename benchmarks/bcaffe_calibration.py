@@ -108,7 +108,7 @@ def figures(cluster: Cluster, logdir: Path, nodes: int) -> dict[str, float]:
     fwd = float(trace.forward.sum())
     meas = wfbp_replay(log, groups, smp.times)
     measured_iter = fwd + max(meas.backward_s, meas.last_end_s)
-    sim = simulate(trace, cluster, make_plan("caffe-mpi", trace, cluster)).iteration_time_s
+    sim = simulate(trace, cluster, make_plan(trace, cluster, "caffe-mpi")).iteration_time_s
     return {"mape": st.mape, "median": st.median_ape, "total": total,
             "iter": sim / measured_iter - 1.0, "iter_ms": measured_iter * 1e3}
 

@@ -54,7 +54,7 @@ def write_rows(folder: Path) -> Path:
         for n in NODES:
             cl = fam.at(n)
             for spec in POLICIES:
-                t = simulate(tr, cl, make_plan(spec, tr, cl)).iteration_time_s
+                t = simulate(tr, cl, make_plan(tr, cl, spec)).iteration_time_s
                 lines.append(f"{name},fam.json,{n},{spec},{t * (1 + rng.uniform(-0.02, 0.02))!r}")
     path = folder / "m.csv"
     path.write_text("\n".join(lines) + "\n")

@@ -43,9 +43,9 @@ def main() -> int:
         trace = synthetic(n)
         plans = {"per-layer units": per_layer(trace),
                  "per-layer units, accumulate 4": per_layer(trace, 4),
-                 "zero3": make_plan("zero3:stage3_param_persistence_threshold=0", trace,
-                                    CLUSTER),
-                 "megatron-distopt": make_plan("megatron-distopt", trace, CLUSTER)}
+                 "zero3": make_plan(trace, CLUSTER,
+                                    "zero3:stage3_param_persistence_threshold=0"),
+                 "megatron-distopt": make_plan(trace, CLUSTER, "megatron-distopt")}
         for name, plan in plans.items():
             t = best_of(lambda plan=plan, trace=trace: simulate(trace, CLUSTER, plan))
             rows.append((trace.name, name, f"{t * 1e3:.1f} ms"))

@@ -55,12 +55,12 @@ def contention_rows() -> list[tuple[str, str, str]]:
     """The contention evaluation against the vectorised one, in one run."""
     tr, rows = synthetic(10_000), []
     for spec in ("caffe-mpi", "ddp", "mxnet"):
-        plain = make_plan(spec, tr, CLUSTER)
+        plain = make_plan(tr, CLUSTER, spec)
         base = best_of(lambda plain=plain: simulate(tr, CLUSTER, plain), repeat=3)
         for s_c in (1.0, 2.0):
             cl = Cluster.model_validate({**CLUSTER.model_dump(), "overlap_slowdown": 1.2,
                                          "comm_slowdown": s_c})
-            plan = make_plan(spec, tr, cl)
+            plan = make_plan(tr, cl, spec)
             secs = best_of(lambda cl=cl, plan=plan: simulate(tr, cl, plan), repeat=3)
             rows.append((tr.name, f"simulate {spec}, s = 1.2, s_c = {s_c:g}",
                          f"{secs * 1e3:.1f} ms ({secs / base:.1f}x the vectorised "
@@ -74,7 +74,7 @@ def main() -> int:
     for n in (100, 1_000, 10_000):
         tr = synthetic(n)
         for spec in ("caffe-mpi", "mxnet"):
-            plan = make_plan(spec, tr, CLUSTER)
+            plan = make_plan(tr, CLUSTER, spec)
             secs = best_of(lambda tr=tr, plan=plan: simulate(tr, CLUSTER, plan))
             rows.append((tr.name, f"simulate {spec}", f"{secs * 1e3:.1f} ms"))
             if n == 10_000 and secs > 0.2:

@@ -108,7 +108,7 @@ def study(gpus: str, trace_name: str, nodes: int, time_limit_s: float = 10.0,
         cluster = Cluster.model_validate({**cluster.model_dump(), "nics_per_node": nics,
                                           "name": f"{cluster.name}-{nics}nic"})
     instance = f"{trace_name} x{cluster.world_size}"
-    default = (make_plan("fsdp", trace, cluster) if "fsdp" in POLICIES
+    default = (make_plan(trace, cluster, "fsdp") if "fsdp" in POLICIES
                else units_plan(trace, block_units(trace, 1)))
     rows = [_measure(instance, "fsdp", trace, cluster, default)]
     sized = [_measure(instance, f"blocks={k}", trace, cluster,

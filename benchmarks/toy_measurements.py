@@ -61,7 +61,7 @@ def write_measurements(folder: Path, nodes: tuple[int, ...], noise: float, seed:
         for n in nodes:
             cl = fam.at(n)
             for spec in POLICIES:
-                t = simulate(tr, cl, make_plan(spec, tr, cl)).iteration_time_s
+                t = simulate(tr, cl, make_plan(tr, cl, spec)).iteration_time_s
                 t *= 1 + rng.uniform(-noise, noise)
                 lines.append(f"{prefix}syn{k}.json,{prior},{n},{spec},{t!r},simulated")
     path = folder / f"{prefix or ''}{'measurements' if prefix else 'm'}.csv"

@@ -75,7 +75,7 @@ def make_plan(trace: Trace, cluster: Cluster, spec: str) -> Plan:
     (:func:`schedopt.policies.make_plan`; ``schedopt list`` names the policies)."""
     from schedopt.policies import make_plan as make
 
-    return make(spec, trace, cluster)
+    return make(trace, cluster, spec)
 
 
 def simulate(trace: Trace, cluster: Cluster, plan: Plan, **kwargs: Any) -> Schedule:

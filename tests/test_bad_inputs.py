@@ -138,7 +138,7 @@ def test_plan_for_another_trace(tmp_path: Path) -> None:
     tr = load_trace(DATA / "tiny_trace.json")
     cl = load_cluster(DATA / "fitted_cluster.json")
     plan_path = tmp_path / "plan.json"
-    write_json_atomic(plan_path, make_plan("caffe-mpi", tr, cl).model_dump(mode="json"))
+    write_json_atomic(plan_path, make_plan(tr, cl, "caffe-mpi").model_dump(mode="json"))
     other = edit(TRACE, "layers.0.forward_s", 0.5)
     t2 = _write(tmp_path, "other.json", other)
     out = tmp_path / "trace.json"

@@ -161,7 +161,7 @@ def test_configs_reject_other_policies(tiny_trace) -> None:
         ddp_configs(tiny_trace, cl, ["ddp:bucket_cap_mb=5,first_bucket_mb=1"], [], Path())
     cfg = ddp_configs(tiny_trace, cl, ["cntk", "ddp:first_bucket_mb=2"], [], Path())
     assert [c.mode for c in cfg] == ["manual", "ddp"]
-    assert cfg[0].buckets == make_plan("cntk", tiny_trace, cl).buckets
+    assert cfg[0].buckets == make_plan(tiny_trace, cl, "cntk").buckets
     assert cfg[1].first_bucket_bytes == 2 * 2**20 and cfg[1].kwargs == {}
 
 
@@ -196,7 +196,7 @@ def test_end_to_end(workdir: Path) -> None:
     assert cluster.overlap_slowdown == pytest.approx(slowdowns["overlap_slowdown"], abs=1e-4)
     assert cluster.comm_slowdown == pytest.approx(slowdowns["comm_slowdown"], abs=1e-4)
     trace = load_trace("tiny.json")
-    plan = make_plan("caffe-mpi", trace, cluster)  # one bucket per layer: DDP expresses it
+    plan = make_plan(trace, cluster, "caffe-mpi")  # one bucket per layer: DDP expresses it
     Path("plans").mkdir()
     Path("plans/layerwise.json").write_text(plan.model_dump_json())
     Path("out").mkdir()
@@ -212,7 +212,7 @@ def test_end_to_end(workdir: Path) -> None:
                                            "plan:../plans/layerwise.json"]
     assert all(int(r["samples"]) == 3 * 2 for r in rows)  # iterations x ranks
     # DDP built the planned buckets: 0.1 MiB splits the 257 KiB layer from the rest
-    cap_buckets = len(make_plan("ddp:bucket_cap_mb=0.1", trace, cluster).buckets)
+    cap_buckets = len(make_plan(trace, cluster, "ddp:bucket_cap_mb=0.1").buckets)
     assert cap_buckets >= 2
     assert f"DDP built the {cap_buckets} planned buckets" in rows[0]["source"]
     assert "no overlap: 1 all-reduces" in rows[1]["source"]

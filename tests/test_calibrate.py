@@ -169,11 +169,11 @@ def _scaled_rows(folder: Path) -> tuple[Path, dict[str, float]]:
         tr = Trace.model_validate(make_trace(k))
         (folder / ref).write_text(tr.model_dump_json())
         cl = fam.at(2)
-        plan = make_plan("caffe-mpi", tr, cl).bind(tr, cl)
+        plan = make_plan(tr, cl, "caffe-mpi").bind(tr, cl)
         (folder / f"plan{k}.json").write_text(plan.model_dump_json())
         run = tr.scaled(compute=c, update=True)
         for spec in ("cntk", "ddp:bucket_cap_mb=2", f"plan:plan{k}.json"):
-            used = plan if spec.startswith("plan:") else make_plan(spec, run, cl)
+            used = plan if spec.startswith("plan:") else make_plan(run, cl, spec)
             t = simulate(run, cl, used.model_copy(update={"trace_hash": None})).iteration_time_s
             lines.append(f"{ref},true.json,2,{spec},{t!r}")
     path = folder / "scaled.csv"
@@ -255,7 +255,7 @@ def test_host_costs_are_fitted_with_intervals(tmp_path: Path) -> None:
     for nodes in (1, 2):
         cl = fam.at(nodes).model_copy(update=truth)
         for spec in ("cntk", "caffe-mpi", "ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=25"):
-            t = simulate(tr, cl, make_plan(spec, tr, cl)).iteration_time_s
+            t = simulate(tr, cl, make_plan(tr, cl, spec)).iteration_time_s
             lines.append(f"host.json,prior.json,{nodes},{spec},{t!r}")
     (tmp_path / "host.csv").write_text("\n".join(lines) + "\n")
     (cal,) = calibrate(read_measurements(tmp_path / "host.csv"),

@@ -31,15 +31,15 @@ def layer_bytes(trace: Trace) -> list[int]:
 def test_tiny_by_hand(tiny_trace: Trace, fitted_cluster: Cluster) -> None:
     # f = 4 ms, b = 8 ms; layer c: 8 MB -> 9 ms; layer a: 4.004 MB -> 5.004 ms
     # cntk: 4 + 8 + 9 + 5.004 = 26.004 ms
-    cntk = simulate(tiny_trace, fitted_cluster, make_plan("cntk", tiny_trace, fitted_cluster))
+    cntk = simulate(tiny_trace, fitted_cluster, make_plan(tiny_trace, fitted_cluster, "cntk"))
     assert cntk.iteration_time_s == pytest.approx(0.026004, rel=1e-12)
     # caffe-mpi: backward starts at 0; c ready at 2 ms, comm 2..11; a ready at 8, comm 11..16.004
     caffe = simulate(tiny_trace, fitted_cluster,
-                     make_plan("caffe-mpi", tiny_trace, fitted_cluster))
+                     make_plan(tiny_trace, fitted_cluster, "caffe-mpi"))
     assert caffe.iteration_time_s == pytest.approx(0.004 + 0.016004, rel=1e-12)
     # sync-easgd: 4 + 8 + (1 + 12.004) ms
     easgd = simulate(tiny_trace, fitted_cluster,
-                     make_plan("sync-easgd", tiny_trace, fitted_cluster))
+                     make_plan(tiny_trace, fitted_cluster, "sync-easgd"))
     assert easgd.iteration_time_s == pytest.approx(0.025004, rel=1e-12)
     assert caffe.breakdown.exposed_comm_s == pytest.approx(0.016004 - 0.008, rel=1e-9)
 
@@ -48,7 +48,7 @@ def test_tiny_by_hand(tiny_trace: Trace, fitted_cluster: Cluster) -> None:
 @given(trace=traces(data_costs=False), cluster=clusters(fitted=True))
 def test_cntk_closed_form(trace: Trace, cluster: Cluster) -> None:
     expected = trace.compute_s + sum(T(cluster, n) for n in layer_bytes(trace))
-    got = simulate(trace, cluster, make_plan("cntk", trace, cluster)).iteration_time_s
+    got = simulate(trace, cluster, make_plan(trace, cluster, "cntk")).iteration_time_s
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
@@ -63,7 +63,7 @@ def test_caffe_mpi_closed_form(trace: Trace, cluster: Cluster) -> None:
             end = max(end, t_b) + T(cluster, sizes[k])
             k += 1
     expected = float(trace.forward.sum()) + max(end, t_b)
-    got = simulate(trace, cluster, make_plan("caffe-mpi", trace, cluster)).iteration_time_s
+    got = simulate(trace, cluster, make_plan(trace, cluster, "caffe-mpi")).iteration_time_s
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
@@ -71,7 +71,7 @@ def test_caffe_mpi_closed_form(trace: Trace, cluster: Cluster) -> None:
 @given(trace=traces(data_costs=False), cluster=clusters(fitted=True))
 def test_sync_easgd_closed_form(trace: Trace, cluster: Cluster) -> None:
     expected = trace.compute_s + T(cluster, trace.total_bytes)
-    got = simulate(trace, cluster, make_plan("sync-easgd", trace, cluster)).iteration_time_s
+    got = simulate(trace, cluster, make_plan(trace, cluster, "sync-easgd")).iteration_time_s
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 
@@ -109,5 +109,5 @@ def test_hierarchical_formula(nics: int) -> None:
 def test_single_gpu_has_no_communication(tiny_trace: Trace, fitted_cluster: Cluster) -> None:
     one = fitted_cluster.single_gpu()
     for spec in ("cntk", "caffe-mpi", "mxnet"):
-        sched = simulate(tiny_trace, one, make_plan(spec, tiny_trace, one))
+        sched = simulate(tiny_trace, one, make_plan(tiny_trace, one, spec))
         assert sched.iteration_time_s == pytest.approx(tiny_trace.compute_s)

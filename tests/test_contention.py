@@ -28,11 +28,11 @@ def test_comm_slowed_by_compute_closed_form(fitted_cluster: Cluster) -> None:
     # c's all-reduce (3 ms) starts when c's backward ends (4 ms: F 2 + b_c 2) and meets a's
     # backward (4 ms) at speed 1/2: 2 ms of its work by 8 ms, the last 1 ms alone: ends at 9 ms
     tr, cl = two_layers(2_000_000), contended(fitted_cluster, 1.0, 2.0)
-    got = simulate(tr, cl, make_plan("caffe-mpi", tr, cl), record=True)
+    got = simulate(tr, cl, make_plan(tr, cl, "caffe-mpi"), record=True)
     assert got.iteration_time_s == pytest.approx(0.009, rel=1e-12)
     start, end = got.tasks[("comm", 2, 0, 0)]
     assert end - start == pytest.approx(0.005, rel=1e-9)
-    free = simulate(tr, fitted_cluster, make_plan("caffe-mpi", tr, fitted_cluster))
+    free = simulate(tr, fitted_cluster, make_plan(tr, fitted_cluster, "caffe-mpi"))
     assert free.iteration_time_s == pytest.approx(0.008, rel=1e-12)  # the comm hides
 
 
@@ -41,10 +41,10 @@ def test_symmetric_contention_closed_form(fitted_cluster: Cluster) -> None:
     # the all-reduce ends at 10 ms (3 ms of work at 1/2) with 3 ms of the backward done, the
     # last 1 ms alone: 11 ms = F + B + C, what no overlap costs
     tr, cl = two_layers(2_000_000), contended(fitted_cluster, 2.0, 2.0)
-    got = simulate(tr, cl, make_plan("caffe-mpi", tr, cl), record=True)
+    got = simulate(tr, cl, make_plan(tr, cl, "caffe-mpi"), record=True)
     assert got.iteration_time_s == pytest.approx(0.011, rel=1e-12)
     assert got.tasks[("comm", 2, 0, 0)][1] - got.tasks[("bwd", 2, 0)][0] == pytest.approx(0.006)
-    cntk = simulate(tr, cl, make_plan("cntk", tr, cl)).iteration_time_s
+    cntk = simulate(tr, cl, make_plan(tr, cl, "cntk")).iteration_time_s
     assert got.iteration_time_s == pytest.approx(cntk, rel=1e-12)
 
 
@@ -73,12 +73,12 @@ def test_every_task_does_its_work(trace: Trace, cluster: Cluster, s: float, s_c:
     """Compute and communication both follow the fluid rates; the parts sum to the period;
     the period lies between the free-overlap one and the no-overlap sum of its parts."""
     cl = contended(cluster, s, s_c)
-    plan = make_plan(policy, trace, cl)
+    plan = make_plan(trace, cl, policy)
     got = simulate(trace, cl, plan, record=True)
     check_fluid(trace, cl, got, plan)
     check_comm_fluid(trace, cl, got, plan)
     assert got.breakdown.total_s == pytest.approx(got.iteration_time_s, rel=1e-9, abs=1e-12)
-    free = simulate(trace, cluster, make_plan(policy, trace, cluster)).iteration_time_s
+    free = simulate(trace, cluster, make_plan(trace, cluster, policy)).iteration_time_s
     assert got.iteration_time_s >= free * (1 - 1e-9) - 1e-12
 
 
@@ -94,7 +94,7 @@ def test_processor_sharing_conserves_work(trace: Trace, policy: str) -> None:
         "inter_link": {"bandwidth_Bps": 1e9},
         "allreduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-9}})
     cl = contended(one_stage, 2.0, 2.0)
-    plan = make_plan(policy, trace, cl)
+    plan = make_plan(trace, cl, policy)
     if plan.next_forward != "wait-for-all":
         return
     got = simulate(trace, cl, plan)

@@ -47,8 +47,8 @@ def test_one_segment_equals_the_linear_cost(policy: str) -> None:
     alpha, beta = 4e-5, 2.5e-10
     line = with_allreduce(base, {"alpha_s": alpha, "beta_s_per_byte": beta})
     one = with_allreduce(base, curve([(0, alpha, beta)]))
-    a = simulate(tr, line, make_plan(policy, tr, line))
-    b = simulate(tr, one, make_plan(policy, tr, one))
+    a = simulate(tr, line, make_plan(tr, line, policy))
+    b = simulate(tr, one, make_plan(tr, one, policy))
     assert b.iteration_time_s == a.iteration_time_s
     assert b.first_iteration_s == a.first_iteration_s
 
@@ -86,7 +86,7 @@ def test_caffe_mpi_closed_form_with_a_curve(trace: Trace, jump: float, switch: i
         if layer.tensors:
             end = max(end, t_b) + cost(sum(t.bytes for t in layer.tensors))
     expected = float(trace.forward.sum()) + max(end, t_b)
-    got = simulate(trace, cl, make_plan("caffe-mpi", trace, cl)).iteration_time_s
+    got = simulate(trace, cl, make_plan(trace, cl, "caffe-mpi")).iteration_time_s
     assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
 
 

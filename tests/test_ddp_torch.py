@@ -120,7 +120,7 @@ def test_same_buckets_as_torch(model_name: str, mix: str) -> None:
     for knobs in KNOBS:
         limits = ddp_limits(knobs.get("bucket_cap_mb"), knobs.get("first_bucket_mb"),
                             knobs.get("bucket_cap_mb_list"))
-        plan = make_plan("ddp", trace, CLUSTER, **knobs)
+        plan = make_plan(trace, CLUSTER, "ddp", **knobs)
         assert as_indices(plan.buckets, order) == torch_rebuild(model, limits), knobs
         plan.check_against(trace)
 
@@ -210,7 +210,7 @@ def test_real_ddp_rebuilt_buckets(tmp_path: Path) -> None:
         assert run["rebuilt"] == 1
         # autograd produced exactly the trace's gradient-ready order
         assert [order[i] for i in run["ready"]] == [t.name for t in trace.ready_order]
-        plan = make_plan("ddp", trace, CLUSTER, **knobs)
+        plan = make_plan(trace, CLUSTER, "ddp", **knobs)
         assert as_indices(plan.buckets, order) == run["buckets"], knobs
         simulate(trace, CLUSTER, plan)
     # the mixed dtypes really produce buckets that are not contiguous in ready order
@@ -252,13 +252,13 @@ def test_same_construction_buckets_as_torch(model_name: str, mix: str) -> None:
     _mix(model, mix)
     trace, order = trace_of(model)
     for knobs in KNOBS:
-        plan = make_plan("ddp", trace, CLUSTER, find_unused_parameters=True, **knobs)
+        plan = make_plan(trace, CLUSTER, "ddp", find_unused_parameters=True, **knobs)
         expected = torch_construction(model, _construction_limits(knobs))
         assert as_indices(plan.buckets, order) == expected, knobs
         # static_graph rebuilds whatever find_unused_parameters says
-        rebuilt = make_plan("ddp", trace, CLUSTER, find_unused_parameters=True,
+        rebuilt = make_plan(trace, CLUSTER, "ddp", find_unused_parameters=True,
                             static_graph=True, **knobs)
-        assert rebuilt.buckets == make_plan("ddp", trace, CLUSTER, **knobs).buckets
+        assert rebuilt.buckets == make_plan(trace, CLUSTER, "ddp", **knobs).buckets
 
 
 RUN_UNUSED = textwrap.dedent("""
@@ -333,7 +333,7 @@ def test_real_ddp_find_unused_parameters_keeps_construction_buckets(tmp_path: Pa
     trace = _layers_trace()
     order = [t.name for t in trace.tensor_list]
     for knobs, run in zip(RUN_UNUSED_KNOBS, runs, strict=True):
-        plan = make_plan("ddp", trace, CLUSTER, find_unused_parameters=True, **knobs)
+        plan = make_plan(trace, CLUSTER, "ddp", find_unused_parameters=True, **knobs)
         expected = [[k, b] for k, b in enumerate(as_indices(plan.buckets, order))]
         if knobs.get("static_graph"):
             # rebuilt after the first iterations; the steady state is the rebuilt one
@@ -344,5 +344,5 @@ def test_real_ddp_find_unused_parameters_keeps_construction_buckets(tmp_path: Pa
         assert run["iterations"] == [expected] * 4, knobs
         simulate(trace, CLUSTER, plan)
     # parameter-order buckets differ from the rebuilt ones
-    assert (make_plan("ddp", trace, CLUSTER, find_unused_parameters=True).buckets
-            != make_plan("ddp", trace, CLUSTER).buckets)
+    assert (make_plan(trace, CLUSTER, "ddp", find_unused_parameters=True).buckets
+            != make_plan(trace, CLUSTER, "ddp").buckets)

@@ -80,7 +80,7 @@ def test_ddp_exact_caps_reproduce_the_plan(cuts: list[int]) -> None:
     assert out.exact and not out.notes
     caps = out.config["bucket_cap_mb_list"]
     assert len(caps) == plan.num_buckets
-    back = make_plan("ddp", trace, CLUSTER, bucket_cap_mb_list=caps)
+    back = make_plan(trace, CLUSTER, "ddp", bucket_cap_mb_list=caps)
     assert same_buckets(back.buckets, plan.buckets)
     assert out.plan_time_s == out.emitted_time_s
     # every limit lies strictly inside (B - b_last, B] with a byte to spare
@@ -96,7 +96,7 @@ def test_ddp_spec_round_trips_through_the_policy_parser() -> None:
     plan = _cut(trace, [2, 5])
     out = emit_ddp(trace, CLUSTER, plan)
     assert out.spec is not None
-    assert same_buckets(make_plan(out.spec, trace, CLUSTER).buckets, plan.buckets)
+    assert same_buckets(make_plan(trace, CLUSTER, out.spec).buckets, plan.buckets)
 
 
 @settings(max_examples=60, deadline=None)
@@ -108,7 +108,7 @@ def test_ddp_any_contiguous_fifo_plan_is_exact(trace: Trace, data: st.DataObject
     plan = _cut(trace, cuts)
     caps = ddp_caps(trace, plan)
     assert caps.exact, caps.notes
-    back = make_plan("ddp", trace, CLUSTER, bucket_cap_mb_list=caps.caps_mb)
+    back = make_plan(trace, CLUSTER, "ddp", bucket_cap_mb_list=caps.caps_mb)
     assert same_buckets(back.buckets, plan.buckets)
 
 
@@ -116,10 +116,10 @@ def test_ddp_mixed_dtypes_exact_when_ddp_made_the_plan() -> None:
     trace = _trace(("float32", "float16", "float32", "float16", "float32"))
     for knobs in ({"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1.5}, {"bucket_cap_mb": 100},
                   {"bucket_cap_mb_list": [0.01, 2.0]}):
-        plan = make_plan("ddp", trace, CLUSTER, **knobs)
+        plan = make_plan(trace, CLUSTER, "ddp", **knobs)
         out = emit_ddp(trace, CLUSTER, plan)
         assert out.exact, (knobs, out.notes)
-        back = make_plan("ddp", trace, CLUSTER, **{"bucket_cap_mb_list":
+        back = make_plan(trace, CLUSTER, "ddp", **{"bucket_cap_mb_list":
                                                    out.config["bucket_cap_mb_list"]})
         assert same_buckets(back.buckets, plan.buckets)
 
@@ -145,7 +145,7 @@ def test_ddp_reordered_plan_gets_closest_config_with_times() -> None:
     # the chosen setting is the closest of those tried, e.g. at least as close as the default
     from schedopt.simulate.simulator import simulate
 
-    default = simulate(trace, CLUSTER, make_plan("ddp", trace, CLUSTER)).iteration_time_s
+    default = simulate(trace, CLUSTER, make_plan(trace, CLUSTER, "ddp")).iteration_time_s
     assert abs(out.emitted_time_s - out.plan_time_s) <= abs(default - out.plan_time_s) + 1e-12
 
 
@@ -195,7 +195,7 @@ def test_ddp_caps_against_torch_bucket_assignment() -> None:
     for trace, plan in [
         (_trace(), _cut(_trace(), [1, 3, 6])),
         (mixed := _trace(("float32", "float16", "float32", "float16", "float32")),
-         make_plan("ddp", mixed, CLUSTER, bucket_cap_mb=0.5)),
+         make_plan(mixed, CLUSTER, "ddp", bucket_cap_mb=0.5)),
     ]:
         caps = emit_ddp(trace, CLUSTER, plan).config["bucket_cap_mb_list"]
         order = trace.ready_order
@@ -213,7 +213,7 @@ def test_ddp_caps_against_torch_bucket_assignment() -> None:
 def test_horovod_exact_for_its_own_plans() -> None:
     trace = _trace()
     for knobs in ({}, {"fusion_threshold_mb": 1}, {"cycle_time_ms": 5}):
-        plan = make_plan("horovod", trace, CLUSTER, **knobs)
+        plan = make_plan(trace, CLUSTER, "horovod", **knobs)
         out = emit_horovod(trace, CLUSTER, plan)
         assert out.exact, (knobs, out.notes)
         threshold = int(out.config["env"]["HOROVOD_FUSION_THRESHOLD"])
@@ -224,12 +224,12 @@ def test_horovod_exact_for_its_own_plans() -> None:
         else:  # Horovod's own fusion at the plan's threshold
             assert knobs == {"fusion_threshold_mb": 1}
             assert threshold == plan.knobs["threshold_bytes"]
-        assert same_buckets(make_plan(out.spec, trace, CLUSTER).buckets, plan.buckets)
+        assert same_buckets(make_plan(trace, CLUSTER, out.spec).buckets, plan.buckets)
 
 
 def test_horovod_groups_completing_together_are_kept_apart_by_env() -> None:
     trace = _trace(zero_backward=True)  # every tensor ready at once: one cycle
-    plan = make_plan("caffe-mpi", trace, CLUSTER)
+    plan = make_plan(trace, CLUSTER, "caffe-mpi")
     out = emit_horovod(trace, CLUSTER, plan)
     assert not out.exact
     assert out.config["env"]["HOROVOD_DISABLE_GROUP_FUSION"] == "1"
@@ -238,7 +238,7 @@ def test_horovod_groups_completing_together_are_kept_apart_by_env() -> None:
 
 def test_horovod_overlap_false_is_approximated() -> None:
     trace = _trace()
-    out = emit_horovod(trace, CLUSTER, make_plan("cntk", trace, CLUSTER))
+    out = emit_horovod(trace, CLUSTER, make_plan(trace, CLUSTER, "cntk"))
     assert not out.exact and "overlap is false" in out.notes[0]
 
 
@@ -249,12 +249,12 @@ def test_horovod_overlap_false_is_approximated() -> None:
 @pytest.mark.parametrize("overlap", [True, False])
 def test_deepspeed_exact_for_uniform_sizes(size: int, overlap: bool) -> None:
     trace = _trace()
-    plan = make_plan("deepspeed", trace, CLUSTER, reduce_bucket_size=size, overlap_comm=overlap)
+    plan = make_plan(trace, CLUSTER, "deepspeed", reduce_bucket_size=size, overlap_comm=overlap)
     out = emit_deepspeed(trace, CLUSTER, plan)
     assert out.exact, out.notes
     zero = out.config["zero_optimization"]
     assert zero["overlap_comm"] is overlap
-    back = make_plan("deepspeed", trace, CLUSTER, zero_stage=zero["stage"],
+    back = make_plan(trace, CLUSTER, "deepspeed", zero_stage=zero["stage"],
                      reduce_bucket_size=zero["reduce_bucket_size"], overlap_comm=overlap)
     assert same_buckets(back.buckets, plan.buckets)
 
@@ -276,20 +276,20 @@ def test_deepspeed_non_uniform_plan_reports_both_times() -> None:
 @pytest.mark.parametrize("size", [100, 150_000, 400_000, 800_000, 10**8])
 def test_megatron_exact_for_uniform_sizes(size: int) -> None:
     trace = _trace()
-    plan = make_plan("megatron", trace, CLUSTER, overlap_grad_reduce=True, bucket_size=size)
+    plan = make_plan(trace, CLUSTER, "megatron", overlap_grad_reduce=True, bucket_size=size)
     out = emit_megatron(trace, CLUSTER, plan)
     assert out.exact, out.notes
     assert out.config["overlap_grad_reduce"] is True
-    back = make_plan("megatron", trace, CLUSTER, overlap_grad_reduce=True,
+    back = make_plan(trace, CLUSTER, "megatron", overlap_grad_reduce=True,
                      bucket_size=out.config["bucket_size"])
     assert same_buckets(back.buckets, plan.buckets)
 
 
 def test_megatron_without_overlap() -> None:
     trace = _trace()
-    out = emit_megatron(trace, CLUSTER, make_plan("megatron", trace, CLUSTER))
+    out = emit_megatron(trace, CLUSTER, make_plan(trace, CLUSTER, "megatron"))
     assert out.exact and out.config == {"overlap_grad_reduce": False}
-    out = emit_megatron(trace, CLUSTER, make_plan("mxnet", trace, CLUSTER))
+    out = emit_megatron(trace, CLUSTER, make_plan(trace, CLUSTER, "mxnet"))
     assert not out.exact and any("ps collective" in n for n in out.notes)
 
 
@@ -314,7 +314,7 @@ def test_json_is_the_plan_bound_to_its_instance(tmp_path: Path) -> None:
 @pytest.mark.parametrize("policy", ["ddp", "cntk", "horovod", "bytescheduler", "mgwfbp"])
 def test_every_target_writes_parseable_files(target: str, policy: str) -> None:
     trace = _trace()
-    plan = make_plan(policy, trace, CLUSTER)
+    plan = make_plan(trace, CLUSTER, policy)
     out = emit(trace, CLUSTER, plan, target)
     assert out.target == target and out.files
     for name, text in out.files.items():
@@ -333,7 +333,7 @@ def test_unknown_target() -> None:
 
 def test_plan_for_another_trace_is_refused() -> None:
     trace = _trace()
-    plan = make_plan("ddp", trace, CLUSTER)
+    plan = make_plan(trace, CLUSTER, "ddp")
     with pytest.raises(SchedoptError, match="another trace"):
         emit_ddp(trace.scaled(compute=3.0), CLUSTER, plan)
 
@@ -353,8 +353,8 @@ def test_cli_emit_writes_files(tmp_path: Path) -> None:
     caps = json.loads((out / "ddp.json").read_text())["bucket_cap_mb_list"]
     tr = Trace.model_validate_json(Path(T).read_text())
     cl = Cluster.model_validate_json(Path(C).read_text())
-    assert same_buckets(make_plan("ddp", tr, cl, bucket_cap_mb_list=caps).buckets,
-                        make_plan("ddp:bucket_cap_mb=5", tr, cl).buckets)
+    assert same_buckets(make_plan(tr, cl, "ddp", bucket_cap_mb_list=caps).buckets,
+                        make_plan(tr, cl, "ddp:bucket_cap_mb=5").buckets)
 
 
 def test_cli_emit_json_and_saved_plan(tmp_path: Path) -> None:

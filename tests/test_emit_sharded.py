@@ -228,10 +228,10 @@ def test_an_fsdp_baseline_plan_names_its_spec() -> None:
 
     tr = load_trace("llama-7b-h100-bf16")
     cl = load_cluster("dgx-h100-4n")
-    out = emit(tr, cl, make_plan("fsdp:backward_prefetch=2", tr, cl), "fsdp")
+    out = emit(tr, cl, make_plan(tr, cl, "fsdp:backward_prefetch=2"), "fsdp")
     assert out.exact and out.spec is not None and out.spec.startswith("fsdp:")
-    assert make_plan(out.spec, tr, cl).sharding == make_plan("fsdp:backward_prefetch=2", tr,
-                                                             cl).sharding
+    assert make_plan(tr, cl, out.spec).sharding == make_plan(tr, cl,
+                                                             "fsdp:backward_prefetch=2").sharding
     assert out.config["backward_prefetch"] == 2
     assert f"Policy spec: {out.spec}" in out.files["fsdp_snippet.py"]
     assert emit(tr, None, sharded_plan(tr, [[la.name for la in tr.layers]]), "fsdp").spec is None

@@ -185,7 +185,7 @@ def _recorded(trace: Any, cluster: str, spec: str) -> Any:
     from schedopt.simulate.simulator import simulate
 
     cl = load_cluster(cluster)
-    return simulate(trace, cl, make_plan(spec, trace, cl), record=True)
+    return simulate(trace, cl, make_plan(trace, cl, spec), record=True)
 
 
 def _synthetic(layers: int) -> Any:

@@ -172,7 +172,7 @@ def test_deepspeed_engine_forms_the_policy_buckets(engine_results: tuple) -> Non
         trace = trs[name]
         # autograd readied the gradients in the trace's gradient-ready order
         assert got["ready"] == [t.name for t in trace.ready_order], name
-        plan = make_plan(spec, trace, ONE_RANK)
+        plan = make_plan(trace, ONE_RANK, spec)
         assert got["buckets"] == plan.buckets, (name, spec)
         if "zero_stage=0" not in spec:  # one all-reduce call per bucket on one rank
             assert got["calls"] == expected_calls(plan, trace), (name, spec)
@@ -210,7 +210,7 @@ def test_deepspeed_engine_splits_calls_at_partition_boundaries(
                              900 if full else 240)
         cluster = Cluster.model_validate({**ONE_RANK.model_dump(), "nodes": ranks})
         for (name, spec, _), got in zip(todo, results, strict=True):
-            plan = make_plan(spec, trs[name], cluster)
+            plan = make_plan(trs[name], cluster, spec)
             assert got["buckets"] == whole(plan), (ranks, name, spec)
             assert got["calls"] == expected_calls(plan, trs[name]), (ranks, name, spec)
             splits += bool(plan.partition)
@@ -255,7 +255,7 @@ def test_deepspeed_bf16_optimizer_reduces_one_flat_buffer(
         cluster = Cluster.model_validate({**ONE_RANK.model_dump(), "nodes": ranks})
         for (name, spec, cfg), got in zip(cases_, results, strict=True):
             trace = these[name]
-            plan = make_plan(spec, trace, cluster)
+            plan = make_plan(trace, cluster, spec)
             numel = sum(t.numel for t in trace.tensor_list)
             if "grad_accum_dtype" not in cfg.get("data_types", {}):
                 assert got["optimizer"] == "DeepSpeedZeroOptimizer"
@@ -295,6 +295,6 @@ def test_profiler_records_the_leading_dimension() -> None:
                           warmup=0)
     rows = {t.name: t.rows for t in trace.tensor_list}
     assert rows == {"0.weight": 6, "0.bias": None, "2.weight": 2, "2.bias": None}
-    plan = make_plan("bytescheduler:partition_params=20", trace, ONE_RANK)
+    plan = make_plan(trace, ONE_RANK, "bytescheduler:partition_params=20")
     # 0.weight [6, 8] = 48 elements: ceil(48 / 20) = 3 pieces of 2 rows (16 elements)
     assert plan.partition["0.weight"] == [64, 64, 64]

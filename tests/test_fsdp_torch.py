@@ -191,9 +191,9 @@ def test_fsdp2_refuses_a_group_of_two_dtypes(tmp_path: Path) -> None:
         for n, k, d in (("emb", 4, "float32"), ("h.0.fc", 4, "float32"),
                         ("h.1.fc", 8, "float64"), ("head", 4, "float64"))]})
     with pytest.raises(SchedoptError, match=r"fsdp\.root\[0\].*several dtypes"):
-        make_plan("fsdp", trace, _cluster())
+        make_plan(trace, _cluster(), "fsdp")
     with pytest.raises(SchedoptError, match=r"fsdp\.units\[1\].*several dtypes"):
-        make_plan("fsdp:wrap=child", trace, _cluster())  # units emb, h, head: h mixes
+        make_plan(trace, _cluster(), "fsdp:wrap=child")  # units emb, h, head: h mixes
     bad = Plan.model_validate({"policy": "hand", "sharding": {"mode": "full", "units": [
         ["emb", "h.0.fc", "h.1.fc"], ["head"]]}, "buckets": [["head.weight"], [
         "emb.weight", "h.0.fc.weight", "h.1.fc.weight"]]})

@@ -34,8 +34,8 @@ def test_zero_host_costs_are_the_old_model() -> None:
     tr, cl = _trace(), _cluster(2)
     plain = Trace.model_validate(tr.model_dump())
     assert "host_forward_s" not in tr.model_dump_json()  # hashes unchanged
-    assert simulate(tr, cl, make_plan("ddp", tr, cl)) .iteration_time_s == simulate(
-        plain, cl, make_plan("ddp", plain, cl)).iteration_time_s
+    assert simulate(tr, cl, make_plan(tr, cl, "ddp")) .iteration_time_s == simulate(
+        plain, cl, make_plan(plain, cl, "ddp")).iteration_time_s
 
 
 def test_a_host_bound_step_is_the_host_time_plus_the_last_kernel() -> None:
@@ -43,7 +43,7 @@ def test_a_host_bound_step_is_the_host_time_plus_the_last_kernel() -> None:
     after its launch, so the step is every launch plus the last backward (docs/model.md)."""
     tr = _trace(host=2.0, update=5e-4)
     cl = _cluster(1, hook_overhead_s=1e-4)
-    sched = simulate(tr, cl, make_plan("ddp", tr, cl))
+    sched = simulate(tr, cl, make_plan(tr, cl, "ddp"))
     hooks = 1e-4 * sum(n for *_, n in LAYERS)
     launches = 2 * sum(f + b for f, b, _ in LAYERS) + hooks
     last = LAYERS[0][1]  # the backward of layer 0 runs after its launch; the step's host
@@ -60,7 +60,7 @@ def test_launch_costs_can_rank_many_small_buckets_behind() -> None:
 
     def ranked(launch: float) -> bool:
         cl = _cluster(4, launch_overhead_s=launch)
-        small, large = (simulate(tr, cl, make_plan(f"ddp:bucket_cap_mb={c}", tr, cl))
+        small, large = (simulate(tr, cl, make_plan(tr, cl, f"ddp:bucket_cap_mb={c}"))
                         .iteration_time_s for c in (1, 25))
         return small < large
 

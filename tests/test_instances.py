@@ -84,7 +84,7 @@ def generate_module() -> ModuleType:
 
 def _simulate_all(trace: Trace, cluster: Cluster) -> None:
     for name in POLICIES:
-        plan = make_plan(name, trace, cluster)
+        plan = make_plan(trace, cluster, name)
         sched = simulate(trace, cluster, plan)
         assert math.isfinite(sched.iteration_time_s), name
         assert sched.iteration_time_s >= trace.compute_s * (1 - 1e-9), name

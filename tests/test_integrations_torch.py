@@ -251,7 +251,7 @@ RUN = textwrap.dedent("""
         order = [t.name for t in trace.ready_order]
         plans = [Plan(policy="hand", buckets=[order[:1], order[1:4], order[4:5], order[5:]])]
         if mixed:  # the hand plan now mixes dtypes (refused); DDP's own plans do not
-            plans += [make_plan("ddp", trace, cluster, bucket_cap_mb=cap) for cap in (0.02, 0.05)]
+            plans += [make_plan(trace, cluster, "ddp", bucket_cap_mb=cap) for cap in (0.02, 0.05)]
         for plan in plans:
             try:
                 ddp = apply_plan(model, trace, plan)

@@ -108,7 +108,7 @@ def test_import_matches_ddp_and_simulates_the_step(ddp_traces: list[Path]) -> No
     cluster = cluster_from_fit(
         table_curve(parse_comm_text("bytes,time_s,ranks\n" + "".join(
             f"{n},{t},2\n" for n, t in imp.points))), name="measured", ranks=2)
-    plan = make_plan("ddp:bucket_cap_mb=1,first_bucket_mb=1", imp.trace, cluster)
+    plan = make_plan(imp.trace, cluster, "ddp:bucket_cap_mb=1,first_bucket_mb=1")
     assert plan.buckets == imp.buckets
     predicted = simulate(imp.trace, cluster, plan).iteration_time_s
     assert abs(predicted - s["step_time_s"]) <= 0.15 * s["step_time_s"], (predicted, s)

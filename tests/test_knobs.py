@@ -28,15 +28,15 @@ def instance():
 @pytest.mark.parametrize("knob", ["static_graph", "gradient_as_bucket_view"])
 def test_ddp_knobs_that_keep_the_buckets(instance, knob: str) -> None:
     tr, cl = instance
-    plain = make_plan("ddp", tr, cl)
-    plan = make_plan(f"ddp:{knob}=true", tr, cl)
+    plain = make_plan(tr, cl, "ddp")
+    plan = make_plan(tr, cl, f"ddp:{knob}=true")
     assert plan.buckets == plain.buckets
     assert plan.knobs[knob] is True and knob not in plain.knobs
 
 
 def test_ddp_find_unused_parameters_is_accepted(instance) -> None:
     tr, cl = instance
-    plan = make_plan("ddp:find_unused_parameters=true", tr, cl)
+    plan = make_plan(tr, cl, "ddp:find_unused_parameters=true")
     assert plan.knobs["find_unused_parameters"] is True
     assert sorted(n for b in plan.buckets for n in b) == sorted(t.name for t in tr.tensor_list)
 
@@ -44,7 +44,7 @@ def test_ddp_find_unused_parameters_is_accepted(instance) -> None:
 def test_ddp_knob_values_are_checked(instance) -> None:
     tr, cl = instance
     with pytest.raises(SchedoptError, match=r"ddp\.static_graph: must be true or false"):
-        make_plan("ddp:static_graph=2", tr, cl)
+        make_plan(tr, cl, "ddp:static_graph=2")
 
 
 def test_ddp_static_graph_is_emitted() -> None:
@@ -58,23 +58,23 @@ def test_ddp_static_graph_is_emitted() -> None:
 # ----------------------------------------------------------------------------- Horovod
 def test_horovod_threshold_in_bytes_by_its_environment_name(instance) -> None:
     tr, cl = instance
-    mib = make_plan("horovod:fusion_threshold_mb=16", tr, cl)
-    env = make_plan(f"horovod:HOROVOD_FUSION_THRESHOLD={16 * 2**20}", tr, cl)
-    named = make_plan(f"horovod:fusion_threshold_bytes={16 * 2**20}", tr, cl)
+    mib = make_plan(tr, cl, "horovod:fusion_threshold_mb=16")
+    env = make_plan(tr, cl, f"horovod:HOROVOD_FUSION_THRESHOLD={16 * 2**20}")
+    named = make_plan(tr, cl, f"horovod:fusion_threshold_bytes={16 * 2**20}")
     assert env.buckets == mib.buckets == named.buckets
     assert env.knobs["threshold_bytes"] == mib.knobs["threshold_bytes"]
     assert env.knobs["fusion_threshold_bytes"] == 16 * 2**20
     assert "fusion_threshold_mb" not in env.knobs
-    default = make_plan("horovod", tr, cl)
-    assert make_plan("horovod:HOROVOD_FUSION_THRESHOLD=0", tr, cl).num_buckets > \
+    default = make_plan(tr, cl, "horovod")
+    assert make_plan(tr, cl, "horovod:HOROVOD_FUSION_THRESHOLD=0").num_buckets > \
         default.num_buckets
 
 
 def test_horovod_cycle_time_by_its_environment_name(instance) -> None:
     tr, cl = instance
-    env = make_plan("horovod:HOROVOD_CYCLE_TIME=5", tr, cl)
+    env = make_plan(tr, cl, "horovod:HOROVOD_CYCLE_TIME=5")
     assert env.knobs["cycle_time_ms"] == 5
-    assert env.buckets == make_plan("horovod:cycle_time_ms=5", tr, cl).buckets
+    assert env.buckets == make_plan(tr, cl, "horovod:cycle_time_ms=5").buckets
 
 
 @pytest.mark.parametrize(("spec", "message"), [
@@ -86,7 +86,7 @@ def test_horovod_cycle_time_by_its_environment_name(instance) -> None:
 def test_horovod_bad_thresholds(instance, spec: str, message: str) -> None:
     tr, cl = instance
     with pytest.raises(SchedoptError, match=message):
-        make_plan(spec, tr, cl)
+        make_plan(tr, cl, spec)
 
 
 # ----------------------------------------------------------------------------- sizes
@@ -223,7 +223,7 @@ def test_a_plan_binds_to_its_trace_re_timed(instance) -> None:
     from schedopt.model.trace import Trace
 
     tr, cl = instance
-    plan = make_plan("ddp", tr, cl)
+    plan = make_plan(tr, cl, "ddp")
     bound = plan.model_copy(update={"trace_hash": tr.fingerprint()})
     slower = tr.scaled(compute=1.3, update=True)
     with pytest.raises(SchedoptError, match="plan was made for another trace"):
@@ -260,5 +260,5 @@ def test_calibrate_writes_re_timed_traces_plans_bind_to(tmp_path: Path) -> None:
     retimed = Trace.model_validate(docs["t.json"])
     assert retimed.retimed_from == tr.fingerprint()
     assert retimed.compute_s == pytest.approx(1.25 * tr.compute_s)
-    plan = make_plan("ddp", tr, load_cluster(CLUSTER))
+    plan = make_plan(tr, load_cluster(CLUSTER), "ddp")
     plan.model_copy(update={"trace_hash": tr.fingerprint()}).check_against(retimed)

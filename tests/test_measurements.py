@@ -41,7 +41,7 @@ def test_reads_rows_with_optional_columns(folder: Path) -> None:
     from schedopt.policies import make_plan
 
     cl = load_cluster(folder / "fam.json", 2)
-    plan.write_text(make_plan("cntk", load_trace(folder / "t3.json"), cl).model_dump_json())
+    plan.write_text(make_plan(load_trace(folder / "t3.json"), cl, "cntk").model_dump_json())
     p = write(folder, "# a comment\n"
               "t3.json,fam.json,2,ddp:bucket_cap_mb=1,0.0123,0.0004,50,run A\n"
               "\n"

@@ -109,9 +109,9 @@ def _scaled(k: float) -> tuple[Trace, Cluster]:
 def test_steady_state_is_scale_free(policy: str) -> None:
     """Scaling every time by k scales the period by k, down to tens of picoseconds."""
     tr, cl = _scaled(1.0)
-    base = simulate(tr, cl, make_plan(policy, tr, cl))
+    base = simulate(tr, cl, make_plan(tr, cl, policy))
     for k in (1e-3, 1e-6, 1e-8):  # bandwidths stay within the 1e15 B/s limit
         tr, cl = _scaled(k)
-        sched = simulate(tr, cl, make_plan(policy, tr, cl))
+        sched = simulate(tr, cl, make_plan(tr, cl, policy))
         assert sched.iteration_time_s / k == pytest.approx(base.iteration_time_s, rel=1e-9)
         assert sched.first_iteration_s / k == pytest.approx(base.first_iteration_s, rel=1e-9)

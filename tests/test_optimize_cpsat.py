@@ -113,7 +113,7 @@ def test_every_expressible_baseline_is_a_feasible_warm_start(tiny_trace: Trace,
     opts = SolveOptions(merge_layers=False)
     inst = build_instance(tiny_trace, fitted_cluster, opts)
     for name in ("caffe-mpi", "sync-easgd", "ddp", "mgwfbp", "horovod"):
-        plan = make_plan(name, tiny_trace, fitted_cluster)
+        plan = make_plan(tiny_trace, fitted_cluster, name)
         segs, reason = inst.segments_of_plan(plan)
         assert segs, reason
         cm = CommModel(inst, order="fifo", horizon=int(inst.evaluate(segs).period))

@@ -253,7 +253,7 @@ def test_never_worse_than_expressible_sharded_baselines(tr: Trace, bw: float, ra
     res = solve(tr, cl, SolveOptions(sharding=mode, accumulate=k, time_limit_s=5))
     checked = 0
     for name in sharded_policies():
-        plan = make_plan(name, tr, cl).model_copy(update={"accumulate": k})
+        plan = make_plan(tr, cl, name).model_copy(update={"accumulate": k})
         assert plan.sharding is not None
         if plan.sharding.mode != mode or plan.prefetch != 1 or plan.comm_dtype is not None:
             continue

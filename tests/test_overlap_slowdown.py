@@ -37,7 +37,7 @@ def test_partly_overlapped_closed_form(fitted_cluster: Cluster) -> None:
     # comm of c: 1 ms + 2 ms = 3 ms, from the end of c's backward (2 ms after backward start);
     # a's backward (4 ms of work) runs 3 ms at speed 1/2 (1.5 ms of work), then 2.5 ms at 1.
     tr, cl = two_layers(2_000_000), with_slowdown(fitted_cluster, 2.0)
-    got = simulate(tr, cl, make_plan("caffe-mpi", tr, cl))
+    got = simulate(tr, cl, make_plan(tr, cl, "caffe-mpi"))
     # F + b_c + b_a + c (1 - 1/s) = 2 + 2 + 4 + 1.5 ms
     assert got.iteration_time_s == pytest.approx(0.0095, rel=1e-12)
     assert got.breakdown.total_s == pytest.approx(got.iteration_time_s, rel=1e-12)
@@ -47,7 +47,7 @@ def test_partly_overlapped_closed_form(fitted_cluster: Cluster) -> None:
 def test_fully_overlapped_closed_form(fitted_cluster: Cluster) -> None:
     # comm of c: 1 + 9 = 10 ms >= s * b_a = 8 ms: a's backward runs wholly at speed 1/2
     tr, cl = two_layers(9_000_000), with_slowdown(fitted_cluster, 2.0)
-    got = simulate(tr, cl, make_plan("caffe-mpi", tr, cl), record=True)
+    got = simulate(tr, cl, make_plan(tr, cl, "caffe-mpi"), record=True)
     assert got.tasks[("bwd", 2, 0)][1] - got.tasks[("bwd", 2, 0)][0] == pytest.approx(0.008)
     # F + b_c + c = 2 + 2 + 10 ms: the communication is the critical path
     assert got.iteration_time_s == pytest.approx(0.014, rel=1e-12)
@@ -57,9 +57,9 @@ def test_fully_overlapped_closed_form(fitted_cluster: Cluster) -> None:
 def test_no_overlap_plan_is_not_slowed(fitted_cluster: Cluster, s: float) -> None:
     # cntk communicates after the whole backward: nothing overlaps, s changes nothing
     tr = two_layers(2_000_000)
-    base = simulate(tr, fitted_cluster, make_plan("cntk", tr, fitted_cluster)).iteration_time_s
+    base = simulate(tr, fitted_cluster, make_plan(tr, fitted_cluster, "cntk")).iteration_time_s
     cl = with_slowdown(fitted_cluster, s)
-    assert simulate(tr, cl, make_plan("cntk", tr, cl)).iteration_time_s == pytest.approx(
+    assert simulate(tr, cl, make_plan(tr, cl, "cntk")).iteration_time_s == pytest.approx(
         base, rel=1e-12)
 
 
@@ -73,7 +73,7 @@ def test_s_one_reproduces_the_simulator_exactly(trace: str, cluster: str) -> Non
     """The event-driven evaluation at s = 1 equals the vectorised one on shipped instances."""
     tr, cl = load_trace(trace), load_cluster(cluster)
     for name in POLICIES:
-        m = Model.build(tr, cl, make_plan(name, tr, cl))
+        m = Model.build(tr, cl, make_plan(tr, cl, name))
         a = _Simulator(m, True).run(3, 256)
         b = _ContentionSimulator(m, True).run(3, 256)
         assert b.iteration_time_s == pytest.approx(a.iteration_time_s, rel=1e-12), name
@@ -116,18 +116,18 @@ def test_fluid_semantics_and_bounds(trace: Trace, cluster: Cluster, s: float,
                                     policy: str) -> None:
     """Each compute task does exactly its work; T(1) <= T(s) <= T with every compute time x s."""
     slow = with_slowdown(cluster, s)
-    plan = make_plan(policy, trace, slow)
+    plan = make_plan(trace, slow, policy)
     got = simulate(trace, slow, plan, record=True)
     check_fluid(trace, slow, got, plan)
     assert got.breakdown.total_s == pytest.approx(got.iteration_time_s, rel=1e-9, abs=1e-12)
-    base = simulate(trace, cluster, make_plan(policy, trace, cluster)).iteration_time_s
+    base = simulate(trace, cluster, make_plan(trace, cluster, policy)).iteration_time_s
     scaled = Trace.model_validate({
         **trace.model_dump(),
         "layers": [{**lay.model_dump(), "forward_s": lay.forward_s * s,
                     "backward_s": lay.backward_s * s} for lay in trace.layers],
         "update_s": trace.update_s * s,
     })
-    upper = simulate(scaled, cluster, make_plan(policy, scaled, cluster)).iteration_time_s
+    upper = simulate(scaled, cluster, make_plan(scaled, cluster, policy)).iteration_time_s
     assert base * (1 - 1e-9) - 1e-12 <= got.iteration_time_s <= upper * (1 + 1e-9) + 1e-12
 
 

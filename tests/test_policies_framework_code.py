@@ -50,11 +50,11 @@ def test_deepspeed_mixed_dtypes_share_one_bucket_sequence() -> None:
     assert {t.dtype for t in tr.tensor_list} == {"float32", "float16"}
     # one communication dtype without torch_autocast: 1 bucket at the default 5e8 elements
     # (the per-dtype rule gave 2) and 32 at 1e6 (it gave 33)
-    assert make_plan("deepspeed", tr, world(1)).num_buckets == 1
-    assert make_plan("deepspeed:reduce_bucket_size=1000000", tr, world(1)).num_buckets == 32
+    assert make_plan(tr, world(1), "deepspeed").num_buckets == 1
+    assert make_plan(tr, world(1), "deepspeed:reduce_bucket_size=1000000").num_buckets == 32
     # with torch_autocast DeepSpeed keeps one bucket per dtype
-    assert make_plan("deepspeed:torch_autocast=true", tr, world(1)).num_buckets == 2
-    plan = make_plan("deepspeed:reduce_bucket_size=1000000,torch_autocast=true", tr, world(1))
+    assert make_plan(tr, world(1), "deepspeed:torch_autocast=true").num_buckets == 2
+    plan = make_plan(tr, world(1), "deepspeed:reduce_bucket_size=1000000,torch_autocast=true")
     assert plan.num_buckets == 33
 
 
@@ -63,14 +63,14 @@ def test_deepspeed_one_sequence_by_hand() -> None:
     tr = make_trace([(0, 0.001, [("w0", 4000)]), (0, 0.001, [("w1", 2000, "float16")]),
                      (0, 0.001, [("w2", 4000)])])
     # 1500 elements: w2; w1 would make 2000 > 1500; w1; w0 would make 2000: w0
-    assert make_plan("deepspeed:reduce_bucket_size=1500", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "deepspeed:reduce_bucket_size=1500").buckets == [
         ["w2"], ["w1"], ["w0"]]
     # 2000 elements: w2 + w1 = 2000 fits; w0 opens the next
-    assert make_plan("deepspeed:reduce_bucket_size=2000", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "deepspeed:reduce_bucket_size=2000").buckets == [
         ["w2", "w1"], ["w0"]]
     # torch_autocast: w1 in its own float16 bucket, reduced first at the end (sort_dtypes)
-    assert make_plan("deepspeed:reduce_bucket_size=2000,torch_autocast=true", tr,
-                     CLUSTER).buckets == [["w1"], ["w2", "w0"]]
+    assert make_plan(tr, CLUSTER, "deepspeed:reduce_bucket_size=2000,torch_autocast=true"
+                     ).buckets == [["w1"], ["w2", "w0"]]
 
 
 # ------------------------------------------------------------------- 2. DeepSpeed stage 0
@@ -85,7 +85,7 @@ def stage0_trace() -> Trace:
 def test_deepspeed_stage0_ignores_the_size_and_orders_dtypes_like_the_accelerator(
         size: int | None) -> None:
     spec = "deepspeed:zero_stage=0" + (f",reduce_bucket_size={size}" if size else "")
-    plan = make_plan(spec, stage0_trace(), CLUSTER)
+    plan = make_plan(stage0_trace(), CLUSTER, spec)
     # the engine: float32 (w0, w2) then float16 (w1), at any configured size
     assert plan.buckets == [["w0", "w2"], ["w1"]]
     assert not plan.overlap and plan.knobs["bucket_elements_used"] == 500_000_000
@@ -94,8 +94,8 @@ def test_deepspeed_stage0_ignores_the_size_and_orders_dtypes_like_the_accelerato
 def test_deepspeed_stage0_refuses_dtypes_the_fallback_cannot_reduce() -> None:
     tr = make_trace([(0, 0.001, [("w0", 4000)]), (0, 0.001, [("w1", 8000, "float64")])])
     with pytest.raises(SchedoptError, match=r"tensors\[1\]\.dtype.*float64"):
-        make_plan("deepspeed:zero_stage=0", tr, CLUSTER)
-    assert make_plan("deepspeed:zero_stage=2", tr, CLUSTER).buckets == [["w1", "w0"]]
+        make_plan(tr, CLUSTER, "deepspeed:zero_stage=0")
+    assert make_plan(tr, CLUSTER, "deepspeed:zero_stage=2").buckets == [["w1", "w0"]]
 
 
 # ---------------------------------------------- 3. ZeRO: a tensor across a partition boundary
@@ -106,12 +106,12 @@ def test_deepspeed_bf16_optimizer_plan() -> None:
     from schedopt.simulate.simulator import simulate
 
     tr = load_trace("gpt2-124m-a100-bf16")
-    plan = make_plan("deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=fp32,"
-                     "reduce_bucket_size=1000000,overlap_comm=true", tr, world(4))
+    plan = make_plan(tr, world(4), "deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=fp32,"
+                     "reduce_bucket_size=1000000,overlap_comm=true")
     assert plan.buckets == [[t.name for t in tr.tensor_list]]
     assert not plan.overlap and plan.comm_dtype == "bfloat16" and not plan.partition
-    wide = make_plan("deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=float32,"
-                     "communication_data_type=fp32", tr, world(4))
+    wide = make_plan(tr, world(4), "deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=float32,"
+                     "communication_data_type=fp32")
     assert wide.comm_dtype == "float32"
     # twice the bytes on the wire: a longer iteration
     assert (simulate(tr, world(4), wide).iteration_time_s
@@ -120,17 +120,17 @@ def test_deepspeed_bf16_optimizer_plan() -> None:
     for spec in ("deepspeed:zero_stage=2,bf16=true,grad_accum_dtype=fp32",
                  "deepspeed:zero_stage=1,bf16=true,grad_accum_dtype=bf16",
                  "deepspeed:zero_stage=1,grad_accum_dtype=fp32"):
-        assert make_plan(spec, tr, world(4)).num_buckets == 1  # 124M < 5e8 elements
-        assert make_plan(spec, tr, world(4)).comm_dtype is None
+        assert make_plan(tr, world(4), spec).num_buckets == 1  # 124M < 5e8 elements
+        assert make_plan(tr, world(4), spec).comm_dtype is None
     with pytest.raises(SchedoptError, match="grad_accum_dtype"):
-        make_plan("deepspeed:zero_stage=0,bf16=true,grad_accum_dtype=fp32", tr, world(4))
+        make_plan(tr, world(4), "deepspeed:zero_stage=0,bf16=true,grad_accum_dtype=fp32")
     with pytest.raises(SchedoptError, match="communication_data_type"):
-        make_plan("deepspeed:zero_stage=1,bf16=true,communication_data_type=fp8", tr, world(4))
+        make_plan(tr, world(4), "deepspeed:zero_stage=1,bf16=true,communication_data_type=fp8")
 
 
 def test_deepspeed_zero_counts_the_calls_of_a_tensor_across_partitions() -> None:
     tr = load_trace("bert-base-a100-bf16")
-    plan = make_plan("deepspeed:reduce_bucket_size=1000000", tr, world(4))
+    plan = make_plan(tr, world(4), "deepspeed:reduce_bucket_size=1000000")
     # 86 buckets, 87 collectives: the one oversized tensor that crosses a partition boundary
     # (at 27,370,560 elements) is reduced in two calls of 1,169,472 and 1,189,824 elements
     name = "encoder.layer.0.intermediate.dense.weight"
@@ -139,8 +139,8 @@ def test_deepspeed_zero_counts_the_calls_of_a_tensor_across_partitions() -> None
     assert [f"{name}#0"] in plan.buckets and [f"{name}#1"] in plan.buckets
     assert plan.buckets.index([f"{name}#1"]) == plan.buckets.index([f"{name}#0"]) + 1
     # one rank: no boundary, 86 buckets; stage 1 walks the same partitions
-    assert make_plan("deepspeed:reduce_bucket_size=1000000", tr, world(1)).num_buckets == 86
-    stage1 = make_plan("deepspeed:zero_stage=1,reduce_bucket_size=1000000", tr, world(4))
+    assert make_plan(tr, world(1), "deepspeed:reduce_bucket_size=1000000").num_buckets == 86
+    stage1 = make_plan(tr, world(4), "deepspeed:zero_stage=1,reduce_bucket_size=1000000")
     assert stage1.partition == plan.partition
 
 
@@ -150,11 +150,11 @@ def test_deepspeed_zero_calls_by_hand() -> None:
                      (0, 0.001, [("c", 1600)])])
     assert zero_slices(tr, 2) == {"a": [300], "b": [300, 200], "c": [400]}
     # size 250: every tensor is oversized; b's slices 300 (> 250: one call) and 200
-    plan = make_plan("deepspeed:reduce_bucket_size=250", tr, world(2))
+    plan = make_plan(tr, world(2), "deepspeed:reduce_bucket_size=250")
     assert plan.buckets == [["c"], ["b#0"], ["b#1"], ["a"]]
     assert plan.partition == {"b": [1200, 800]}
     # size 350: b's first slice 300 does not exceed it, so both slices go in one call
-    assert make_plan("deepspeed:reduce_bucket_size=350", tr, world(2)).partition == {}
+    assert make_plan(tr, world(2), "deepspeed:reduce_bucket_size=350").partition == {}
 
 
 # ----------------------------------------------------------- 4. ByteScheduler's partitions
@@ -175,15 +175,15 @@ def test_bytescheduler_cuts_nearly_equal_pieces_along_rows() -> None:
             {**tr.layers[1].model_dump(), "tensors": [
                 {"name": "fc.weight", "bytes": 4 * 2_048_000, "rows": 1000},
                 {"name": "fc.bias", "bytes": 4000}]}]})
-    plan = make_plan("bytescheduler", with_rows, CLUSTER)
+    plan = make_plan(with_rows, CLUSTER, "bytescheduler")
     assert plan.partition == {"fc.weight": [4 * 681_984, 4 * 681_984, 4 * 684_032]}
-    plan = make_plan("bytescheduler", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "bytescheduler")
     assert plan.partition == {"fc.weight": [4 * 682_666, 4 * 682_667, 4 * 682_667]}
 
 
 def test_bytescheduler_pieces_on_a_shipped_trace() -> None:
     tr = load_trace("bert-base-a100-bf16")
-    plan = make_plan("bytescheduler", tr, world(4))
+    plan = make_plan(tr, world(4), "bytescheduler")
     numel = {t.name: t.numel for t in tr.tensor_list}
     cut = {n for n, k in numel.items() if k > 1_000_000}
     assert set(plan.partition) == cut
@@ -218,16 +218,16 @@ def test_horovod_default_threshold_and_group_order() -> None:
     tr = make_trace([(0, 0.001, [("a", 30 * MB)]), (0, 0.001, [("b", 30 * MB)]),
                      (0, 0.001, [("c", 30 * MB)])])
     # groups=1 at 64 MiB: the completed group is submitted in parameter order a, b, c
-    assert make_plan("horovod:groups=1,fusion_threshold_mb=64", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "horovod:groups=1,fusion_threshold_mb=64").buckets == [
         ["a", "b"], ["c"]]
     # a listed group keeps the listed order
-    assert make_plan('horovod:groups=[["b","c","a"]],fusion_threshold_mb=64', tr,
-                     CLUSTER).buckets == [["b", "c"], ["a"]]
+    assert make_plan(tr, CLUSTER, 'horovod:groups=[["b","c","a"]],fusion_threshold_mb=64'
+                     ).buckets == [["b", "c"], ["a"]]
     # without groups, readiness order (one 5 ms cycle)
-    assert make_plan("horovod:cycle_time_ms=5,fusion_threshold_mb=64", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "horovod:cycle_time_ms=5,fusion_threshold_mb=64").buckets == [
         ["c", "b"], ["a"]]
     # the default threshold is 128 MiB: all three (90 MiB) fuse
-    plan = make_plan("horovod:groups=1", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "horovod:groups=1")
     assert plan.buckets == [["a", "b", "c"]] and plan.knobs["threshold_bytes"] == 128 * MB
 
 
@@ -238,10 +238,10 @@ def test_mgwfbp_alpha_zero_works_per_tensor() -> None:
     tr = make_trace([(0, 0.004, [("conv.weight", 1_000_000)]),
                      (0, 0.004, [("fc.weight", 1_000_000), ("fc.bias", 4000)])])
     # alpha = 0: nothing is saved by merging and the link is idle when fc.weight is ready
-    assert make_plan("mgwfbp", tr, fitted(0.0, 1e-9)).buckets == [
+    assert make_plan(tr, fitted(0.0, 1e-9), "mgwfbp").buckets == [
         ["fc.bias"], ["fc.weight"], ["conv.weight"]]
     # alpha > 0: a layer's tensors always merge (the earlier layer-wise result)
-    assert make_plan("mgwfbp", tr, fitted(1e-6, 1e-9)).buckets == [
+    assert make_plan(tr, fitted(1e-6, 1e-9), "mgwfbp").buckets == [
         ["fc.bias", "fc.weight"], ["conv.weight"]]
 
 
@@ -253,7 +253,7 @@ def test_mgwfbp_alpha_zero_merges_while_the_link_is_busy() -> None:
     tr = make_trace([(0, 0.020, [("conv.weight", 1_000_000)]),
                      (0, 0.001, [("fc.weight", 1_000_000), ("fc.bias", 4000)]),
                      (0, 0.001, [("head.w", 8_000_000)])])
-    plan = make_plan("mgwfbp:alpha_s=0", tr, fitted(1e-3, 1e-9))
+    plan = make_plan(tr, fitted(1e-3, 1e-9), "mgwfbp:alpha_s=0")
     assert plan.buckets == [["head.w"], ["fc.bias", "fc.weight"], ["conv.weight"]]
 
 
@@ -264,7 +264,7 @@ def test_deepspeed_emitter_rebuilds_the_engine_plans() -> None:
 
     for trace in (load_trace("bert-base-a100-bf16"),
                   every_third_float16(load_trace("resnet50-a100-b256"))):
-        plan = make_plan("deepspeed:reduce_bucket_size=1000000", trace, world(4))
+        plan = make_plan(trace, world(4), "deepspeed:reduce_bucket_size=1000000")
         out = emit_deepspeed(trace, world(4), plan)
         assert out.exact, out.notes
         assert out.config["zero_optimization"]["reduce_bucket_size"] == 1_000_000

@@ -72,18 +72,18 @@ def ddp_trace(b1_dtype: str = "float32") -> Trace:
 def test_ddp_by_hand() -> None:
     tr = ddp_trace()
     # default: first bucket 1 MiB closes at w3 (1.25 MiB >= 1); 25 MiB is never reached after
-    assert make_plan("ddp", tr, CLUSTER).buckets == [["b3", "w3"], ["w2", "b1", "w1", "w0"]]
+    assert make_plan(tr, CLUSTER, "ddp").buckets == [["b3", "w3"], ["w2", "b1", "w1", "w0"]]
     # cap 5 MiB applies to the first bucket too: b3 + w3 + w2 = 21.25 MiB >= 5
-    assert make_plan("ddp:bucket_cap_mb=5", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "ddp:bucket_cap_mb=5").buckets == [
         ["b3", "w3", "w2"], ["b1", "w1", "w0"]]
     # per-bucket caps: 0.5 MiB (closes at b3), then 1 MiB (w3 is 0.75: w2 closes it), then 3
-    assert make_plan("ddp:bucket_cap_mb_list=[0.5,1,3]", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "ddp:bucket_cap_mb_list=[0.5,1,3]").buckets == [
         ["b3"], ["w3", "w2"], ["b1", "w1", "w0"]]
     # float16 b1 has its own accumulator (its own first 1 MiB limit); the open buckets are
     # flushed in the reverse order of their dtype's first appearance: float16, then float32
-    assert make_plan("ddp", ddp_trace("float16"), CLUSTER).buckets == [
+    assert make_plan(ddp_trace("float16"), CLUSTER, "ddp").buckets == [
         ["b3", "w3"], ["b1"], ["w2", "w1", "w0"]]
-    plan = make_plan("ddp", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "ddp")
     assert plan.next_forward == "wait-for-all" and plan.overlap
     assert plan.knobs["limits_bytes"] == [MB, 25 * MB]
 
@@ -93,7 +93,7 @@ def test_ddp_by_hand() -> None:
                                   "ddp:bucket_cap_mb_list=[1,0]"])
 def test_ddp_bad_knobs(spec: str) -> None:
     with pytest.raises(SchedoptError, match="ddp"):
-        make_plan(spec, ddp_trace(), CLUSTER)
+        make_plan(ddp_trace(), CLUSTER, spec)
 
 
 def test_pack_rules() -> None:
@@ -125,28 +125,28 @@ def test_horovod_by_hand() -> None:
     hv64 = "horovod:fusion_threshold_mb=64"
     # 1 ms cycles: {c, b2, b1} at 2 ms, {a} at 3 ms (a boundary counts); c + b2 = 50 MiB, b1
     # would make 70 > 64 and the look-ahead stops there
-    assert make_plan(hv64, tr, CLUSTER).buckets == [["c", "b2"], ["b1"], ["a"]]
+    assert make_plan(tr, CLUSTER, hv64).buckets == [["c", "b2"], ["b1"], ["a"]]
     # the default threshold is 128 MiB (operations.cc): c + b2 + b1 = 70 MiB fuse
-    assert make_plan("horovod", tr, CLUSTER).buckets == [["c", "b2", "b1"], ["a"]]
+    assert make_plan(tr, CLUSTER, "horovod").buckets == [["c", "b2", "b1"], ["a"]]
     # 5 ms cycles: one cycle; after [c, b2], b1 and a fuse (30 MiB)
-    assert make_plan(f"{hv64},cycle_time_ms=5", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, f"{hv64},cycle_time_ms=5").buckets == [
         ["c", "b2"], ["b1", "a"]]
     # threshold 0: no fusion
-    assert make_plan("horovod:fusion_threshold_mb=0", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "horovod:fusion_threshold_mb=0").buckets == [
         ["c"], ["b2"], ["b1"], ["a"]]
     # a float16 b2 is skipped (c + 20 MiB skipped = 50 <= 64) and b1 joins c
-    assert make_plan(hv64, horovod_trace("float16"), CLUSTER).buckets == [
+    assert make_plan(horovod_trace("float16"), CLUSTER, hv64).buckets == [
         ["c", "b1"], ["b2"], ["a"]]
     # num_groups=2 over the parameter list [a, b1, b2, c]: {b2, c} completes at 1.8 ms and
     # {a, b1} at 3 ms; each is submitted in its own (parameter) order
-    assert make_plan(f"{hv64},groups=2", tr, CLUSTER).buckets == [["b2", "c"], ["a", "b1"]]
+    assert make_plan(tr, CLUSTER, f"{hv64},groups=2").buckets == [["b2", "c"], ["a", "b1"]]
     # explicit groups are submitted in the listed order; c and a stay groups of one
-    assert make_plan(f'{hv64},groups=[["b1","b2"]]', tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, f'{hv64},groups=[["b1","b2"]]').buckets == [
         ["c", "b1"], ["b2"], ["a"]]
-    assert make_plan(f'{hv64},groups=[["b2","b1"]]', tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, f'{hv64},groups=[["b2","b1"]]').buckets == [
         ["c", "b2"], ["b1"], ["a"]]
     # the threshold is rounded up to a multiple of gpus_per_node * 8 * 64 bytes
-    plan = make_plan(hv64, tr, fitted(1e-3, 1e-9, nodes=2, gpus_per_node=3))
+    plan = make_plan(tr, fitted(1e-3, 1e-9, nodes=2, gpus_per_node=3), hv64)
     assert plan.knobs["threshold_bytes"] == -(-64 * MB // 1536) * 1536 == 67_109_376
 
 
@@ -154,7 +154,7 @@ def test_horovod_by_hand() -> None:
                                   'horovod:groups=[["a"],["a"]]', "horovod:cycle_time_ms=-1"])
 def test_horovod_bad_knobs(spec: str) -> None:
     with pytest.raises(SchedoptError, match="horovod"):
-        make_plan(spec, horovod_trace(), CLUSTER)
+        make_plan(horovod_trace(), CLUSTER, spec)
 
 
 # ---------------------------------------------------------------------------------- mgwfbp
@@ -174,9 +174,9 @@ def test_mgwfbp_by_hand() -> None:
     # l=2: tau_c(2) = max(1 + 0, 2) = 2, t_c(2) = T(2 MB) = 3.5; e = 2 + 5 = 7 >= 5.5: keep.
     tr = mgwfbp_trace()
     cl = fitted(1.5e-3, 1e-9)
-    assert make_plan("mgwfbp", tr, cl).buckets == [["w3", "w2"], ["w1"]]
+    assert make_plan(tr, cl, "mgwfbp").buckets == [["w3", "w2"], ["w1"]]
     # a = 0.5 ms: l=3: e - tau_c(3) = 1 >= a and tau_c(3) < e: keep; l=2: 7 >= 2.5 + 1.5: keep
-    assert make_plan("mgwfbp:alpha_s=0.0005", tr, cl).buckets == [["w3"], ["w2"], ["w1"]]
+    assert make_plan(tr, cl, "mgwfbp:alpha_s=0.0005").buckets == [["w3"], ["w2"], ["w1"]]
     assert mgwfbp_merge(np.array([5e-3, 1e-3, 1e-3]), np.array([1e6] * 3), 1.5e-3, 1e-9) == [
         0, 1, 1]
 
@@ -188,7 +188,7 @@ def test_mgwfbp_folds_layers_without_tensors() -> None:
     folded = make_trace([(0.0, 0.005, [("w1", 1_000_000)]), (0.0, 0.001, [("w2", 1_000_000)]),
                          (0.0, 0.001, [("w3", 1_000_000)])])
     cl = fitted(1.5e-3, 1e-9)
-    assert make_plan("mgwfbp", with_gap, cl).buckets == make_plan("mgwfbp", folded, cl).buckets
+    assert make_plan(with_gap, cl, "mgwfbp").buckets == make_plan(folded, cl, "mgwfbp").buckets
 
 
 # --------------------------------------------------------------------------- bytescheduler
@@ -202,22 +202,22 @@ def test_bytescheduler_by_hand() -> None:
     tr = bytescheduler_trace()
     # T(n) = 1 ms + 1 ms/MB. 1 ms: b#0, b#1 dispatched (credit 2M params: 2M - 1M > 0, then 0),
     # 8 MB -> 9 ms, link free at 10 ms. Then a (layer 0, highest priority) and b#2, ...
-    plan = make_plan("bytescheduler:credit_params=2000000", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "bytescheduler:credit_params=2000000")
     assert plan.buckets == [["b#0", "b#1"], ["a", "b#2"], ["b#3", "b#4"], ["b#5", "b#6"],
                             ["b#7"]]
     assert plan.partition == {"b": [4_000_000] * 8}
     assert plan.next_forward == "per-layer"
     # default credit 4M params: 1 ms: b#0..b#3 (16 MB, 17 ms); at 18 ms a, b#4, b#5, b#6
-    assert make_plan("bytescheduler", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "bytescheduler").buckets == [
         ["b#0", "b#1", "b#2", "b#3"], ["a", "b#4", "b#5", "b#6"], ["b#7"]]
     # BytePS-style unit of 4,096,000 bytes (1,024,000 float32): ceil(8M / 1.024M) = 8 equal
     # pieces of 1M parameters, not 7 units and a remainder
-    plan = make_plan("bytescheduler:partition_bytes=4096000", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "bytescheduler:partition_bytes=4096000")
     assert plan.partition == {"b": [4_000_000] * 8}
     # a tensor of exactly one unit is not split
-    plan = make_plan("bytescheduler:partition_params=8000000", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "bytescheduler:partition_params=8000000")
     assert plan.partition == {}
-    sim = simulate(tr, CLUSTER, make_plan("bytescheduler", tr, CLUSTER))
+    sim = simulate(tr, CLUSTER, make_plan(tr, CLUSTER, "bytescheduler"))
     assert sim.iteration_time_s > tr.compute_s
 
 
@@ -227,7 +227,7 @@ def test_bytescheduler_by_hand() -> None:
                                   "bytescheduler:partition_bytes=-4"])
 def test_bytescheduler_bad_knobs(spec: str) -> None:
     with pytest.raises(SchedoptError, match="bytescheduler"):
-        make_plan(spec, bytescheduler_trace(), CLUSTER)
+        make_plan(bytescheduler_trace(), CLUSTER, spec)
 
 
 # ------------------------------------------------------------------- deepspeed, megatron
@@ -242,28 +242,29 @@ def elements_trace(b_dtype: str = "float32") -> Trace:
 def test_deepspeed_by_hand() -> None:
     tr = elements_trace()
     # stage 2 (hooks, ready order): c 400; b would make 900 > 800 -> reduce [c]; b + a = 800
-    plan = make_plan("deepspeed:reduce_bucket_size=800", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "deepspeed:reduce_bucket_size=800")
     assert plan.buckets == [["c"], ["b", "a"]] and not plan.overlap
     # stage 1 without overlap_comm: after the backward, forward order: a + b = 800, c overflows
-    assert make_plan("deepspeed:zero_stage=1,reduce_bucket_size=800", tr, CLUSTER).buckets == [
+    assert make_plan(tr, CLUSTER, "deepspeed:zero_stage=1,reduce_bucket_size=800").buckets == [
         ["a", "b"], ["c"]]
     # overlap_comm: hooks and a separate stream
-    plan = make_plan("deepspeed:zero_stage=1,reduce_bucket_size=800,overlap_comm=true", tr,
-                     CLUSTER)
+    plan = make_plan(tr, CLUSTER,
+                     "deepspeed:zero_stage=1,reduce_bucket_size=800,overlap_comm=true")
     assert plan.buckets == [["c"], ["b", "a"]] and plan.overlap
     # stage 0: the engine's fallback uses its own 5e8 elements whatever the configured size
-    plan = make_plan("deepspeed:zero_stage=0,reduce_bucket_size=700", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "deepspeed:zero_stage=0,reduce_bucket_size=700")
     assert plan.buckets == [["a", "b", "c"]] and plan.knobs["bucket_elements_used"] == 5e8
     # without torch_autocast a float16 b goes through the one bucket sequence (the group is
     # flattened to one communication dtype): c 400; b would make 900 > 800; b + a = 800
-    assert make_plan("deepspeed:reduce_bucket_size=800", elements_trace("float16"),
-                     CLUSTER).buckets == [["c"], ["b", "a"]]
+    assert make_plan(elements_trace("float16"), CLUSTER,
+                     "deepspeed:reduce_bucket_size=800").buckets == [["c"], ["b", "a"]]
     # with torch_autocast float16 b has its own pending bucket; the end of the backward reduces
     # the pending buckets in DeepSpeed's sort_dtypes order (float16 before float32)
-    assert make_plan("deepspeed:reduce_bucket_size=800,torch_autocast=true",
-                     elements_trace("float16"), CLUSTER).buckets == [["b"], ["c", "a"]]
+    assert make_plan(elements_trace("float16"), CLUSTER,
+                     "deepspeed:reduce_bucket_size=800,torch_autocast=true"
+                     ).buckets == [["b"], ["c", "a"]]
     # default 5e8 elements: one bucket; no overlap: f + b + T(all)
-    plan = make_plan("deepspeed", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "deepspeed")
     assert plan.buckets == [["c", "b", "a"]]
     got = simulate(tr, CLUSTER, plan.model_copy(update={"prefetch": 0})).iteration_time_s
     assert got == pytest.approx(tr.compute_s + CLUSTER.allreduce_time(4800), rel=1e-12)
@@ -272,7 +273,7 @@ def test_deepspeed_by_hand() -> None:
 def test_deepspeed_overlap_off_equals_serial_reductions() -> None:
     # with overlap_comm off the reductions never overlap compute: sum f + sum b + sum T(bucket)
     tr = elements_trace()
-    plan = make_plan("deepspeed:reduce_bucket_size=800,prefetch=0", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "deepspeed:reduce_bucket_size=800,prefetch=0")
     expected = tr.compute_s + sum(CLUSTER.allreduce_time(n) for n in plan.bucket_bytes(tr))
     assert simulate(tr, CLUSTER, plan).iteration_time_s == pytest.approx(expected, rel=1e-12)
 
@@ -280,21 +281,21 @@ def test_deepspeed_overlap_off_equals_serial_reductions() -> None:
 def test_megatron_by_hand() -> None:
     tr = elements_trace()
     # default: no overlap, bucket size infinite: one bucket per dtype buffer, after the backward
-    plan = make_plan("megatron", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "megatron")
     assert plan.buckets == [["c", "b", "a"]] and not plan.overlap
     assert plan.knobs["bucket_size_used"] is None
     # overlap: reverse parameter order, a bucket closes at >= 700 parameters
-    plan = make_plan("megatron:overlap_grad_reduce=true,bucket_size=700", tr, CLUSTER)
+    plan = make_plan(tr, CLUSTER, "megatron:overlap_grad_reduce=true,bucket_size=700")
     assert plan.buckets == [["c", "b"], ["a"]] and plan.overlap
     # dtype buffers: float32 first (a appears first), then float16
     mixed = elements_trace("float16")
-    assert make_plan("megatron", mixed, CLUSTER).buckets == [["c", "a"], ["b"]]
+    assert make_plan(mixed, CLUSTER, "megatron").buckets == [["c", "a"], ["b"]]
     # with overlap, buckets launch as they become ready: [c] (f32), [b] (f16), [a] (f32)
-    assert make_plan("megatron:overlap_grad_reduce=true,bucket_size=350", mixed,
-                     CLUSTER).buckets == [["c"], ["b"], ["a"]]
+    assert make_plan(mixed, CLUSTER, "megatron:overlap_grad_reduce=true,bucket_size=350"
+                     ).buckets == [["c"], ["b"], ["a"]]
     # default bucket size: max(40M, 1M * dp size)
     big = fitted(1e-3, 1e-9, nodes=8, gpus_per_node=8)
-    plan = make_plan("megatron:overlap_grad_reduce=true", tr, big)
+    plan = make_plan(tr, big, "megatron:overlap_grad_reduce=true")
     assert plan.knobs["bucket_size_used"] == 64_000_000
 
 
@@ -303,7 +304,7 @@ def test_megatron_by_hand() -> None:
                                   "megatron:bucket_size=2.5", "megatron:overlap_grad_reduce=2"])
 def test_deepspeed_megatron_bad_knobs(spec: str) -> None:
     with pytest.raises(SchedoptError, match=spec.partition(":")[0]):
-        make_plan(spec, elements_trace(), CLUSTER)
+        make_plan(elements_trace(), CLUSTER, spec)
 
 
 # ------------------------------------------------------------------------------ properties
@@ -363,9 +364,9 @@ def test_plans_cover_the_trace_and_simulate(name: str, trace: Trace, cluster: Cl
     if "zero_stage=0" in knobs and {t.dtype for t in trace.tensor_list} - {
             "float32", "float16", "bfloat16"}:
         with pytest.raises(SchedoptError, match=r"dtype"):  # DeepSpeed's fallback asserts
-            make_plan(spec, trace, cluster)
+            make_plan(trace, cluster, spec)
         return
-    plan = make_plan(spec, trace, cluster)
+    plan = make_plan(trace, cluster, spec)
     plan.check_against(trace, cluster)  # every tensor exactly once, or all its pieces
     for sizes in plan.partition.values():
         assert len(sizes) > 1
@@ -377,7 +378,7 @@ def test_plans_cover_the_trace_and_simulate(name: str, trace: Trace, cluster: Cl
 @settings(max_examples=60, deadline=None)
 @given(trace=mixed_traces(), cap=st.floats(0.05, 8.0))
 def test_ddp_buckets_are_single_dtype_and_reach_their_limit(trace: Trace, cap: float) -> None:
-    plan = make_plan("ddp", trace, CLUSTER, bucket_cap_mb=cap)
+    plan = make_plan(trace, CLUSTER, "ddp", bucket_cap_mb=cap)
     dtype = {t.name: t.dtype for t in trace.tensor_list}
     limit = int(cap * MB)
     closed = []
@@ -394,7 +395,7 @@ def test_ddp_buckets_are_single_dtype_and_reach_their_limit(trace: Trace, cap: f
 @given(trace=mixed_traces(), threshold=st.floats(0.5, 16.0), cycle=st.floats(0.0, 5.0))
 def test_horovod_fused_sizes_stay_within_the_threshold(trace: Trace, threshold: float,
                                                        cycle: float) -> None:
-    plan = make_plan("horovod", trace, CLUSTER, fusion_threshold_mb=threshold,
+    plan = make_plan(trace, CLUSTER, "horovod", fusion_threshold_mb=threshold,
                      cycle_time_ms=cycle)
     limit = plan.knobs["threshold_bytes"]
     dtype = {t.name: t.dtype for t in trace.tensor_list}
@@ -406,7 +407,7 @@ def test_horovod_fused_sizes_stay_within_the_threshold(trace: Trace, threshold: 
 @settings(max_examples=60, deadline=None)
 @given(trace=mixed_traces(), alpha=st.floats(0.0, 5e-3), beta=st.floats(1e-11, 5e-9))
 def test_mgwfbp_merges_whole_contiguous_layers(trace: Trace, alpha: float, beta: float) -> None:
-    plan = make_plan("mgwfbp", trace, fitted(alpha, beta))
+    plan = make_plan(trace, fitted(alpha, beta), "mgwfbp")
     flat = [m for b in plan.buckets for m in b]
     assert flat == [t.name for t in trace.ready_order]  # contiguous, in ready order
     if alpha == 0:
@@ -422,7 +423,7 @@ def test_mgwfbp_merges_whole_contiguous_layers(trace: Trace, alpha: float, beta:
 @settings(max_examples=60, deadline=None)
 @given(trace=mixed_traces(), unit=st.integers(1000, 2_000_000), credit=st.integers(1, 5_000_000))
 def test_bytescheduler_windows_respect_the_credit(trace: Trace, unit: int, credit: int) -> None:
-    plan = make_plan("bytescheduler", trace, CLUSTER, partition_params=unit, credit_params=credit)
+    plan = make_plan(trace, CLUSTER, "bytescheduler", partition_params=unit, credit_params=credit)
     itemsize = {t.name: DTYPE_BYTES[t.dtype] for t in trace.tensor_list}
     for b in plan.buckets:
         params = [member_bytes(trace, plan, m) // itemsize[split_member(m)[0]] for m in b]
@@ -483,7 +484,7 @@ def test_mgwfbp_against_the_measured_googlenet_merges() -> None:
     measured = {int(r[0]) for r in rows if r[4] != 0} - {0}
     assert len(measured) + 1 == 30  # the run kept 30 all-reduce groups of 128 blobs
     cluster = fitted(A_10GBE_8, B_10GBE_8, nodes=8)
-    plan = make_plan("mgwfbp", trace, cluster)
+    plan = make_plan(trace, cluster, "mgwfbp")
     groups, predicted, common = compare(plan.buckets, measured)
     # figures reported in docs/policies.md
     assert (groups, predicted, len(measured), common) == (52, 51, 29, 22)
@@ -493,14 +494,14 @@ def test_mgwfbp_against_the_measured_googlenet_merges() -> None:
     # produced by a layer-wise rule
     assert 37 in measured - group_starts(plan.buckets)
     # reference: no merging at all (one bucket per layer) finds 28 of the 29 boundaries
-    assert compare(make_plan("caffe-mpi", trace, cluster).buckets, measured) == (64, 63, 28)
+    assert compare(make_plan(trace, cluster, "caffe-mpi").buckets, measured) == (64, 63, 28)
     # with an alpha-beta fitted to this log's own layer-wise all-reduce times the rule merges
     # far more than the run did
     x = np.array([(rows[2 * k][1] + rows[2 * k + 1][1]) * 4 for k in range(64)])
     y = np.array([(rows[2 * k][3] + rows[2 * k + 1][3]) * 1e-6 for k in range(64)])
     a, b = np.linalg.lstsq(np.vstack([np.ones_like(x), x]).T, y, rcond=None)[0]
     assert (round(a * 1e3, 2), round(b * 1e9, 2)) == (1.66, 3.98)
-    groups, predicted, common = compare(make_plan("mgwfbp", trace, fitted(a, b, nodes=8)).buckets,
+    groups, predicted, common = compare(make_plan(trace, fitted(a, b, nodes=8), "mgwfbp").buckets,
                                         measured)
     assert (groups, common) == (6, 1)
 
@@ -515,6 +516,6 @@ def test_mgwfbp_on_the_shipped_googlenet_instance() -> None:
     trace, cluster = load_trace(names[0]), load_cluster(names[1], nodes=8)
     assert cluster.alpha_beta() == pytest.approx((A_10GBE_8, B_10GBE_8))
     blob = {t.name: k for k, t in enumerate(trace.tensor_list)}  # blobs in forward order
-    buckets = [[f"p{blob[m]}" for m in b] for b in make_plan("mgwfbp", trace, cluster).buckets]
-    mine = make_plan("mgwfbp", googlenet_trace(rows), fitted(A_10GBE_8, B_10GBE_8, nodes=8))
+    buckets = [[f"p{blob[m]}" for m in b] for b in make_plan(trace, cluster, "mgwfbp").buckets]
+    mine = make_plan(googlenet_trace(rows), fitted(A_10GBE_8, B_10GBE_8, nodes=8), "mgwfbp")
     assert buckets == mine.buckets

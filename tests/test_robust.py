@@ -308,7 +308,7 @@ def test_perturb_equals_direct_simulation_of_scaled_clusters(
     assert rc == 0, err
     sp = json.loads(out)["spread"]
     tr, cl = load_trace("resnet50-v100-b64"), load_cluster("k80-4x4-10gbe")
-    plan = unbound(make_plan("mgwfbp", tr, cl))
+    plan = unbound(make_plan(tr, cl, "mgwfbp"))
     expect = {"nominal": simulate(tr, cl, plan).iteration_time_s}
     for b in (1.2, 0.8):
         for c in (1.2, 0.8):

@@ -115,7 +115,7 @@ def test_gantt_legend_names_sharded_tasks_only_when_drawn(tmp_path: Path) -> Non
     tr, cl = load_trace("gpt2-124m-a100-bf16"), load_cluster("dgx-a100-4n")
     legends = {}
     for policy in ("fsdp", "ddp"):
-        sched = simulate(tr, cl, make_plan(policy, tr, cl), record=True)
+        sched = simulate(tr, cl, make_plan(tr, cl, policy), record=True)
         captured: list = []
         real = plt.Axes.legend
 

@@ -31,7 +31,7 @@ def test_sharded_baselines_stay_out_of_the_allreduce_registry() -> None:
     assert set(SHARDED_POLICIES) == {"fsdp", "zero3", "megatron-distopt"}
     assert not set(SHARDED_POLICIES) & set(POLICIES)
     for name in POLICIES:
-        assert make_plan(name, _trace([8, 8]), _cluster()).sharding is None
+        assert make_plan(_trace([8, 8]), _cluster(), name).sharding is None
 
 
 def test_block_key() -> None:
@@ -42,7 +42,7 @@ def test_block_key() -> None:
 
 def test_fsdp_units_are_blocks_and_root_runs() -> None:
     tr = load_trace("gpt2-124m-a100-bf16")
-    plan = make_plan("fsdp", tr, _cluster())
+    plan = make_plan(tr, _cluster(), "fsdp")
     sh = plan.sharding
     assert sh is not None
     assert (sh.mode, sh.forward_prefetch, sh.backward_prefetch, sh.streams) == ("full", 1, 1, 2)
@@ -58,8 +58,8 @@ def test_fsdp_units_are_blocks_and_root_runs() -> None:
 
 def test_fsdp_knobs() -> None:
     tr = load_trace("resnet50-v100-b64")
-    plan = make_plan("fsdp:wrap=child,reshard_after_forward=false,forward_prefetch=2,"
-                     "reduce_dtype=float16", tr, _cluster())
+    plan = make_plan(tr, _cluster(), "fsdp:wrap=child,reshard_after_forward=false,"
+                     "forward_prefetch=2,reduce_dtype=float16")
     sh = plan.sharding
     assert sh is not None
     assert [u[0] for u in sh.units] == ["conv1", "bn1", "layer1.0.conv1", "layer2.0.conv1",
@@ -78,7 +78,7 @@ def test_fsdp_knobs() -> None:
 ])
 def test_bad_knobs_are_named(spec: str, field: str) -> None:
     with pytest.raises(SchedoptError) as err:
-        make_plan(spec, _trace([8, 8]), _cluster())
+        make_plan(_trace([8, 8]), _cluster(), spec)
     assert field in str(err.value) and "\n" not in str(err.value)
 
 
@@ -95,8 +95,8 @@ def test_prefetch_depth_by_hand() -> None:
 def test_zero3_units_and_prefetch() -> None:
     # layers of 50, 5 (below the threshold of 10), 50, 0 (no tensor), 50 elements
     tr = _trace([50, 5, 50, 0, 50])
-    plan = make_plan("zero3:stage3_prefetch_bucket_size=60,stage3_param_persistence_threshold=10",
-                     tr, _cluster())
+    plan = make_plan(tr, _cluster(), "zero3:stage3_prefetch_bucket_size=60,"
+                     "stage3_param_persistence_threshold=10")
     sh = plan.sharding
     assert sh is not None
     assert sh.units == [["l0"], ["l1", "l2"], ["l3", "l4"]]
@@ -105,13 +105,13 @@ def test_zero3_units_and_prefetch() -> None:
     assert (sh.forward_prefetch, sh.backward_prefetch, sh.mode) == (2, 2, "full")
     # max_live_parameters bounds the prefetch: 100 - 55 leaves 45 (< one unit: one queued)
     small = "stage3_param_persistence_threshold=10"
-    capped = make_plan(f"zero3:stage3_prefetch_bucket_size=200,stage3_max_live_parameters=100,"
-                       f"{small}", tr, _cluster())
+    capped = make_plan(tr, _cluster(), "zero3:stage3_prefetch_bucket_size=200,"
+                       f"stage3_max_live_parameters=100,{small}")
     assert capped.sharding is not None and capped.sharding.forward_prefetch == 1
-    wide = make_plan(f"zero3:stage3_prefetch_bucket_size=200,{small}", tr, _cluster())
+    wide = make_plan(tr, _cluster(), f"zero3:stage3_prefetch_bucket_size=200,{small}")
     assert wide.sharding is not None and wide.sharding.forward_prefetch == 2
     # the default threshold (1e5 elements) leaves nothing to gather on its own: one unit
-    one = make_plan("zero3", tr, _cluster())
+    one = make_plan(tr, _cluster(), "zero3")
     assert one.sharding is not None and len(one.sharding.units) == 1
 
 
@@ -119,21 +119,21 @@ def test_megatron_distopt_buckets_rounded_to_layers() -> None:
     # backward walk: l3 (30) + l2 (30) reaches 50 -> unit; l1 (30) + l0 (30) -> unit
     tr = _trace([30, 30, 30, 30])
     assert size_units(tr, 50) == [[0, 1], [2, 3]]
-    plan = make_plan("megatron-distopt:bucket_size=50", tr, _cluster())
+    plan = make_plan(tr, _cluster(), "megatron-distopt:bucket_size=50")
     sh = plan.sharding
     assert sh is not None
     assert sh.units == [["l0", "l1"], ["l2", "l3"]]
     assert (sh.mode, sh.forward_prefetch, sh.backward_prefetch, sh.streams) == (
         "grad-op", 1, 0, 1)
     assert plan.knobs["bucket_size_used"] == 50
-    off = make_plan("megatron-distopt:bucket_size=50,overlap_param_gather=false", tr, _cluster())
+    off = make_plan(tr, _cluster(), "megatron-distopt:bucket_size=50,overlap_param_gather=false")
     assert off.sharding is not None and off.sharding.forward_prefetch == 0
 
 
 @pytest.mark.parametrize("name", sorted(SHARDED_POLICIES))
 def test_baselines_simulate_on_a_shipped_instance(name: str) -> None:
     tr, cl = load_trace("bert-large-a100-bf16"), load_cluster("dgx-a100", None)
-    sched = simulate(tr, cl, make_plan(name, tr, cl))
+    sched = simulate(tr, cl, make_plan(tr, cl, name))
     largest = max(t.bytes for t in tr.tensor_list)
     assert sched.peak_memory_bytes is not None and sched.peak_memory_bytes >= largest
     assert sched.peak_memory_bytes <= 2 * tr.total_bytes

@@ -248,7 +248,7 @@ def test_accumulation_and_dtype_match_the_dag(trace: Trace, cluster: Cluster, sp
                                               accumulate: int, dtype: str | None) -> None:
     """All-reduce plans with micro-batches and a communication dtype: the simulator's starts
     are the DAG's longest paths (schedopt/dag.py unrolls the micro-batches)."""
-    plan = make_plan(spec, trace, cluster).model_copy(
+    plan = make_plan(trace, cluster, spec).model_copy(
         update={"accumulate": accumulate, "comm_dtype": dtype})
     sched = simulate(trace, cluster, plan, record=True, max_iterations=8)
     starts = longest_path_starts(build_dag(trace, cluster, plan, iterations=sched.iterations))

@@ -24,7 +24,7 @@ specs = st.sampled_from(PAPER).flatmap(
 @settings(max_examples=80, deadline=None)
 @given(trace=traces(), cluster=clusters(), spec=specs)
 def test_matches_longest_path_of_the_dag(trace: Trace, cluster: Cluster, spec: str) -> None:
-    plan = make_plan(spec, trace, cluster)
+    plan = make_plan(trace, cluster, spec)
     sched = simulate(trace, cluster, plan, record=True, max_iterations=12)
     starts = longest_path_starts(build_dag(trace, cluster, plan, iterations=sched.iterations))
     for key, start in starts.items():
@@ -44,7 +44,7 @@ def test_host_side_matches_the_dag(trace: Trace, cluster: Cluster, spec: str, va
                                    slow: tuple[float, float] | None) -> None:
     """With host costs (launches, hooks, the step's launches) the simulator is still the
     longest path of the DAG, with and without contention; the breakdown still sums."""
-    plan = Plan.model_validate(make_plan(spec, trace, cluster).model_dump() | variant)
+    plan = Plan.model_validate(make_plan(trace, cluster, spec).model_dump() | variant)
     if slow is not None:  # the event-driven evaluation (the same at 1, 1)
         cluster = cluster.model_copy(update={"overlap_slowdown": slow[0],
                                              "comm_slowdown": slow[1]})
@@ -73,7 +73,7 @@ def test_host_side_matches_the_dag(trace: Trace, cluster: Cluster, spec: str, va
 @settings(max_examples=80, deadline=None)
 @given(trace=traces(), cluster=clusters(), spec=specs)
 def test_period_breakdown_and_bounds(trace: Trace, cluster: Cluster, spec: str) -> None:
-    plan = make_plan(spec, trace, cluster)
+    plan = make_plan(trace, cluster, spec)
     sched = simulate(trace, cluster, plan)
     period = sched.iteration_time_s
     assert period >= trace.compute_s + trace.update_s - 1e-12
@@ -93,7 +93,7 @@ def test_period_breakdown_and_bounds(trace: Trace, cluster: Cluster, spec: str) 
        factor=st.floats(min_value=0.05, max_value=0.99))
 def test_lower_bandwidth_never_faster(trace: Trace, cluster: Cluster, spec: str,
                                       factor: float) -> None:
-    plan = make_plan(spec, trace, cluster).model_copy(update={"cluster_hash": None})
+    plan = make_plan(trace, cluster, spec).model_copy(update={"cluster_hash": None})
     data = cluster.model_dump()
     for link in ("intra_link", "inter_link"):
         data[link]["bandwidth_Bps"] *= factor
@@ -108,7 +108,7 @@ def test_lower_bandwidth_never_faster(trace: Trace, cluster: Cluster, spec: str,
 @settings(max_examples=40, deadline=None)
 @given(trace=traces(), cluster=clusters(), spec=specs)
 def test_deterministic(trace: Trace, cluster: Cluster, spec: str) -> None:
-    a = simulate(trace, cluster, make_plan(spec, trace, cluster))
-    b = simulate(trace, cluster, make_plan(spec, trace, cluster))
+    a = simulate(trace, cluster, make_plan(trace, cluster, spec))
+    b = simulate(trace, cluster, make_plan(trace, cluster, spec))
     assert a.iteration_time_s == b.iteration_time_s
     assert a.breakdown == b.breakdown

@@ -41,9 +41,9 @@ def test_best_is_no_worse_than_default_and_is_what_it_says(tuned: tuple) -> None
     tr, cl, results, _ = tuned
     for r in results:
         assert r.best_time_s <= r.default_time_s
-        again = simulate(tr, cl, make_plan(r.best_spec, tr, cl)).iteration_time_s
+        again = simulate(tr, cl, make_plan(tr, cl, r.best_spec)).iteration_time_s
         assert again == pytest.approx(r.best_time_s, rel=1e-12)
-        assert r.default_time_s == simulate(tr, cl, make_plan(r.framework, tr, cl)).iteration_time_s
+        assert r.default_time_s == simulate(tr, cl, make_plan(tr, cl, r.framework)).iteration_time_s
 
 
 def test_in_class_best_never_beats_a_proven_optimum(tuned: tuple) -> None:
@@ -73,7 +73,7 @@ def test_refinement_finds_the_dense_grid_minimum() -> None:
     tr, cl = load_trace(T), load_cluster(C)
     r = tune(tr, cl, "ddp", grid=12, rounds=3)
     caps = np.geomspace(1e-3, tr.total_bytes / 2**20 * 1.01, 400)
-    dense = min(simulate(tr, cl, make_plan(f"ddp:bucket_cap_mb={c:.6g}", tr, cl)).iteration_time_s
+    dense = min(simulate(tr, cl, make_plan(tr, cl, f"ddp:bucket_cap_mb={c:.6g}")).iteration_time_s
                 for c in caps)
     assert r.best_time_s <= dense + 1e-12
 
@@ -85,12 +85,12 @@ def test_tune_is_deterministic() -> None:
 
 def test_class_membership() -> None:
     tr, cl = load_trace("resnet50-v100-b64"), load_cluster("10gbe-k80-family", 16)
-    assert in_default_class(make_plan("ddp", tr, cl), tr, cl)
-    assert in_default_class(make_plan("mgwfbp", tr, cl), tr, cl)
-    assert not in_default_class(make_plan("cntk", tr, cl), tr, cl)  # no overlap
-    assert not in_default_class(make_plan("bytescheduler", tr, cl), tr, cl)  # per-layer, pieces
-    assert not in_default_class(make_plan("ddp:prefetch=0", tr, cl), tr, cl)
-    reversed_plan = make_plan("ddp", tr, cl)
+    assert in_default_class(make_plan(tr, cl, "ddp"), tr, cl)
+    assert in_default_class(make_plan(tr, cl, "mgwfbp"), tr, cl)
+    assert not in_default_class(make_plan(tr, cl, "cntk"), tr, cl)  # no overlap
+    assert not in_default_class(make_plan(tr, cl, "bytescheduler"), tr, cl)  # per-layer, pieces
+    assert not in_default_class(make_plan(tr, cl, "ddp:prefetch=0"), tr, cl)
+    reversed_plan = make_plan(tr, cl, "ddp")
     reversed_plan = reversed_plan.model_copy(update={"buckets": reversed_plan.buckets[::-1]})
     assert not in_default_class(reversed_plan, tr, cl)
 

@@ -145,7 +145,7 @@ def load_with_plan(trace: str, cluster: str, nodes: int | None, policy: str | No
         plan = load_plan(plan_file)
         plan.check_stage_orders(cl)
     else:
-        plan = make_plan(policy or "", tr, cl)
+        plan = make_plan(tr, cl, policy or "")
     return tr, cl, plan
 
 

@@ -146,9 +146,9 @@ def compare_rows(tr: Trace, cl: Cluster, specs: list[str]) -> list[dict[str, Any
     one = cl.single_gpu()
     rows = []
     for spec in specs:
-        plan = make_plan(spec, tr, cl)
+        plan = make_plan(tr, cl, spec)
         sched = simulate(tr, cl, plan)
-        base = simulate(tr, one, make_plan(spec, tr, one))
+        base = simulate(tr, one, make_plan(tr, one, spec))
         eff = sched.throughput_samples_s / (cl.world_size * base.throughput_samples_s)
         log.info("%s: %.3f ms per iteration", spec, sched.iteration_time_s * 1e3)
         row = result_dict(plan, sched, scaling_efficiency=eff)

@@ -332,7 +332,7 @@ def search(
     built: list[tuple[Candidate, Plan]] = []
     seen: set[Hashable] = set()
     for cand in candidates:
-        p = make_plan(policy, trace, build_on, prefetch=plan.prefetch, **cand.knobs)
+        p = make_plan(trace, build_on, policy, prefetch=plan.prefetch, **cand.knobs)
         if not blocked and same_plan(plan, p):
             out = Search(cand, p, True)
             if cluster is not None:

@@ -222,7 +222,7 @@ def _baseline_spec(plan: Plan, trace: Trace, cluster: Cluster | None) -> str | N
         return None
     spec = spec_of("fsdp", plan.knobs)
     try:
-        again = make_plan(spec, trace, cluster or placeholder_cluster())
+        again = make_plan(trace, cluster or placeholder_cluster(), spec)
     except SchedoptError:
         return None
     same = (again.sharding == plan.sharding and again.comm_dtype == plan.comm_dtype

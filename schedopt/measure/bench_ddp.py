@@ -84,7 +84,7 @@ class DdpConfig:
 
 def _spec_config(spec: str, trace: Trace, cluster: Cluster) -> DdpConfig:
     name, knobs = parse_spec(spec)
-    plan = make_plan(spec, trace, cluster)  # validates the knobs
+    plan = make_plan(trace, cluster, spec)  # validates the knobs
     if name in MANUAL_POLICIES:
         return DdpConfig(spec, spec, "manual", buckets=plan.buckets)
     if name != "ddp":

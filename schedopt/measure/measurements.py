@@ -132,7 +132,7 @@ class Measurement:
         calibration scales it), a policy is planned on it and the plan is not bound to a
         trace fingerprint either."""
         tr = self.trace_obj if trace is None else trace
-        plan = self.plan if self.plan is not None else make_plan(self.row.policy, tr, cluster)
+        plan = self.plan if self.plan is not None else make_plan(tr, cluster, self.row.policy)
         update: dict[str, Any] = {"cluster_hash": None}
         if trace is not None:
             update["trace_hash"] = None

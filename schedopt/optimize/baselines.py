@@ -62,7 +62,7 @@ def evaluate_baseline(name: str, trace: Trace, cluster: Cluster, opts: SolveOpti
     """Simulate policy ``name``'s default plan and decide whether it is expressible (None when
     the policy does not apply or fails)."""
     try:
-        plan = make_plan(name, trace, cluster)
+        plan = make_plan(trace, cluster, name)
         sched = simulate(trace, cluster, plan)
     except SchedoptError as exc:  # a policy that does not apply to this cluster
         log.info("baseline %s skipped: %s", name, exc)

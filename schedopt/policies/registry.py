@@ -184,7 +184,7 @@ def check_spec(spec: str, **extra: Any) -> tuple[str, dict[str, Any], int]:
     return name, knobs, prefetch
 
 
-def make_plan(spec: str, trace: Trace, cluster: Cluster, **extra: Any) -> Plan:
+def make_plan(trace: Trace, cluster: Cluster, spec: str, **extra: Any) -> Plan:
     """Build the plan of policy ``spec`` (``NAME[:key=value,...]``) for ``trace`` on ``cluster``.
 
     Raises

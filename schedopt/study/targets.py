@@ -48,7 +48,7 @@ def target_options(target: str | None, trace: Trace, cluster: Cluster, *, next_f
         raise SchedoptError(f"unknown target (known: {', '.join(TARGETS)})", "target", target)
     if target in (None, "ddp", "horovod"):
         return {"next_forward": next_forward, "reorder": reorder, "partition_bytes": partition}
-    piece = _piece_bytes(make_plan("bytescheduler", trace, cluster))
+    piece = _piece_bytes(make_plan(trace, cluster, "bytescheduler"))
     return {"next_forward": "per-layer", "reorder": True,
             "partition_bytes": partition if partition is not None else piece}
 
@@ -61,7 +61,7 @@ def beyond_class(policy: str, trace: Trace, cluster: Cluster, opts: dict[str, An
     str
         The options that make a class containing the policy's plan, or why none does.
     """
-    plan = make_plan(policy, trace, cluster)
+    plan = make_plan(trace, cluster, policy)
     if not plan.overlap:
         return "it does not overlap communication with the backward; no option expresses that"
     if plan.collective is not None and (cluster.comm_stages(plan.collective)

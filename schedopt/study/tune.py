@@ -209,7 +209,7 @@ def in_default_class(plan: Plan, trace: Trace, cluster: Cluster) -> bool:
 
 
 def _evaluate(trace: Trace, cluster: Cluster, spec: str) -> tuple[float, Plan]:
-    plan = make_plan(spec, trace, cluster)
+    plan = make_plan(trace, cluster, spec)
     t = simulate(trace, cluster, plan).iteration_time_s
     if not math.isfinite(t):
         raise SchedoptError("the simulated iteration time is not finite", "tune", spec)

@@ -300,7 +300,7 @@ def _baselines(search: _Search, trace: Trace, cluster: Cluster) -> None:
     for name in sharded_policies():
         search.check()
         try:
-            plan = make_plan(name, trace, cluster)
+            plan = make_plan(trace, cluster, name)
             if plan.accumulate != inst.accumulate:
                 plan = plan.model_copy(update={"accumulate": inst.accumulate})
             sched = simulate(trace, cluster, plan)

@@ -23,7 +23,7 @@ def _policy_fields(row: dict[str, Any], trace: Any, cluster: Any) -> dict[str, A
     from schedopt.policies import make_plan
     from schedopt.simulate.simulator import simulate
 
-    plan = make_plan(row["policy"], trace, cluster)
+    plan = make_plan(trace, cluster, row["policy"])
     sched = simulate(trace, cluster, plan, record=True)
     return {"plan": plan, "sched": sched}
 
