@@ -128,8 +128,16 @@ def _tied_moves(plan: Plan, trace: Trace, groups: list[list[str]]) -> list[str]:
     return notes
 
 
-def fsdp_config(trace: Trace, plan: Plan) -> tuple[dict, list[str]]:
+def fsdp_config(trace: Trace, plan: Plan, cluster: Cluster | None = None
+                ) -> tuple[dict, list[str]]:
     """The FSDP2 settings of a sharded plan and the notes on what they cannot express.
+
+    Parameters
+    ----------
+    trace, plan
+        The trace and its sharded plan, checked here (once per emit).
+    cluster
+        When given, the plan's cluster hash is checked against it too.
 
     Returns
     -------
@@ -147,7 +155,7 @@ def fsdp_config(trace: Trace, plan: Plan) -> tuple[dict, list[str]]:
     from schedopt.policies.fsdp import check_group_dtypes
 
     sharding = _sharding(plan, "fsdp")
-    plan.check_against(trace)
+    plan.check_against(trace, cluster)
     check_group_dtypes(trace, [list(u) for u in sharding.units], "plan.sharding.units")
     groups = unit_modules([list(u) for u in sharding.units], [la.name for la in trace.layers])
     notes = _tied_moves(plan, trace, groups)
@@ -198,9 +206,7 @@ def emit_fsdp(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
     SchedoptError
         The plan is not sharded (one line), or does not fit the trace or cluster.
     """
-    _sharding(plan, "fsdp")
-    plan.check_against(trace, cluster)
-    config, notes = fsdp_config(trace, plan)
+    config, notes = fsdp_config(trace, plan, cluster)  # checks the plan
     spec = _baseline_spec(plan, trace, cluster)
     files = {"fsdp.json": json.dumps(config, indent=1) + "\n",
              "fsdp_snippet.py": _snippet(plan, trace, config, not notes, spec)}

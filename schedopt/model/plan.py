@@ -124,6 +124,14 @@ class Sharding(BaseModel):
             data.pop("padding")  # added later: left out when unset (plan files unchanged)
         return data
 
+    def unit_tensors(self, trace: Trace) -> list[list[str]]:
+        """Each unit's tensor names, in forward order (a tensor shared by several layers belongs
+        to the unit of the earliest), for units already checked (:meth:`check_against`)."""
+        index = {la.name: i for i, la in enumerate(trace.layers)}
+        owner = trace.tensor_layer_by_name  # a tied tensor belongs to its earliest layer
+        return [[t.name for name in unit for t in trace.layers[index[name]].tensors
+                 if owner[t.name] == index[name]] for unit in self.units]
+
     def check_against(self, trace: Trace) -> list[list[str]]:
         """Check the units against ``trace`` and return each unit's tensor names (forward order;
         a tensor shared by several layers belongs to the unit of the earliest).
@@ -148,9 +156,7 @@ class Sharding(BaseModel):
             why = ("layer is in no unit" if missing else
                    "every layer must appear once, units contiguous in forward order")
             raise SchedoptError(why, "plan.sharding.units", value)
-        owner = trace.tensor_layer_by_name  # a tied tensor belongs to its earliest layer
-        tensors = [[t.name for name in unit for t in trace.layers[index[name]].tensors
-                    if owner[t.name] == index[name]] for unit in self.units]
+        tensors = self.unit_tensors(trace)
         for k, names in enumerate(tensors):
             if not names:
                 raise SchedoptError("unit holds no tensor (merge it with a neighbour)",

@@ -128,8 +128,8 @@ def shard_units(trace: Trace, cluster: Cluster, plan: Plan) -> ShardedUnits:
     if plan.sharding is None:
         raise SchedoptError("the plan is not sharded", "plan.sharding", None)
     check_sharded_plan(plan, cluster)
-    plan.check_against(trace, cluster)
-    names = plan.sharding.check_against(trace)
+    plan.check_against(trace, cluster)  # the units too
+    names = plan.sharding.unit_tensors(trace)
     index = {la.name: i for i, la in enumerate(trace.layers)}
     layers = [[index[n] for n in unit] for unit in plan.sharding.units]
     world = cluster.world_size
