@@ -105,19 +105,21 @@ def _passes(inst: Instance, lam: int) -> bool:
 
 
 def shared_link_bound(inst: Instance, lo: int, hi: int, *,
-                      stats: dict[str, int] | None = None) -> int:
+                      stats: dict[str, int] | None = None, max_calls: int | None = None) -> int:
     """Lower bound (ticks) on the period of every plan of ``inst``, from the shared link's
     work and the fewest buckets a period allows (module docstring).
 
     ``lo`` is a known bound and ``hi`` the period of a known plan; the result lies between
     them. ``hi - 1`` is tested first (failing it proves the plan at ``hi``), then ``lo``;
     ``stats["calls"]`` receives the number of counting programmes run (each ``O(n^2)``, the
-    caller's deterministic charge). Without a shared link, ``min(lo, hi)``.
+    caller's deterministic charge); with ``max_calls``, the search stops after that many and
+    returns the bound proven so far. Without a shared link, ``min(lo, hi)``.
     """
     out = stats if stats is not None else {}
     out["calls"] = 0
-    if not shared_link_applies(inst) or lo >= hi:
+    if not shared_link_applies(inst) or lo >= hi or (max_calls is not None and max_calls < 1):
         return min(lo, hi)
+    limit = max_calls if max_calls is not None else hi - lo + 2  # bisection needs fewer
     lo = max(lo, min(hi, link_work(inst, 1)))
     if lo >= hi:
         return hi
@@ -126,11 +128,14 @@ def shared_link_bound(inst: Instance, lo: int, hi: int, *,
     if not _passes(inst, top):
         out["calls"] = calls
         return hi
-    if lo < top:
+    if lo < top and calls < limit:
         calls += 1
         if _passes(inst, lo):
             top = lo
     while top > lo:
+        if calls >= limit:  # every period below lo fails: lo is proven
+            out["calls"] = calls
+            return lo
         mid = (lo + top) // 2
         calls += 1
         if _passes(inst, mid):

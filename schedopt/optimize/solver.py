@@ -581,9 +581,11 @@ def _run_shared_link(search: SolveState, inst: Instance) -> None:
     best = search.best
     assert best is not None
     stats: dict[str, int] = {}
-    search.prove(shared_link_bound(inst, best.bound, best.value, stats=stats),
+    per_call = FLOW_BOUND_S * inst.n ** 2
+    search.prove(shared_link_bound(inst, best.bound, best.value, stats=stats,
+                                   max_calls=int(search.work_left() / per_call)),
                  Method.SHARED_LINK)
-    search.budget.spend(FLOW_BOUND_S * inst.n ** 2 * stats["calls"])
+    search.budget.spend(per_call * stats["calls"])
     per_eval = PLAN_S_PER_UNIT * inst.n
     val, segs = fewer_buckets(inst, best.segs, reorder=search.opts.reorder,
                               max_evals=int(search.budget.work(LOCAL_SEARCH) / per_eval),
