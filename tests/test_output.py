@@ -134,6 +134,25 @@ def test_json_and_csv_together_are_refused() -> None:
     assert result.output.strip() == "error: --csv: give one of --json and --csv (got True)"
 
 
+def test_info_list_and_fit_comm_print_csv() -> None:
+    info = json.loads(runner.invoke(app, ["info", "k80-4x4-10gbe", "--json"]).output)
+    (row,) = _csv("info", "k80-4x4-10gbe")
+    assert row["name"] == "k80-4x4-10gbe" and int(row["world_size"]) == info["world_size"]
+    assert float(row["alpha_s"]) == info["alpha_s"] and "stages" not in row
+    listed = json.loads(runner.invoke(app, ["list", "--json"]).output)["instances"]
+    rows = _csv("list")
+    assert [r["name"] for r in rows] == [r["name"] for r in listed]
+    assert {r["kind"] for r in rows} == {r["kind"] for r in listed}
+    fit = json.loads(runner.invoke(app, ["fit-comm", "osu_allreduce8.log", "--json"]).output)
+    rows = _csv("fit-comm", "osu_allreduce8.log")
+    assert [int(r["segment.min_bytes"]) for r in rows] == [
+        s["min_bytes"] for s in fit["segments"]]
+    assert all(float(r["alpha_s"]) == fit["alpha_s"] for r in rows)
+    for args in (["info", "k80-4x4-10gbe"], ["list"], ["fit-comm", "osu_allreduce8.log"]):
+        result = runner.invoke(app, [*args, "--json", "--csv"])
+        assert result.exit_code == 2 and result.output.startswith("error: --csv:")
+
+
 # ----------------------------------------------------------------------------- charts
 def test_equal_curves_are_one_line_named_by_all() -> None:
     from schedopt.report.charts import tied_curves

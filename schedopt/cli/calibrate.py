@@ -44,6 +44,7 @@ def fit_comm(
                      " name)."),
     ] = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     segments: Annotated[
         str, typer.Option("--segments", help="auto (detect protocol switches: the fewest"
                           " segments within --tolerance), a number (1: one line), or table"
@@ -67,6 +68,7 @@ def fit_comm(
     from schedopt.model.limits import MAX_BYTES, MAX_GPUS_PER_NODE, MAX_NODES, check_int_option
 
     with user_errors(), output_files({"--out": out}) as files:
+        check_formats(as_json, as_csv)
         check_int_option(ranks, "--ranks", 2, MAX_NODES * MAX_GPUS_PER_NODE)
         check_int_option(min_bytes, "--min-bytes", 0, MAX_BYTES)
         paths = [shipped_sample(f) for f in file]
@@ -101,6 +103,11 @@ def fit_comm(
     }
     if as_json:
         print_json(data)
+        return
+    if as_csv:  # one row per segment of the curve, the fit's figures on every row
+        whole = {k: v for k, v in data.items() if k != "segments"}
+        print_csv([{**whole, **{f"segment.{k}": v for k, v in seg.items()}}
+                   for seg in data["segments"]] or [whole])
         return
     console.print(_fit_table(f"all-reduce fit: {names} ({samples.format})", data))
 

@@ -13,6 +13,7 @@ from schedopt.cli.common import (
     print_json,
     user_errors,
 )
+from schedopt.cli.output import CsvOpt, check_formats, print_csv
 from schedopt.errors import SchedoptError
 
 if TYPE_CHECKING:
@@ -22,12 +23,14 @@ if TYPE_CHECKING:
 def info(
     ref: Annotated[str, typer.Argument(help="A trace or cluster: file or shipped name.")],
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
 ) -> None:
     """Describe a trace or a cluster."""
     from schedopt.files import load_trace_or_cluster
     from schedopt.model.trace import Trace
     from schedopt.report import tables as report
     with user_errors():
+        check_formats(as_json, as_csv)
         obj = load_trace_or_cluster(ref)
     if isinstance(obj, Trace):
         data: dict[str, Any] = {
@@ -49,11 +52,15 @@ def info(
     if as_json:
         print_json(data)
         return
+    if as_csv:  # one row; a cluster's stages (a list of objects) are in --json only
+        print_csv(data)
+        return
     console.print(report.info_table(data))
 
 
 def list_cmd(
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
     long: Annotated[
         bool, typer.Option("--long", "-l", help="Show each instance's source.")
     ] = False,
@@ -63,10 +70,14 @@ def list_cmd(
     from schedopt.policies import POLICIES, SHARDED_POLICIES
     from schedopt.report import tables as report
     with user_errors():
+        check_formats(as_json, as_csv)
         rows = list_instances()
     if as_json:
         print_json({"instances": rows, "policies": list(POLICIES),
                     "sharded_policies": list(SHARDED_POLICIES)})
+        return
+    if as_csv:  # one row per shipped instance (the policies: `schedopt list --json`)
+        print_csv(rows)
         return
     console.print(report.list_table(rows, long))
     console.print("policies: " + ", ".join(POLICIES))
