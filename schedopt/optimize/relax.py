@@ -256,7 +256,9 @@ def _neighbours(segs: Segments, n: int) -> list[Segments]:
 
 
 def simulated_descent(segs: Segments, n: int, period: Callable[[Segments], float],
-                      max_evals: int = MAX_DESCENT_EVALS) -> tuple[Segments, float]:
+                      max_evals: int = MAX_DESCENT_EVALS,
+                      stop: Callable[[], bool] | None = None,
+                      stats: dict[str, int] | None = None) -> tuple[Segments, float]:
     """Improve a contiguous FIFO bucketing by first-improvement moves judged by ``period``.
 
     Parameters
@@ -269,23 +271,30 @@ def simulated_descent(segs: Segments, n: int, period: Callable[[Segments], float
         The period of a bucketing (seconds; the simulator's, with the host side).
     max_evals
         The most bucketings judged.
+    stop
+        Called before each judgement; True ends the descent (the time limit).
+    stats
+        When given, receives ``evals``: the bucketings judged.
 
     Returns
     -------
     segs, value
         The best bucketing found and its period.
     """
+    out = stats if stats is not None else {}
     best, value = list(segs), period(segs)
     evals = 1
     improved = True
     while improved and evals < max_evals:
         improved = False
         for cand in _neighbours(best, n):
-            if evals >= max_evals:
+            if evals >= max_evals or (stop is not None and stop()):
+                improved = False
                 break
             val = period(cand)
             evals += 1
             if val < value * (1 - 1e-12):
                 best, value, improved = cand, val, True
                 break
+    out["evals"] = evals
     return best, value

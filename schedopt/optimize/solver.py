@@ -64,6 +64,7 @@ from schedopt.optimize.lns import windowed_lns
 from schedopt.optimize.model import CommModel, unimodal_order
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.relax import (
+    MAX_DESCENT_EVALS,
     host_free_period,
     launch_candidates,
     relaxation,
@@ -168,6 +169,8 @@ MODEL_S_PER_UNIT = 2.5e-4
 #: 56 s at load 1; ``benchmarks/bench_optimize.py --only r0.5`` then reports 42.2 s of work
 #: in 40.4 s).
 STATE_S = 4e-7
+#: Deterministic charge of one simulation of a plan, per unit (the host side's candidates).
+SIM_S_PER_UNIT = 1e-5
 
 
 # ---------------------------------------------------------------------------------- the best
@@ -916,17 +919,34 @@ def _result(search: SolveState) -> SolveResult:
     model_plan = plan
     relax = relaxation(cluster, trace=trace)
     if relax is not None and relax.host:  # the calls' host cost: plans with fewer calls
+        # judged by simulation, each charged SIM_S_PER_UNIT per unit to the work left; the
+        # wall clock is the safety stop, as for every step
+        per_sim = SIM_S_PER_UNIT * inst.n
+        sims = int(search.budget.work_left() / per_sim)
+
+        def out_of_time() -> bool:
+            late = time.perf_counter() >= search.budget.deadline
+            search.wall_stop |= late
+            return late or search.control.interrupted
+
         for segs in launch_candidates(inst):
+            if sims < 1 or out_of_time():
+                break
+            sims -= 1
+            search.budget.spend(per_sim)
             cand = inst.to_plan(segs, knobs=_knobs(opts))
             cand_s = simulate(trace, cluster, cand).iteration_time_s
             if cand_s < sim * (1 - 1e-12):
                 plan, sim, value_s, method = cand, cand_s, cand_s, Method.DP_HEURISTIC
         start = inst.segments_of_plan(plan)[0]
-        if start and inst.is_fifo(start) and inst.stages:  # then moves judged by simulation
+        if start and inst.is_fifo(start) and inst.stages and sims >= 2 and not out_of_time():
+            stats: dict[str, int] = {}
             segs, desc_s = simulated_descent(
                 start, inst.n,
                 lambda sg: simulate(trace, cluster, inst.to_plan(sg, knobs=_knobs(opts)))
-                .iteration_time_s)
+                .iteration_time_s, max_evals=min(MAX_DESCENT_EVALS, sims), stop=out_of_time,
+                stats=stats)
+            search.budget.spend(per_sim * stats["evals"])
             if desc_s < sim * (1 - 1e-12):
                 plan = inst.to_plan(segs, knobs=_knobs(opts))
                 sim, value_s, method = desc_s, desc_s, Method.LOCAL_SEARCH
