@@ -17,7 +17,6 @@ from schedopt.cli.common import (
     user_errors,
 )
 from schedopt.cli.output import CsvOpt, check_formats, print_csv, progress
-from schedopt.errors import SchedoptError
 
 if TYPE_CHECKING:
     pass
@@ -58,13 +57,8 @@ def fit_comm(
     """Fit the all-reduce cost (piecewise linear at protocol switches, or one line
     t = alpha + beta * n) to measured times; optionally write a cluster."""
     from schedopt.files import output_files
-    from schedopt.measure.comm_tables import (
-        call_pattern,
-        parse_comm_file,
-        pool_samples,
-        pooled_slowdowns,
-    )
-    from schedopt.measure.commfit import cluster_from_fit, fit_comm_cli, piecewise_summary
+    from schedopt.measure.comm_tables import parse_comm_file, pool_samples
+    from schedopt.measure.commfit import cluster_from_files, fit_comm_cli, piecewise_summary
     from schedopt.model.limits import MAX_BYTES, MAX_GPUS_PER_NODE, MAX_NODES, check_int_option
 
     with user_errors(), output_files({"--out": out}) as files:
@@ -77,19 +71,8 @@ def fit_comm(
         n_ranks = ranks if ranks is not None else samples.ranks
         names = ", ".join(f.name for f in file)
         if out is not None:
-            if n_ranks is None:
-                raise SchedoptError("the rank count is not in the file or its name: pass --ranks",
-                                    "ranks", None)
-            slow = pooled_slowdowns(paths)
-            pooled = f"the median of {len(file)} runs: " if len(file) > 1 else ""
-            calls = call_pattern(paths)
-            cluster = cluster_from_fit(
-                fit, name=out.stem, ranks=n_ranks,
-                source=f"fitted by `schedopt fit-comm` to {pooled}{names} ({samples.format}"
-                       f"{f'; bench-comm calls {calls}' if calls else ''})",
-                overlap_slowdown=slow.get("overlap_slowdown", 1.0),
-                comm_slowdown=slow.get("comm_slowdown", 1.0),
-            )
+            cluster = cluster_from_files(fit, samples, paths, names=names, name=out.stem,
+                                         ranks=n_ranks)
             files.write_json(out, cluster.model_dump(mode="json", exclude_none=True))
     used = (samples.sizes >= (fit.min_bytes or 0)) & (samples.sizes <= (fit.max_bytes or 0))
     data = {

@@ -147,24 +147,13 @@ def optimize_cmd(
 ) -> None:
     """Find the best plan (exact DP or CP-SAT) and compare it with every baseline."""
     from schedopt.files import output_files
-    from schedopt.model.limits import (
-        MAX_BYTES,
-        MAX_SECONDS,
-        check_float_option,
-        check_int_option,
-        check_pieces,
-    )
+    from schedopt.model.limits import check_pieces
     from schedopt.optimize import solve
     from schedopt.report.tables import SolveProgress
 
     with user_errors(), output_files({"--out": out}) as files:
         check_formats(as_json, as_csv)
-        check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
-        if work_limit is not None:
-            check_float_option(work_limit, "--work-limit", 0.0, MAX_SECONDS)
-        check_int_option(workers, "--workers", 1, 1024)
-        check_int_option(seed, "--seed", 0, 2**31 - 1)
-        check_int_option(partition, "--partition", 1, MAX_BYTES)
+        _check_search(time_limit, work_limit, workers, seed, partition)
         tr, cl = load_pair(trace, cluster, nodes)
         if partition is not None:
             check_pieces("pieces", sum(-(-t.bytes // partition) for t in tr.tensor_list),
@@ -192,16 +181,34 @@ def optimize_cmd(
     if as_json:
         print_json(data)
     elif as_csv:
-        print_csv([{"plan": "optimized", "iteration_time_s": res.iteration_time_s,
-                    "vs_optimized": 1.0, "expressible": None, "status": res.status}]
-                  + [{"plan": b.policy, "iteration_time_s": b.iteration_time_s,
-                      "vs_optimized": b.iteration_time_s / res.iteration_time_s,
-                      "expressible": b.expressible, "status": None}
-                     for b in sorted(res.baselines, key=lambda b: b.iteration_time_s)])
+        print_csv(_optimized_rows(res))
     else:
         _print_optimized(res, tr, cl, cls, out)
     if res.interrupted:  # Ctrl-C: the best plan so far is printed (and written); exit 130
         raise typer.Exit(130)
+
+
+def _check_search(time_limit: float, work_limit: float | None, workers: int, seed: int,
+                  partition: int | None) -> None:
+    """The search options of ``optimize``, each error naming its option."""
+    from schedopt.model.limits import MAX_BYTES, MAX_SECONDS, check_float_option, check_int_option
+
+    check_float_option(time_limit, "--time-limit", 0.0, MAX_SECONDS)
+    if work_limit is not None:
+        check_float_option(work_limit, "--work-limit", 0.0, MAX_SECONDS)
+    check_int_option(workers, "--workers", 1, 1024)
+    check_int_option(seed, "--seed", 0, 2**31 - 1)
+    check_int_option(partition, "--partition", 1, MAX_BYTES)
+
+
+def _optimized_rows(res: SolveResult) -> list[dict[str, Any]]:
+    """``optimize --csv``: the optimized plan, then every baseline, fastest first."""
+    return ([{"plan": "optimized", "iteration_time_s": res.iteration_time_s,
+              "vs_optimized": 1.0, "expressible": None, "status": res.status}]
+            + [{"plan": b.policy, "iteration_time_s": b.iteration_time_s,
+                "vs_optimized": b.iteration_time_s / res.iteration_time_s,
+                "expressible": b.expressible, "status": None}
+               for b in sorted(res.baselines, key=lambda b: b.iteration_time_s)])
 
 
 def _solve_options(tr: Trace, cl: Cluster, target: str | None, next_forward: str, reorder: bool,

@@ -13,6 +13,7 @@ off by tens of percent near the jump (docs/model.md, "Measured cost curves").
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -568,3 +569,30 @@ def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name
             "alpha_s": 0.0, "beta_s_per_byte": float(times.sum() / sizes.sum()),
             "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max())})
         return cluster_from_fit(fit, name=name, ranks=ranks, source=where)
+
+
+def cluster_from_files(fit: AllReduceFit, samples: CommSamples, paths: list[Path], *,
+                       names: str, name: str, ranks: int | None) -> Cluster:
+    """The cluster ``fit-comm --out`` writes: the fit of ``samples`` (pooled from ``paths``),
+    with the slowdowns bench-comm stated in the files and how it timed its calls.
+
+    Raises
+    ------
+    SchedoptError
+        No rank count, or files that time their calls differently.
+    """
+    from schedopt.measure.comm_tables import call_pattern, pooled_slowdowns
+
+    if ranks is None:
+        raise SchedoptError("the rank count is not in the file or its name: pass --ranks",
+                            "ranks", None)
+    slow = pooled_slowdowns(paths)
+    pooled = f"the median of {len(paths)} runs: " if len(paths) > 1 else ""
+    calls = call_pattern(paths)
+    return cluster_from_fit(
+        fit, name=name, ranks=ranks,
+        source=f"fitted by `schedopt fit-comm` to {pooled}{names} ({samples.format}"
+               f"{f'; bench-comm calls {calls}' if calls else ''})",
+        overlap_slowdown=slow.get("overlap_slowdown", 1.0),
+        comm_slowdown=slow.get("comm_slowdown", 1.0),
+    )
