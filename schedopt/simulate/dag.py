@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import networkx as nx
 import numpy as np
 
 from schedopt.errors import SchedoptError
-from schedopt.model.cluster import Cluster
+from schedopt.model.cluster import Cluster, CommStage
 from schedopt.model.plan import Plan, Schedule
 from schedopt.model.sharded import comm_member_bytes
 from schedopt.model.trace import Trace
@@ -120,14 +120,13 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
     moved = np.bincount(members.bucket, minlength=members.num_buckets,
                         weights=comm_member_bytes(trace, plan, members.nbytes))
     first_layer = [int(x) for x in members.ready_layer()]
-    n_b, n_s = len(nbytes), len(stages)
     total = float(nbytes.sum())
     res_seq: dict[str, list[Key]] = defaultdict(list)
 
     def add(key: Key, dur: float, res: tuple[str, ...]) -> None:
         g.add_node(key, duration=float(dur), resources=res)
 
-    comm_order = plan.comm_sequence(n_s)
+    comm_order = plan.comm_sequence(len(stages))
     last_compute: dict[int, Key] = {}
     host = trace.has_host or cluster.has_host
     # the reducer fires buckets in launch order, each once it and every earlier one is complete
@@ -139,18 +138,7 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
             fire_at[lowest].append(k)
     n_hooks = np.bincount(trace.ready_layer, minlength=len(trace.layers))
     for t in range(iterations):
-        data = [t] if (t == 0 or not plan.prefetch) else []
-        if plan.prefetch:
-            data.append(t + 1)
-        for d in data:  # with prefetch, batch t+1 is read during iteration t
-            add(("io", d), trace.io_s, ("cpu",))
-            add(("h2d", d), trace.h2d_s, ("pcie",))
-            g.add_edge(("io", d), ("h2d", d))
-            res_seq["cpu"].append(("io", d))
-            res_seq["pcie"].append(("h2d", d))
-            done = d - 1 - plan.prefetch
-            if done >= 0:
-                g.add_edge(last_compute[done], ("io", d))
+        _data_tasks(g, trace, plan, t, last_compute, add, res_seq)
         chain = _compute_order(trace, plan, first_layer, t, iterations - 1)
         for key in chain:
             add(key, _compute_duration(trace, key, nbytes, total), ("compute",))
@@ -161,24 +149,7 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
         g.add_edge(("h2d", t), chain[next(i for i, key in enumerate(chain) if key[0] == "fwd")])
         last_compute[t] = ("update", t, -1) if plan.next_forward == "wait-for-all" else (
             "bwd", t, 0)
-        for s, k in comm_order:
-            key = ("comm", t, k, s)
-            add(key, stages[s].time(moved[k]), stages[s].resources)
-            for r in stages[s].resources:
-                res_seq[r].append(key)
-            src: Key
-            if s == 0:
-                src = ("bwd", t, first_layer[k] if plan.overlap else 0)
-            else:
-                src = ("comm", t, k, s - 1)
-            g.add_edge(src, key)
-        for k in range(n_b):
-            done_key = ("comm", t, k, n_s - 1) if n_s else (
-                "bwd", t, first_layer[k] if plan.overlap else 0)
-            if plan.next_forward == "wait-for-all":
-                g.add_edge(done_key, ("update", t, -1))
-            elif t + 1 < iterations:
-                g.add_edge(done_key, ("update", t, k))
+        _comm_tasks(g, plan, t, iterations, comm_order, stages, moved, first_layer, add, res_seq)
     for seq in res_seq.values():
         for a, b in itertools.pairwise(seq):
             g.add_edge(a, b)
@@ -186,6 +157,49 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
         if "duration" not in g.nodes[key]:
             g.remove_node(key)
     return g
+
+
+def _data_tasks(g: nx.DiGraph, trace: Trace, plan: Plan, t: int, last_compute: dict[int, Key],
+                add: Callable[[Key, float, tuple[str, ...]], None],
+                res_seq: dict[str, list[Key]]) -> None:
+    """Iteration ``t``'s read and copy of its batch (with prefetch, of batch ``t + 1`` too:
+    it is read during iteration ``t``)."""
+    data = [t] if (t == 0 or not plan.prefetch) else []
+    if plan.prefetch:
+        data.append(t + 1)
+    for d in data:
+        add(("io", d), trace.io_s, ("cpu",))
+        add(("h2d", d), trace.h2d_s, ("pcie",))
+        g.add_edge(("io", d), ("h2d", d))
+        res_seq["cpu"].append(("io", d))
+        res_seq["pcie"].append(("h2d", d))
+        done = d - 1 - plan.prefetch
+        if done >= 0:
+            g.add_edge(last_compute[done], ("io", d))
+
+
+def _comm_tasks(g: nx.DiGraph, plan: Plan, t: int, iterations: int,
+                comm_order: list[tuple[int, int]], stages: Sequence[CommStage], moved: np.ndarray,
+                first_layer: list[int], add: Callable[[Key, float, tuple[str, ...]], None],
+                res_seq: dict[str, list[Key]]) -> None:
+    """Iteration ``t``'s communication stages in the plan's order on their resources, each
+    after its bucket's backward or its previous stage, and the updates that wait for them."""
+    for s, k in comm_order:
+        key = ("comm", t, k, s)
+        add(key, stages[s].time(moved[k]), stages[s].resources)
+        for r in stages[s].resources:
+            res_seq[r].append(key)
+        src: Key = ("comm", t, k, s - 1) if s else (
+            "bwd", t, first_layer[k] if plan.overlap else 0)
+        g.add_edge(src, key)
+    n_s = len(stages)
+    for k in range(len(moved)):
+        done_key = ("comm", t, k, n_s - 1) if n_s else (
+            "bwd", t, first_layer[k] if plan.overlap else 0)
+        if plan.next_forward == "wait-for-all":
+            g.add_edge(done_key, ("update", t, -1))
+        elif t + 1 < iterations:
+            g.add_edge(done_key, ("update", t, k))
 
 
 def longest_path_starts(g: nx.DiGraph) -> dict[Key, float]:
