@@ -572,14 +572,7 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
     if batch_size < 1:
         raise SchedoptError("must be a positive integer", "--batch-size", batch_size)
     wanted = parse_steps(steps)
-    ranks = [_Rank(Path(f), max_bytes) for f in files]
-    ids = [r.rank for r in ranks if r.rank is not None]
-    if len(ids) != len(set(ids)):
-        raise SchedoptError("two files hold the same rank", "FILE",
-                            ", ".join(f"{r.where}: rank {r.rank}" for r in ranks))
-    first_base = min(r.base_ns for r in ranks)  # relative: µs since the epoch lose precision
-    for r in ranks:
-        r.offset = (r.base_ns - first_base) / 1e3
+    ranks = _read_ranks(files, max_bytes)
     per_rank = [r.analyse(wanted) for r in ranks]
     all_steps = [s for rs in per_rank for s in rs]
     for s in all_steps:
@@ -597,26 +590,7 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
 
     # tensors and buckets
     layer_names = _tensor_names(ref, names)
-    buckets: list[list[str]] = []
-    pos = 0
-    flat = [name_ for k in _ready_layers(ref) for name_ in reversed(layer_names[k])]
-    numel_of = {nm: n for k, la in enumerate(ref.layers)
-                for nm, (n, _) in zip(layer_names[k], reversed(la.tensors), strict=True)}
-    for b in ref.buckets:
-        members: list[str] = []
-        total = 0
-        while pos < len(flat) and total < b.numel:
-            members.append(flat[pos])
-            total += numel_of[flat[pos]]
-            pos += 1
-        if total != b.numel:
-            raise SchedoptError("the gradients do not add up to DDP's bucket (a gradient"
-                                " without a shape, an unused parameter, or a non-DDP"
-                                " all-reduce)", f"bucket {len(buckets)} numel", b.numel)
-        buckets.append(members)
-    if pos != len(flat):
-        raise SchedoptError("gradients left outside every bucket (find_unused_parameters or"
-                            " a model outside DDP)", "gradients", len(flat) - pos)
+    buckets = _bucket_members(ref, layer_names)
 
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
@@ -636,19 +610,7 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
         })
     # per-bucket transfer: latest start across ranks
     multi = len(ranks) > 1
-    by_step: dict[int, list[_Step]] = {}
-    for rs in per_rank:
-        for s in rs:
-            if s.shape() == shape:
-                by_step.setdefault(s.number, []).append(s)
-    transfer: list[list[float]] = [[] for _ in ref.buckets]
-    points: list[tuple[int, float]] = []
-    for group in by_step.values():
-        for k in range(len(ref.buckets)):
-            last = max((s.buckets[k] for s in group), key=lambda b: b.start)
-            t = (last.end - last.start) * 1e-6
-            transfer[k].append(t)
-            points.append((ref.buckets[k].numel * DTYPE_BYTES[ref.buckets[k].dtype], t))
+    by_step, transfer, points = _transfers(per_rank, shape, ref)
     step_times = [s.step_s for s in used]
     step_med = med(step_times)
     busy = med([s.busy_s for s in used])
@@ -713,6 +675,66 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
         "exposed_comm_s": med([sum(s.exposed) for s in used]),
     }
     return KinetoImport(trace, buckets, summary, points, world)
+
+
+def _read_ranks(files: Sequence[str | Path], max_bytes: int | None) -> list[_Rank]:
+    """The rank files, one rank each, their clocks put on the earliest file's base time (µs
+    since the epoch would lose precision)."""
+    ranks = [_Rank(Path(f), max_bytes) for f in files]
+    ids = [r.rank for r in ranks if r.rank is not None]
+    if len(ids) != len(set(ids)):
+        raise SchedoptError("two files hold the same rank", "FILE",
+                            ", ".join(f"{r.where}: rank {r.rank}" for r in ranks))
+    first_base = min(r.base_ns for r in ranks)
+    for r in ranks:
+        r.offset = (r.base_ns - first_base) / 1e3
+    return ranks
+
+
+def _bucket_members(ref: _Step, layer_names: list[list[str]]) -> list[list[str]]:
+    """DDP's buckets as tensor names: the gradients in the order they became ready, cut where
+    each all-reduce's element count is reached."""
+    buckets: list[list[str]] = []
+    pos = 0
+    flat = [name_ for k in _ready_layers(ref) for name_ in reversed(layer_names[k])]
+    numel_of = {nm: n for k, la in enumerate(ref.layers)
+                for nm, (n, _) in zip(layer_names[k], reversed(la.tensors), strict=True)}
+    for b in ref.buckets:
+        members: list[str] = []
+        total = 0
+        while pos < len(flat) and total < b.numel:
+            members.append(flat[pos])
+            total += numel_of[flat[pos]]
+            pos += 1
+        if total != b.numel:
+            raise SchedoptError("the gradients do not add up to DDP's bucket (a gradient"
+                                " without a shape, an unused parameter, or a non-DDP"
+                                " all-reduce)", f"bucket {len(buckets)} numel", b.numel)
+        buckets.append(members)
+    if pos != len(flat):
+        raise SchedoptError("gradients left outside every bucket (find_unused_parameters or"
+                            " a model outside DDP)", "gradients", len(flat) - pos)
+    return buckets
+
+
+def _transfers(per_rank: list[list[_Step]], shape: Any, ref: _Step
+               ) -> tuple[dict[int, list[_Step]], list[list[float]], list[tuple[int, float]]]:
+    """The steps of ``shape`` by number (one per rank), each bucket's transfer time per step
+    (the duration on the rank that started it last) and the measured points (bytes, s)."""
+    by_step: dict[int, list[_Step]] = {}
+    for rs in per_rank:
+        for s in rs:
+            if s.shape() == shape:
+                by_step.setdefault(s.number, []).append(s)
+    transfer: list[list[float]] = [[] for _ in ref.buckets]
+    points: list[tuple[int, float]] = []
+    for group in by_step.values():
+        for k in range(len(ref.buckets)):
+            last = max((s.buckets[k] for s in group), key=lambda b: b.start)
+            t = (last.end - last.start) * 1e-6
+            transfer[k].append(t)
+            points.append((ref.buckets[k].numel * DTYPE_BYTES[ref.buckets[k].dtype], t))
+    return by_step, transfer, points
 
 
 def _ready_layers(step: _Step) -> list[int]:
