@@ -904,6 +904,46 @@ def _stages_local_search(search: SolveState, inst: Instance, model: bool) -> Non
 
 
 # ------------------------------------------------------------------------------------ result
+def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float
+                     ) -> tuple[Plan, float, Method] | None:
+    """Plans with fewer collective calls, judged by simulation (the model leaves the calls'
+    host cost out): the launch candidates, then a descent from the best FIFO plan. Each
+    simulation is charged :data:`SIM_S_PER_UNIT` per unit to the work left; the wall clock is
+    the safety stop, as for every step. The best plan faster than ``sim``, or None."""
+    trace, cluster, knobs = search.trace, search.cluster, _knobs(search.opts)
+    per_sim = SIM_S_PER_UNIT * inst.n
+    sims = int(search.budget.work_left() / per_sim)
+    best: tuple[Plan, float, Method] | None = None
+
+    def out_of_time() -> bool:
+        late = time.perf_counter() >= search.budget.deadline
+        search.wall_stop |= late
+        return late or search.control.interrupted
+
+    def period(segs: Segments) -> float:
+        return simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
+
+    for segs in launch_candidates(inst):
+        if sims < 1 or out_of_time():
+            break
+        sims -= 1
+        search.budget.spend(per_sim)
+        cand_s = period(segs)
+        if cand_s < sim * (1 - 1e-12):
+            plan, sim = inst.to_plan(segs, knobs=knobs), cand_s
+            best = (plan, sim, Method.DP_HEURISTIC)
+    start = inst.segments_of_plan(plan)[0]
+    if start and inst.is_fifo(start) and inst.stages and sims >= 2 and not out_of_time():
+        stats: dict[str, int] = {}
+        segs, desc_s = simulated_descent(start, inst.n, period,
+                                         max_evals=min(MAX_DESCENT_EVALS, sims),
+                                         stop=out_of_time, stats=stats)
+        search.budget.spend(per_sim * stats["evals"])
+        if desc_s < sim * (1 - 1e-12):
+            best = (inst.to_plan(segs, knobs=knobs), desc_s, Method.LOCAL_SEARCH)
+    return best
+
+
 def _result(search: SolveState) -> SolveResult:
     """Simulate the best plan; fall back to the hint when it simulates better."""
     best, opts = search.best, search.opts
@@ -919,37 +959,10 @@ def _result(search: SolveState) -> SolveResult:
     model_plan = plan
     relax = relaxation(cluster, trace=trace)
     if relax is not None and relax.host:  # the calls' host cost: plans with fewer calls
-        # judged by simulation, each charged SIM_S_PER_UNIT per unit to the work left; the
-        # wall clock is the safety stop, as for every step
-        per_sim = SIM_S_PER_UNIT * inst.n
-        sims = int(search.budget.work_left() / per_sim)
-
-        def out_of_time() -> bool:
-            late = time.perf_counter() >= search.budget.deadline
-            search.wall_stop |= late
-            return late or search.control.interrupted
-
-        for segs in launch_candidates(inst):
-            if sims < 1 or out_of_time():
-                break
-            sims -= 1
-            search.budget.spend(per_sim)
-            cand = inst.to_plan(segs, knobs=_knobs(opts))
-            cand_s = simulate(trace, cluster, cand).iteration_time_s
-            if cand_s < sim * (1 - 1e-12):
-                plan, sim, value_s, method = cand, cand_s, cand_s, Method.DP_HEURISTIC
-        start = inst.segments_of_plan(plan)[0]
-        if start and inst.is_fifo(start) and inst.stages and sims >= 2 and not out_of_time():
-            stats: dict[str, int] = {}
-            segs, desc_s = simulated_descent(
-                start, inst.n,
-                lambda sg: simulate(trace, cluster, inst.to_plan(sg, knobs=_knobs(opts)))
-                .iteration_time_s, max_evals=min(MAX_DESCENT_EVALS, sims), stop=out_of_time,
-                stats=stats)
-            search.budget.spend(per_sim * stats["evals"])
-            if desc_s < sim * (1 - 1e-12):
-                plan = inst.to_plan(segs, knobs=_knobs(opts))
-                sim, value_s, method = desc_s, desc_s, Method.LOCAL_SEARCH
+        found = _host_candidates(search, inst, plan, sim)
+        if found is not None:
+            plan, sim, method = found
+            value_s = sim
     if hint is not None and hint.row.iteration_time_s < sim * (1 - 1e-12):
         notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning "
                      f"{hint.row.policy}'s plan")
