@@ -592,9 +592,6 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
     layer_names = _tensor_names(ref, names)
     buckets = _bucket_members(ref, layer_names)
 
-    def med(values: list[float]) -> float:
-        return float(statistics.median(values))
-
     def mean(values: list[float]) -> float:
         return float(statistics.fmean(values))
 
@@ -611,12 +608,6 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
     # per-bucket transfer: latest start across ranks
     multi = len(ranks) > 1
     by_step, transfer, points = _transfers(per_rank, shape, ref)
-    step_times = [s.step_s for s in used]
-    step_med = med(step_times)
-    busy = med([s.busy_s for s in used])
-    idle = [max(0.0, s.step_s - s.busy_s - sum(s.exposed)) / s.step_s for s in used
-            if s.step_s > 0]
-    host_bound = sum(1 for f in idle if f > HOST_BOUND_IDLE)
     group_sizes = {b.group for s in used for b in s.buckets if b.group}
     world = group_sizes.pop() if len(group_sizes) == 1 else (
         ranks[0].world if isinstance(ranks[0].world, int) else (len(files) if multi else None))
@@ -641,15 +632,30 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
         trace = Trace.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc, "imported trace") from None
+    header = {"files": [str(f) for f in files], "ranks": len(ranks),
+              "process_group_size": world, "device": "gpu" if gpu else "cpu",
+              "grouping": grouping, "steps": sorted(by_step), "steps_dropped": dropped}
+    summary = _summary(header, method, trace, buckets, used, ref, transfer, host)
+    return KinetoImport(trace, buckets, summary, points, world)
+
+
+def _summary(header: dict[str, Any], method: str, trace: Trace, buckets: list[list[str]],
+             used: list[_Step], ref: _Step, transfer: list[list[float]], host: list[float]
+             ) -> dict[str, Any]:
+    """The ``--json`` summary of an import: ``header`` (files, ranks, device, steps), the step
+    (median), busy and idle time, the host-bound verdict, the layers and the buckets."""
+    def med(values: list[float]) -> float:
+        return float(statistics.median(values))
+
+    step_times = [s.step_s for s in used]
+    step_med = med(step_times)
+    busy = med([s.busy_s for s in used])
+    idle = [max(0.0, s.step_s - s.busy_s - sum(s.exposed)) / s.step_s for s in used
+            if s.step_s > 0]
+    host_bound = sum(1 for f in idle if f > HOST_BOUND_IDLE)
     size = {t.name: t.bytes for t in trace.tensor_list}
-    summary = {
-        "files": [str(f) for f in files],
-        "ranks": len(ranks),
-        "process_group_size": world,
-        "device": "gpu" if gpu else "cpu",
-        "grouping": grouping,
-        "steps": sorted(by_step),
-        "steps_dropped": dropped,
+    return {
+        **header,
         "step_time_s": step_med,
         "step_times_s": step_times,
         "busy_s": busy,
@@ -674,7 +680,6 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
         } for k in range(len(buckets))],
         "exposed_comm_s": med([sum(s.exposed) for s in used]),
     }
-    return KinetoImport(trace, buckets, summary, points, world)
 
 
 def _read_ranks(files: Sequence[str | Path], max_bytes: int | None) -> list[_Rank]:
