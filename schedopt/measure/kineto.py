@@ -207,6 +207,38 @@ def _nest(evs: list[_Ev]) -> list[int]:
     return parent
 
 
+def _backward_nodes(by_tid: dict[Any, list[_Ev]], parents: dict[Any, list[int]],
+                    where: str) -> list[tuple[_Ev, Any, int]]:
+    """The autograd nodes of a step (``evaluate_function`` ops not inside another one), as
+    (event, thread, index in the thread's ops), in start order."""
+    bwd: list[tuple[_Ev, Any, int]] = []
+    for tid, v in by_tid.items():
+        par = parents[tid]
+        for i, e in enumerate(v):
+            if e.name.startswith(_EVAL):
+                p = par[i]
+                while p >= 0 and not v[p].name.startswith(_EVAL):
+                    p = par[p]
+                if p < 0:
+                    bwd.append((e, tid, i))
+    if not bwd:
+        raise SchedoptError("no backward (autograd) ops in the step", "file", where)
+    bwd.sort(key=lambda x: x[0].ts)
+    return bwd
+
+
+def _exposed(calls: list[tuple[float, float]], union: list[tuple[float, float]]) -> list[float]:
+    """Each collective's time (s) that neither compute (``union``) nor an earlier collective
+    covers; times in µs."""
+    exposed: list[float] = []
+    done: list[tuple[float, float]] = []
+    for a0, a1 in calls:
+        cover = _union(union + done)
+        exposed.append(max(0.0, (a1 - a0) - _covered(a0, a1, cover)) * 1e-6)
+        done.append((a0, a1))
+    return exposed
+
+
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     out: list[tuple[float, float]] = []
     for a, b in sorted(intervals):
@@ -289,20 +321,7 @@ class _Rank:
             if e.cat == "cpu_op":
                 by_tid.setdefault(e.tid, []).append(e)
         parents = {tid: _nest(v) for tid, v in by_tid.items()}
-        # backward nodes: evaluate_function ops not inside another one
-        bwd: list[tuple[_Ev, Any, int]] = []
-        for tid, v in by_tid.items():
-            par = parents[tid]
-            for i, e in enumerate(v):
-                if e.name.startswith(_EVAL):
-                    p = par[i]
-                    while p >= 0 and not v[p].name.startswith(_EVAL):
-                        p = par[p]
-                    if p < 0:
-                        bwd.append((e, tid, i))
-        if not bwd:
-            raise SchedoptError("no backward (autograd) ops in the step", "file", where)
-        bwd.sort(key=lambda x: x[0].ts)
+        bwd = _backward_nodes(by_tid, parents, where)
         bwd_start = bwd[0][0].ts
         main = by_tid.get(self.main, [])
         mpar = parents.get(self.main, [])
@@ -390,27 +409,7 @@ class _Rank:
             if self.gpu:
                 layers[layer_of_top[i]].forward_s += self._gpu_time(e) * 1e-6
             busy.append((e.ts, e.end))
-        # backward
-        current = len(layers) - 1
-        for e, tid, i in bwd:
-            node = e.name[len(_EVAL):]
-            if node.startswith(_ACC):
-                v = by_tid[tid]
-                child = next((c for c in v[i + 1:i + 8] if c.name == _ACC), None)
-                if child is None or not child.dims or not isinstance(child.dims[0], list):
-                    raise SchedoptError("gradient shapes are missing: profile with"
-                                        " record_shapes=True", "file", where)
-                itype = child.itype[0] if child.itype else "float"
-                layers[current].tensors.append((_numel(child.dims[0]),
-                                                _dtype(itype, f"{where}: {_ACC}")))
-            elif e.seq is not None and e.seq in seq_layer:
-                current = seq_layer[e.seq]
-            layers[current].host_s += (e.end - e.ts) * 1e-6
-            if self.gpu:
-                layers[current].backward_s += self._gpu_time(e) * 1e-6
-            else:
-                layers[current].backward_s += (e.end - e.ts) * 1e-6
-                busy.append((e.ts, e.end))
+        self._backward(layers, bwd, by_tid, seq_layer, busy, where)
         bwd_end = max(e.end for e, _, _ in bwd)
         buckets = self._buckets(window, by_tid, bwd_start, s0, where)
         after = [main[i] for i in range(len(main)) if mpar[i] < 0 and main[i].ts >= bwd_end
@@ -431,14 +430,34 @@ class _Rank:
             busy.extend((e.ts, e.end) for e in after)
         union = _union(busy)
         busy_s = sum(b - a for a, b in union) * 1e-6
-        exposed: list[float] = []
-        done: list[tuple[float, float]] = []
-        for b in buckets:
-            a0, a1 = b.start - self.offset, b.end - self.offset
-            cover = _union(union + done)
-            exposed.append(max(0.0, (a1 - a0) - _covered(a0, a1, cover)) * 1e-6)
-            done.append((a0, a1))
+        exposed = _exposed([(b.start - self.offset, b.end - self.offset) for b in buckets], union)
         return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed)
+
+    def _backward(self, layers: list[_Layer], bwd: list[tuple[_Ev, Any, int]],
+                  by_tid: dict[Any, list[_Ev]], seq_layer: dict[int, int],
+                  busy: list[tuple[float, float]], where: str) -> None:
+        """Charge the backward nodes to their layers (the forward op with the node's sequence
+        number; an ``AccumulateGrad`` adds a gradient to the current layer), in start order."""
+        current = len(layers) - 1
+        for e, tid, i in bwd:
+            node = e.name[len(_EVAL):]
+            if node.startswith(_ACC):
+                v = by_tid[tid]
+                child = next((c for c in v[i + 1:i + 8] if c.name == _ACC), None)
+                if child is None or not child.dims or not isinstance(child.dims[0], list):
+                    raise SchedoptError("gradient shapes are missing: profile with"
+                                        " record_shapes=True", "file", where)
+                itype = child.itype[0] if child.itype else "float"
+                layers[current].tensors.append((_numel(child.dims[0]),
+                                                _dtype(itype, f"{where}: {_ACC}")))
+            elif e.seq is not None and e.seq in seq_layer:
+                current = seq_layer[e.seq]
+            layers[current].host_s += (e.end - e.ts) * 1e-6
+            if self.gpu:
+                layers[current].backward_s += self._gpu_time(e) * 1e-6
+            else:
+                layers[current].backward_s += (e.end - e.ts) * 1e-6
+                busy.append((e.ts, e.end))
 
     def _buckets(self, window: list[_Ev], by_tid: dict[Any, list[_Ev]], bwd_start: float,
                  s0: float, where: str) -> list[_Bucket]:
