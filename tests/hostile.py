@@ -4,11 +4,24 @@ the field or option, exit status 2, nothing on stdout, no traceback, and the fol
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from schedopt.cli.app import run
+
+
+def write_file(folder: Path, name: str, content: Any) -> None:
+    """Write a case's input: bytes as they are, text as UTF-8, anything else as JSON."""
+    path = folder / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif isinstance(content, str):
+        path.write_text(content, encoding="utf-8")
+    else:
+        path.write_text(json.dumps(content))
 
 
 def snapshot(folder: Path) -> dict[Path, tuple[str, ...]]:

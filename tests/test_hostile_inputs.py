@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from schedopt.cli.app import run
-from tests.hostile import refused
+from tests.hostile import refused, write_file
 
 DATA = Path(__file__).parent / "data"
 TRACE: dict[str, Any] = json.loads((DATA / "tiny_trace.json").read_text())
@@ -56,16 +56,6 @@ class Case:
         self.argv = argv
         self.needle = needle
         self.prepare = prepare
-
-
-def _write(folder: Path, name: str, content: Any) -> None:
-    path = folder / name
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif isinstance(content, str):
-        path.write_text(content)
-    else:
-        path.write_text(json.dumps(content))
 
 
 T, C = "t.json", "c.json"
@@ -265,7 +255,7 @@ def test_hostile_input(case_id: str, tmp_path: Path, capsys: pytest.CaptureFixtu
                        monkeypatch: pytest.MonkeyPatch) -> None:
     case = CASES[case_id]
     for name, content in case.files.items():
-        _write(tmp_path, name, content)
+        write_file(tmp_path, name, content)
     if case.prepare is not None:
         case.prepare(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -286,7 +276,7 @@ def test_osu_file_with_busbw_comment_is_read_as_osu(tmp_path: Path,
 def test_outputs_respect_the_umask(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Output files get 0666 less the umask (0644 under 022), not a temporary file's 0600."""
     for name, doc in ((T, TRACE), (C, CLUSTER)):
-        _write(tmp_path, name, doc)
+        write_file(tmp_path, name, doc)
     old = os.umask(0o022)
     try:
         rc = run(["simulate", str(tmp_path / T), str(tmp_path / C), "-p", "cntk",
@@ -303,7 +293,7 @@ def test_emit_writes_every_file(tmp_path: Path, capsys: pytest.CaptureFixture[st
     """The all-or-none writer still writes all when nothing fails (the counterpart of the
     ``emit-later-file-blocked`` row)."""
     for name, doc in ((T, TRACE), (C, CLUSTER)):
-        _write(tmp_path, name, doc)
+        write_file(tmp_path, name, doc)
     out = tmp_path / "e" / "f"
     rc = run(["emit", str(tmp_path / T), str(tmp_path / C), "-t", "ddp", "-p", "ddp",
               "--out", str(out)])
@@ -369,7 +359,7 @@ COMMANDS = {
 def _expect_refusal(tmp_path: Path, files: dict[str, Any], argv: list[str], needle: str,
                     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     for name, content in files.items():
-        _write(tmp_path, name, content)
+        write_file(tmp_path, name, content)
     monkeypatch.chdir(tmp_path)
     before = _files(tmp_path)
     rc = run(argv)
@@ -419,7 +409,7 @@ def test_ctrl_c_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
     import schedopt.simulate.simulator as cli
 
     for name, doc in ((T, TRACE), (C, CLUSTER)):
-        _write(tmp_path, name, doc)
+        write_file(tmp_path, name, doc)
     monkeypatch.chdir(tmp_path)
 
     def interrupted(*_args: Any, **_kwargs: Any) -> None:

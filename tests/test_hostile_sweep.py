@@ -34,8 +34,9 @@ from schedopt.cli.app import run
 from schedopt.study.sweep import Store
 from schedopt.study.sweep.store import COLUMNS
 
-from .hostile import refused
+from .hostile import refused, write_file
 from .sweep_helpers import REPO, env, write_spec
+from .test_measurements import FAMILY, HEADER, TRACE
 
 HAVE_YAML = importlib.util.find_spec("yaml") is not None
 ON_LINUX = sys.platform.startswith("linux")
@@ -51,16 +52,6 @@ class Case:
         self.needle = needle
         self.prepare = prepare
         self.yaml = yaml
-
-
-def _write(folder: Path, name: str, content: Any) -> None:
-    path = folder / name
-    if isinstance(content, bytes):
-        path.write_bytes(content)
-    elif isinstance(content, str):
-        path.write_text(content, encoding="utf-8")
-    else:
-        path.write_text(json.dumps(content))
 
 
 def _fifo(name: str) -> Callable[[Path], None]:
@@ -233,14 +224,6 @@ DB_CASES: dict[str, Case] = {
 
 
 # ---------------------------------------------------------------------------- measurements
-TRACE = {"name": "t3", "batch_size": 8, "layers": [
-    {"name": f"l{i}", "forward_s": 0.001, "backward_s": 0.002,
-     "tensors": [{"name": f"l{i}.w", "bytes": 400_000 * (i + 1)}]} for i in range(3)]}
-FAMILY = {"name": "fam", "base": {
-    "name": "fam", "nodes": 2, "gpus_per_node": 2,
-    "intra_link": {"bandwidth_Bps": 1e10, "latency_s": 5e-6},
-    "inter_link": {"bandwidth_Bps": 1e9, "latency_s": 2e-5}}}
-HEADER = "trace,cluster,nodes,policy,iteration_time_s"
 FULL_HEADER = HEADER + ",iteration_time_std_s,samples,source"
 M = "m.csv"
 
@@ -331,7 +314,7 @@ def test_hostile_sweep_input(case_id: str, tmp_path: Path, capsys: pytest.Captur
                              monkeypatch: pytest.MonkeyPatch) -> None:
     case = CASES[case_id]
     for name, content in case.files.items():
-        _write(tmp_path, name, content)
+        write_file(tmp_path, name, content)
     if case.prepare is not None:
         case.prepare(tmp_path)
     monkeypatch.chdir(tmp_path)
@@ -344,7 +327,7 @@ def test_good_measurements_still_read(tmp_path: Path, capsys: pytest.CaptureFixt
     and quoted cells is read (validate answers with every row)."""
     body = '# runs of May\r\n\r\n"t3.json",fam.json,2,"ddp",0.02\r\nt3.json,fam.json,,cntk,3e-2\r\n'
     for name, content in csv_files(body).items():
-        _write(tmp_path, name, content)
+        write_file(tmp_path, name, content)
     monkeypatch.chdir(tmp_path)
     assert run(["validate", M, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
