@@ -7,7 +7,9 @@ The traces are produced here: two processes train a small MLP under DistributedD
 
 from __future__ import annotations
 
+import csv
 import gzip
+import io
 import json
 import os
 import statistics
@@ -148,6 +150,20 @@ def test_cli_import_explain_and_fit_comm(ddp_traces: list[Path], tmp_path: Path,
     d = out["difference"]
     assert d["compute_s"] + d["communication_s"] + d["host_s"] == pytest.approx(
         out["difference_s"])
+    assert run(["explain", str(t), str(c), *measured, "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["item"] for r in rows] == ["bucket 0", "bucket 1", "step"]
+    assert float(rows[2]["measured_duration_s"]) == pytest.approx(out["measured_step_s"])
+    assert float(rows[1]["predicted_exposed_s"]) == pytest.approx(
+        out["buckets"][1]["predicted_exposed_s"])
+    assert float(rows[2]["difference.host_s"]) == pytest.approx(d["host_s"])
+    t.unlink()
+    assert run(["import", "kineto", *files, "--out-trace", str(t), "--steps", "3:9",
+                "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [int(r["bytes"]) for r in rows] == [b["bytes"] for b in summary["buckets"]]
+    assert {float(r["step_time_s"]) for r in rows} == {summary["step_time_s"]}
+    assert run(["explain", str(t), str(c), *measured, "--csv", "--json"]) == 2
 
 
 def test_one_rank_states_the_approximation(ddp_traces: list[Path]) -> None:

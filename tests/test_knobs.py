@@ -262,3 +262,62 @@ def test_calibrate_writes_re_timed_traces_plans_bind_to(tmp_path: Path) -> None:
     assert retimed.compute_s == pytest.approx(1.25 * tr.compute_s)
     plan = make_plan(tr, load_cluster(CLUSTER), "ddp")
     plan.model_copy(update={"trace_hash": tr.fingerprint()}).check_against(retimed)
+
+
+# ------------------------------------------------------------------ accumulate=K, every policy
+@pytest.mark.parametrize("spec", ["ddp", "horovod", "mgwfbp", "megatron",
+                                  "deepspeed:zero_stage=1,overlap_comm=true"])
+def test_accumulate_knob_adds_the_micro_batches_compute(instance, spec: str) -> None:
+    """With wait-for-all and no I/O, K micro-batches cost K-1 more forward and backward passes
+    than one: the all-reduces overlap only the last backward (DDP ``no_sync``)."""
+    from schedopt.simulate.simulator import simulate
+
+    tr, cl = instance
+    tr = tr.model_copy(update={"io_s": 0.0, "h2d_s": 0.0})
+    one = make_plan(tr, cl, spec)
+    sep = "," if ":" in spec else ":"
+    four = make_plan(tr, cl, f"{spec}{sep}accumulate=4")
+    assert four.accumulate == 4 and four.knobs["accumulate"] == 4
+    assert four.buckets == one.buckets
+    compute = sum(la.forward_s + la.backward_s for la in tr.layers)
+    assert simulate(tr, cl, four).iteration_time_s == pytest.approx(
+        simulate(tr, cl, one).iteration_time_s + 3 * compute, rel=1e-9)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("ddp:accumulate=0", "from 1 to 4096"), ("ddp:accumulate=4097", "from 1 to 4096"),
+    ("ddp:accumulate=true", "from 1 to 4096"), ("ddp:accumulate=2.5", "from 1 to 4096"),
+    ("deepspeed:accumulate=2", "ZeRO stage 2 reduces the gradients at every micro-batch"),
+])
+def test_accumulate_knob_refusals(instance, spec: str, message: str) -> None:
+    tr, cl = instance
+    with pytest.raises(SchedoptError, match=message) as err:
+        make_plan(tr, cl, spec)
+    assert "accumulate" in err.value.field
+
+
+@pytest.mark.parametrize(("target", "key"), [
+    ("horovod", "backward_passes_per_step"), ("deepspeed", "gradient_accumulation_steps")])
+def test_accumulate_is_emitted_in_the_frameworks_own_key(instance, target: str,
+                                                         key: str) -> None:
+    from schedopt.emit import emit
+
+    tr, cl = instance
+    out = emit(tr, cl, make_plan(tr, cl, "ddp:accumulate=3"), target)
+    assert out.config[key] == 3 and "accumulate=3" in (out.spec or "")
+    if target == "deepspeed":  # stage 2 would reduce at every micro-batch
+        assert out.config["zero_optimization"]["stage"] == 1
+
+
+def test_accumulating_baseline_is_not_expressible_without_accumulation(instance) -> None:
+    from schedopt.optimize.baselines import expressible
+    from schedopt.optimize.instance import build_instance
+    from schedopt.optimize.options import SolveOptions
+
+    tr, cl = instance
+    opts = SolveOptions()
+    inst = build_instance(tr, cl, opts)
+    segs, reason = expressible(make_plan(tr, cl, "ddp:accumulate=2"), inst, opts, cl)
+    assert segs is None and reason == "accumulate 2"
+    segs, _ = expressible(make_plan(tr, cl, "ddp"), inst, opts, cl)
+    assert segs is not None

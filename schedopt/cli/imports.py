@@ -20,6 +20,7 @@ from schedopt.cli.common import (
     user_errors,
     wrote,
 )
+from schedopt.cli.output import CsvOpt, check_formats, print_csv
 from schedopt.errors import SchedoptError
 
 app = typer.Typer(no_args_is_help=True, help="Import measurements made by other tools.")
@@ -63,6 +64,7 @@ def kineto_cmd(
     names: NamesOpt = None,
     batch_size: BatchOpt = 1,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
 ) -> None:
     """Read torch.profiler traces: layers, gradients, DDP buckets and measured collectives."""
     from schedopt.files import output_files
@@ -71,6 +73,7 @@ def kineto_cmd(
 
     paths = {"--out-trace": out_trace, "--out-cluster": out_cluster, "--out-points": out_points}
     with user_errors(), output_files(paths) as out:
+        check_formats(as_json, as_csv)
         imp = import_kineto(files, steps=steps, names=_names(names), batch_size=batch_size,
                             name=out_trace.name.split(".")[0])
         out.write_json(out_trace, imp.trace.model_dump(mode="json", exclude_none=True))
@@ -87,6 +90,11 @@ def kineto_cmd(
         print_json(summary)
         return
     s = imp.summary
+    if as_csv:  # one row per bucket, the step's figures on each
+        step = {"step_time_s": s["step_time_s"], "busy_s": s["busy_s"], "idle_s": s["idle_s"],
+                "host_bound": s["host_bound"]}
+        print_csv([{**b, **step} for b in s["buckets"]])
+        return
     table = Table(title=f"torch.profiler import: {len(files)} rank file(s), steps "
                   f"{s['steps'][0]}..{s['steps'][-1]} ({s['device']}, layers by {s['grouping']})")
     for col in ("bucket", "tensors", "bytes", "dtype", "launch ms", "transfer ms", "exposed ms"):
@@ -166,6 +174,19 @@ def _cut(trace: Any, sizes: list[int]) -> list[list[str]]:
     return out
 
 
+def _explain_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """CSV rows of ``explain``: one per bucket, then the step (its durations the step times,
+    its exposed times the exposed communication, its differences split as in the table)."""
+    rows: list[dict[str, Any]] = [{"item": f"bucket {b['index']}", **b} for b in data["buckets"]]
+    rows.append({"item": "step", "measured_duration_s": data["measured_step_s"],
+                 "predicted_duration_s": data["predicted_step_s"],
+                 "measured_exposed_s": data["measured_exposed_comm_s"],
+                 "predicted_exposed_s": data["predicted_exposed_comm_s"],
+                 "relative_error": data["relative_error"], "host_bound": data["host_bound"],
+                 "difference": data["difference"]})
+    return rows
+
+
 def explain_cmd(
     trace: TraceArg,
     cluster: ClusterArg,
@@ -179,6 +200,7 @@ def explain_cmd(
                                   " other (PNG, SVG or PDF).")
     ] = None,
     as_json: JsonOpt = False,
+    as_csv: CsvOpt = False,
 ) -> None:
     """Measured (torch.profiler) against predicted: per bucket, the step, and where the
     difference lies (compute, communication, host)."""
@@ -186,6 +208,7 @@ def explain_cmd(
     from schedopt.measure.kineto import import_kineto
 
     with user_errors(), output_files({"--gantt": gantt}) as out:
+        check_formats(as_json, as_csv)
         check_figure_path(gantt, "--gantt")
         tr, cl = load_pair(trace, cluster, None)
         imp = import_kineto(measured, steps=steps)
@@ -223,6 +246,9 @@ def explain_cmd(
                               title=f"{tr.name} on {cl.name}")
     if as_json:
         print_json(data)
+        return
+    if as_csv:
+        print_csv(_explain_rows(data))
         return
     table = Table(title=f"measured vs predicted: {tr.name} on {cl.name}")
     for col in ("bucket", "bytes", "start ms (meas/pred)", "duration ms (meas/pred)",

@@ -285,8 +285,11 @@ class Search:
         """The result for ``target``: ``<target>.json`` holding ``config`` and a snippet."""
         files = {f"{target}.json": json.dumps(config, indent=1) + "\n",
                  f"{target}_snippet.py": snippet}
+        knobs = self.chosen.knobs
+        if self.plan.accumulate > 1:
+            knobs = {**knobs, "accumulate": self.plan.accumulate}
         return Emitted(target=target, files=files, exact=self.exact, notes=self.notes,
-                       config=config, spec=spec_of(target, self.chosen.knobs),
+                       config=config, spec=spec_of(target, knobs),
                        plan_time_s=self.plan_time_s, emitted_time_s=self.emitted_time_s)
 
 
@@ -306,12 +309,13 @@ def search(
 ) -> Search:
     """Pick the candidate setting that reproduces ``plan``, or the closest one.
 
-    Every candidate is turned into a plan by ``policy`` (with the plan's prefetch). The first
-    candidate whose plan equals ``plan`` wins (exact), unless ``blocked`` lists plan choices the
-    framework cannot express. Otherwise, with a cluster, the candidate whose simulated iteration
-    time is closest to the plan's wins (ties within a billionth of the plan's time: the bucket
-    count closest to the plan's, then the earlier candidate); without one, the candidate with
-    the smallest ``structure_cost`` (default: difference in bucket count).
+    Every candidate is turned into a plan by ``policy`` (with the plan's prefetch and
+    accumulation). The first candidate whose plan equals ``plan`` wins (exact), unless
+    ``blocked`` lists plan choices the framework cannot express. Otherwise, with a cluster, the
+    candidate whose simulated iteration time is closest to the plan's wins (ties within a
+    billionth of the plan's time: the bucket count closest to the plan's, then the earlier
+    candidate); without one, the candidate with the smallest ``structure_cost`` (default:
+    difference in bucket count).
 
     Parameters
     ----------
@@ -332,7 +336,8 @@ def search(
     built: list[tuple[Candidate, Plan]] = []
     seen: set[Hashable] = set()
     for cand in candidates:
-        p = make_plan(trace, build_on, policy, prefetch=plan.prefetch, **cand.knobs)
+        p = make_plan(trace, build_on, policy, prefetch=plan.prefetch,
+                      accumulate=plan.accumulate, **cand.knobs)
         if not blocked and same_plan(plan, p):
             out = Search(cand, p, True)
             if cluster is not None:

@@ -275,4 +275,30 @@ def _snippet(plan: Plan, trace: Trace, config: dict, buckets: list[list[str]],
         "    return DistributedDataParallel(model, **DDP_KWARGS, **kwargs)",
         "",
     ]
+    if plan.accumulate > 1:
+        lines += _accumulate_lines(plan.accumulate)
     return "\n".join(lines)
+
+
+def _accumulate_lines(k: int) -> list[str]:
+    """A training step of ``k`` micro-batches, the first ``k - 1`` under ``no_sync`` (DDP
+    all-reduces in the last backward only, the plan's ``accumulate``)."""
+    return [
+        "",
+        f"ACCUMULATE = {k}  # micro-batches per step (the plan's accumulate)",
+        "",
+        "",
+        "def train_step(ddp_model, micro_batches, loss_fn, optimizer):",
+        '    """One step: gradients accumulate locally under ``no_sync``; the backward of the',
+        '    last micro-batch all-reduces them."""',
+        "    import contextlib",
+        "",
+        "    assert len(micro_batches) == ACCUMULATE",
+        "    for i, batch in enumerate(micro_batches):",
+        "        last = i == len(micro_batches) - 1",
+        "        with contextlib.nullcontext() if last else ddp_model.no_sync():",
+        "            (loss_fn(ddp_model, batch) / len(micro_batches)).backward()",
+        "    optimizer.step()",
+        "    optimizer.zero_grad(set_to_none=True)",
+        "",
+    ]

@@ -113,6 +113,10 @@ def emit_deepspeed(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted
     candidates: list[Candidate] = []
     stages = ((2, trace.ready_order),) if overlap else (
         (2, trace.ready_order), (1, trace.tensor_list))
+    grid_stage = 2
+    if plan.accumulate > 1:  # stage 2 reduces at every micro-batch: stage 1 waits for the last
+        stages = ((1, trace.ready_order if overlap else trace.tensor_list),)
+        grid_stage = 1
     numel = {t.name: t.numel for t in trace.tensor_list}
     elements = [sum(numel[m] for m in g) for g in groups]
     total = sum(numel.values())
@@ -124,7 +128,8 @@ def emit_deepspeed(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted
             candidates.append(_candidate(stage, size, overlap))
     smallest = min(numel.values())
     extra = (DEFAULT_REDUCE_BUCKET_SIZE, round(statistics.mean(elements)), max(elements))
-    candidates += [_candidate(2, n, overlap) for n in size_grid(smallest, total, *extra)]
+    candidates += [_candidate(grid_stage, n, overlap)
+                   for n in size_grid(smallest, total, *extra)]
     blocked = deviations(plan, "DeepSpeed", overlap_always=False)
     # DeepSpeed itself reduces a tensor that crosses a ZeRO partition boundary in several calls
     # (the deepspeed policy's pieces): such a partition is exact when a candidate rebuilds it
@@ -138,6 +143,8 @@ def emit_deepspeed(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted
     if not found.exact:
         found.notes[:0] = split
     config = found.chosen.config
+    if plan.accumulate > 1:
+        config = {**config, "gradient_accumulation_steps": plan.accumulate}
     return found.emitted("deepspeed", config, _snippet(plan, trace, config, found.exact))
 
 

@@ -96,6 +96,8 @@ def emit_horovod(trace: Trace, cluster: Cluster | None, plan: Plan) -> Emitted:
                 "replay"))
         else:
             found.notes[0] = first
+    if plan.accumulate > 1:  # DistributedOptimizer's argument (all-reduce in the last backward)
+        config = {**config, "backward_passes_per_step": plan.accumulate}
     return found.emitted("horovod", config, _snippet(plan, trace, config, found.exact))
 
 
@@ -124,6 +126,8 @@ def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:
         "",
         f"GROUPS = {groups}",
         "",
+        f"BACKWARD_PASSES_PER_STEP = {config.get('backward_passes_per_step', 1)}",
+        "",
         "",
         "def set_env():",
         '    """Export the fusion settings (call before ``hvd.init()``)."""',
@@ -135,6 +139,7 @@ def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:
         "    import horovod.torch as hvd",
         "",
         "    params = dict(model.named_parameters())",
+        '    kwargs.setdefault("backward_passes_per_step", BACKWARD_PASSES_PER_STEP)',
         "    if GROUPS is not None:",
         '        kwargs["groups"] = [[params[name] for name in group] for group in GROUPS]',
         "    return hvd.DistributedOptimizer(",

@@ -113,6 +113,10 @@ def _snippet(plan: Plan, trace: Trace, config: dict, exact: bool) -> str:
         f"(trace {trace.fingerprint()}).",
         "",
         "bucket_size counts parameters.",
+        *([f"Accumulation: {plan.accumulate} micro-batches per step (global_batch_size ="
+           f" micro_batch_size x {plan.accumulate} x data-parallel size); the schedule runs all"
+           " but the last under no_sync, so the gradients are reduced in the last backward."]
+          if plan.accumulate > 1 else []),
         f"{'Exact' if exact else 'Approximate'}: see the notes of `schedopt emit`.",
         '"""',
         "",

@@ -49,6 +49,8 @@ def expressible(plan: Plan, inst: Instance, opts: SolveOptions,
         return None, "per-stage launch orders"
     if plan.prefetch != opts.prefetch:
         return None, f"prefetch {plan.prefetch}"
+    if plan.accumulate != opts.accumulate:
+        return None, f"accumulate {plan.accumulate}"
     segs, reason = inst.segments_of_plan(plan)
     if not segs:
         return None, reason

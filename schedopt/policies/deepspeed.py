@@ -52,8 +52,8 @@ from schedopt.model.plan import Plan, piece_name
 from schedopt.model.trace import Tensor, Trace
 from schedopt.policies.common import Pack, itemsize, new_plan, pack_in_order, positive
 
-__all__ = ["STAGE0_BUCKET_ELEMENTS", "deepspeed", "deepspeed_buckets", "uses_bf16_optimizer",
-           "zero_slices"]
+__all__ = ["STAGE0_BUCKET_ELEMENTS", "check_accumulate", "deepspeed", "deepspeed_buckets",
+           "uses_bf16_optimizer", "zero_slices"]
 
 #: The accelerator's dtype order for the stage-0 fallback (CUDA ``supported_dtypes``).
 _STAGE0_DTYPE_ORDER = ("float32", "float16", "bfloat16")
@@ -274,3 +274,23 @@ def deepspeed(
                                 ("communication_data_type", communication_data_type)) if v}
     return new_plan("deepspeed", trace, cluster, buckets, knobs, partition=partition,
                     overlap=overlap_comm and zero_stage > 0)
+
+
+def check_accumulate(plan: Plan, accumulate: int) -> None:
+    """Refuse gradient accumulation where DeepSpeed reduces at every micro-batch.
+
+    DeepSpeed 0.19.8 ``runtime/engine.py`` (``allreduce_gradients``): "ZeRO stage >= 2
+    communicates during non gradient accumulation boundaries as well" (stage 2's hooks reduce
+    whatever the boundary, ``stage_1_and_2.py``, ``reduce_ready_partitions_and_remove_grads``:
+    ``partition_gradients``); stages 0 and 1 (and ``BF16_Optimizer``) communicate only at the
+    boundary, after the last micro-batch, which is what a plan's ``accumulate`` means.
+
+    Raises
+    ------
+    SchedoptError
+        ``accumulate`` above 1 with ZeRO stage 2.
+    """
+    if accumulate > 1 and plan.knobs.get("zero_stage") == 2:
+        raise SchedoptError("ZeRO stage 2 reduces the gradients at every micro-batch (DeepSpeed "
+                            "0.19.8 engine.py, allreduce_gradients), a plan only after the last:"
+                            " give zero_stage=1 or 0", "deepspeed.accumulate", accumulate)

@@ -10,13 +10,13 @@ from typing import Any
 from schedopt.errors import SchedoptError
 from schedopt.model.cluster import Cluster
 from schedopt.model.limits import check_knob_work, check_knobs, strict_int
-from schedopt.model.plan import Plan
+from schedopt.model.plan import MAX_ACCUMULATE, Plan
 from schedopt.model.trace import DTYPE_BYTES, Trace
 from schedopt.policies.bytescheduler import bytescheduler
 from schedopt.policies.caffe_mpi import caffe_mpi
 from schedopt.policies.cntk import cntk
 from schedopt.policies.ddp import ddp
-from schedopt.policies.deepspeed import deepspeed
+from schedopt.policies.deepspeed import check_accumulate, deepspeed
 from schedopt.policies.fsdp import fsdp
 from schedopt.policies.horovod import horovod
 from schedopt.policies.megatron import megatron
@@ -76,8 +76,16 @@ def sharded_specs(mode: str) -> list[str]:
     return list(SHARDED_SPECS[mode])
 
 
-#: Knobs every policy accepts, applied to the plan it returns.
-COMMON_KNOBS = {"prefetch": 1}
+#: Knobs every policy accepts, applied to the plan it returns: ``prefetch`` (I/O prefetch
+#: depth, 0 or 1) and ``accumulate`` (micro-batches per step, gradients reduced after the last:
+#: DDP ``no_sync``, Horovod ``backward_passes_per_step``, DeepSpeed
+#: ``gradient_accumulation_steps``, FSDP2 ``set_requires_gradient_sync``).
+COMMON_KNOBS: dict[str, int] = {"prefetch": 1, "accumulate": 1}
+
+
+#: Policies whose framework does not wait for the last micro-batch under some knobs: a check of
+#: the plan and ``accumulate`` that refuses those.
+ACCUMULATE_RULES: dict[str, Callable[[Plan, int], None]] = {"deepspeed": check_accumulate}
 
 
 def _lookup(name: str) -> PolicyFn:
@@ -143,7 +151,23 @@ def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name, knobs
 
 
-def check_spec(spec: str, **extra: Any) -> tuple[str, dict[str, Any], int]:
+def _common(name: str, common: dict[str, Any]) -> dict[str, int]:
+    """The checked common knobs: ``prefetch`` 0 or 1, ``accumulate`` 1 to MAX_ACCUMULATE."""
+    bounds = {"prefetch": (0, 1), "accumulate": (1, MAX_ACCUMULATE)}
+    out: dict[str, int] = {}
+    for key, value in common.items():
+        try:
+            number = strict_int(value)
+        except ValueError:
+            number = None
+        lo, hi = bounds[key]
+        if number is None or not lo <= number <= hi:
+            raise SchedoptError(f"must be an integer from {lo} to {hi}", f"{name}.{key}", value)
+        out[key] = number
+    return out
+
+
+def check_spec(spec: str, **extra: Any) -> tuple[str, dict[str, Any], dict[str, int]]:
     """Check what of a policy spec needs no trace: the name, the knob names and their types.
 
     Parameters
@@ -156,7 +180,8 @@ def check_spec(spec: str, **extra: Any) -> tuple[str, dict[str, Any], int]:
     Returns
     -------
     tuple
-        The policy name, its knobs (``prefetch`` taken out) and the prefetch depth.
+        The policy name, its knobs (the common knobs taken out) and the common knobs
+        (``prefetch``, ``accumulate``).
 
     Raises
     ------
@@ -174,14 +199,9 @@ def check_spec(spec: str, **extra: Any) -> tuple[str, dict[str, Any], int]:
             raise SchedoptError(
                 f"unknown knob for {name} (knobs: {', '.join(allowed)})", f"{name}.knob", key
             )
-    try:
-        prefetch = strict_int(common["prefetch"])
-    except ValueError:
-        prefetch = None
-    if prefetch not in (0, 1):
-        raise SchedoptError("must be 0 or 1", f"{name}.prefetch", common["prefetch"])
+    common_values = _common(name, common)
     check_knobs(name, fn, {k: v for k, v in knobs.items() if k not in extra})
-    return name, knobs, prefetch
+    return name, knobs, common_values
 
 
 def make_plan(trace: Trace, cluster: Cluster, spec: str, **extra: Any) -> Plan:
@@ -192,7 +212,7 @@ def make_plan(trace: Trace, cluster: Cluster, spec: str, **extra: Any) -> Plan:
     SchedoptError
         Unknown policy or knob, or a knob value the policy rejects.
     """
-    name, knobs, prefetch = check_spec(spec, **extra)
+    name, knobs, common = check_spec(spec, **extra)
     fn = _lookup(name)
     if name in ("horovod", "bytescheduler"):
         check_knob_work(name, knobs, [(t.bytes, DTYPE_BYTES[t.dtype])
@@ -203,4 +223,9 @@ def make_plan(trace: Trace, cluster: Cluster, spec: str, **extra: Any) -> Plan:
         if isinstance(exc, SchedoptError):
             raise
         raise SchedoptError(str(exc), f"{name}.knobs", knobs) from exc
-    return plan.model_copy(update={"prefetch": prefetch})
+    if name in ACCUMULATE_RULES:
+        ACCUMULATE_RULES[name](plan, common["accumulate"])
+    if common["accumulate"] != 1:  # stated in the plan's knobs as the spec gave it
+        plan = plan.model_copy(update={"knobs": {**plan.knobs,
+                                                 "accumulate": common["accumulate"]}})
+    return plan.model_copy(update=common)
