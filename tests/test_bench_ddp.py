@@ -11,7 +11,9 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -25,12 +27,16 @@ from schedopt.files import load_trace
 from schedopt.measure.bench_comm import CommBench, bench_comm, format_nccl_tests, parse_sizes
 from schedopt.measure.bench_ddp import ddp_configs
 from schedopt.measure.comm_tables import read_pattern, read_slowdowns
-from schedopt.measure.launch import Launch
+from schedopt.measure.launch import ENV_VARS, Launch
 from schedopt.measure.measurements import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, read_measurements
 from schedopt.model.cluster import Cluster
 from schedopt.policies import make_plan
 
+from .hostile import refused
+from .test_framework_code import free_port
+
 runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
 
 MODELS = textwrap.dedent("""
     import os, time
@@ -320,3 +326,130 @@ def test_manual_buckets_divide_while_copying_as_ddp() -> None:
     for p, g in zip(params, grads, strict=True):
         assert p.grad.shape == p.shape and torch.equal(p.grad, g * 0.5)
         assert p.grad.data_ptr() >= flat.data_ptr()  # a view of the bucket, no copy
+
+
+# ------------------------------------------------------------ under torchrun (--launcher env)
+#: bench-ddp of the tiny model, the least work that still builds DDP's buckets.
+DDP_TINY = ["bench-ddp", "benchmodels:tiny", "--input-shape", "8,32", "--trace", "tiny.json",
+            "--cluster", "two.json", "--iters", "2", "--warmup", "2", "--timeout", "60"]
+
+
+def _torchrun(port: int, nodes: int, procs: int, node: int, *args: str) -> subprocess.Popen:
+    """``python -m torch.distributed.run ... -m schedopt ARGS`` (gloo over loopback)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                         if p)}
+    for name in ENV_VARS:  # only torchrun's own
+        env.pop(name, None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes),
+           "--nproc-per-node", str(procs), "--node-rank", str(node), "--master-addr",
+           "127.0.0.1", "--master-port", str(port), "-m", "schedopt", *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _finish(procs: list[subprocess.Popen], timeout: float = 90) -> list[tuple[int, str, str]]:
+    """Wait for every process (killing them all past ``timeout``): status, stdout, stderr."""
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
+
+
+def _tiny_inputs() -> None:
+    Path("two.json").write_text(json.dumps(CLUSTER))
+    _profile("tiny")
+
+
+def _same_shape(source: str) -> str:
+    """A row's ``source`` without how the ranks were started and the page-fault count."""
+    source = re.sub(r"2 ranks on \d+ nodes? \(launcher env\)", "2 procs", source)
+    return re.sub(r"[\d,]+ minor page faults", "N minor page faults", source)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_torchrun_one_node_rank0_writes_the_local_rows(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    _tiny_inputs()
+    policies = ["-p", "ddp:bucket_cap_mb=0.1", "-p", "sync-easgd"]
+    [(code, out, err)] = _finish([_torchrun(free_port(), 1, 2, 0, *DDP_TINY, *policies,
+                                            "--out", "env.csv", "--launcher", "env")])
+    assert code == 0, err[-3000:]
+    assert out.count("wrote env.csv: 2 rows (gloo, 2 ranks on 1 node (launcher env),") == 1
+    assert "Traceback" not in err and "note: WORLD_SIZE" not in err  # --launcher env given
+    _ok(runner.invoke(app, [*DDP_TINY, *policies, "--out", "local.csv"]))
+    env_rows, local_rows = _read_csv(Path("env.csv")), _read_csv(Path("local.csv"))
+    assert [list(r) for r in env_rows] == [list(r) for r in local_rows]
+    assert [(r["policy"], r["samples"], r["nodes"], _same_shape(r["source"])) for r in env_rows
+            ] == [(r["policy"], r["samples"], r["nodes"], _same_shape(r["source"]))
+                  for r in local_rows]
+    assert all("2 ranks on 1 node (launcher env)" in r["source"] for r in env_rows)
+    assert "DDP built the 2 planned buckets" in env_rows[0]["source"]
+    assert len(read_measurements("env.csv")) == 2  # what calibrate and validate read
+    assert sorted(p.name for p in Path().glob("*.csv")) == ["env.csv", "local.csv"]
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_torchrun_two_nodes_auto_detected(workdir: Path) -> None:
+    pytest.importorskip("torch")
+    _tiny_inputs()
+    port = free_port()
+    args = [*DDP_TINY, "-p", "ddp:bucket_cap_mb=0.1", "--out", "runs.csv"]  # --launcher auto
+    done = _finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)])
+    for code, _, err in done:
+        assert code == 0, err[-3000:]
+    (_, out0, err0), (_, out1, _) = done
+    assert "note: WORLD_SIZE is set: bench-ddp runs as one of the 2 ranks" in err0
+    assert "wrote runs.csv: 1 rows (gloo, 2 ranks on 2 nodes (launcher env)," in out0
+    assert "wrote" not in out1  # rank 1 (node 1) writes nothing
+    [row] = _read_csv(Path("runs.csv"))
+    assert row["source"].startswith("bench-ddp gloo 2 ranks on 2 nodes (launcher env) ")
+    assert int(row["samples"]) == 2 * 2 and "DDP built the 2 planned buckets" in row["source"]
+
+
+HOSTILE_ENV = {
+    "world-not-a-number": ({"WORLD_SIZE": "abc"}, [], "error: WORLD_SIZE: "),
+    "world-of-one": ({"WORLD_SIZE": "1"}, [], "error: WORLD_SIZE: "),
+    "rank-not-below-world": ({"RANK": "2"}, [], "error: RANK: "),
+    "rank-negative": ({"RANK": "-1"}, [], "error: RANK: "),
+    "local-rank-missing": ({"LOCAL_RANK": None}, [], "error: LOCAL_RANK: not set"),
+    "addr-missing": ({"MASTER_ADDR": None}, [], "error: MASTER_ADDR: not set"),
+    "addr-blank": ({"MASTER_ADDR": " "}, [], "error: MASTER_ADDR: "),
+    "port-out-of-range": ({"MASTER_PORT": "70000"}, [], "error: MASTER_PORT: "),
+    "procs-not-world": ({}, ["--procs", "4"], "error: --procs: the launcher started"),
+    "launcher-without-env": ({name: None for name in ENV_VARS}, ["--launcher", "env"],
+                             "error: WORLD_SIZE: not set"),
+}
+
+
+@pytest.mark.parametrize("case_id", sorted(HOSTILE_ENV))
+def test_hostile_launcher_env(case_id: str, workdir: Path, monkeypatch: pytest.MonkeyPatch,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    changes, extra, needle = HOSTILE_ENV[case_id]
+    env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": "29500"}
+    for name, value in {**env, **changes}.items():
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    line = refused([*DDP_TINY, "-p", "ddp", "--out", "runs.csv", *extra], needle, workdir,
+                   capsys)
+    assert line.startswith(needle)
+
+
+def test_module_entry_refuses_a_bad_launcher_variable(workdir: Path) -> None:
+    """``python -m schedopt`` (what ``torchrun -m schedopt`` runs) ends in one line, exit 2."""
+    env = {**os.environ, "WORLD_SIZE": "abc", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "schedopt", *DDP_TINY, "-p", "ddp", "--out",
+                           "runs.csv"], env=env, capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == "error: WORLD_SIZE: must be an integer from 2 to 1048576 (got 'abc')\n"
+    assert not list(workdir.glob("*.csv")) and not list(workdir.glob(".runs.csv*"))

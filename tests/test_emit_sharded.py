@@ -82,7 +82,8 @@ def test_fsdp_settings_follow_the_plan() -> None:
     out = emit(tr, None, plan, "fsdp")
     assert out.exact and out.notes == []
     assert out.config == {"groups": [["emb"], ["blocks.0"], ["blocks.1"], ["head"]],
-                          "reshard_after_forward": False, "forward_prefetch": 3,
+                          "reshard_after_forward": False,
+                          "root_reshard_after_forward": False, "forward_prefetch": 3,
                           "backward_prefetch": 2, "reduce_dtype": "bfloat16", "accumulate": 4}
     assert json.loads(out.files["fsdp.json"]) == out.config
     snippet = out.files["fsdp_snippet.py"]

@@ -13,12 +13,17 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 pytest.importorskip("torch")
 
 from schedopt.model.plan import Plan, Sharding
+
+if TYPE_CHECKING:
+    from schedopt.model.cluster import Cluster
+    from schedopt.model.trace import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "fsdp_worker.py"
@@ -54,13 +59,13 @@ CASES = {
 }
 
 
-def _run(tmp_path: Path, plan: Plan) -> dict:
+def _run(tmp_path: Path, plan: Plan, model: str = "tiny") -> dict:
     plan_file, out_file = tmp_path / "plan.json", tmp_path / "out.json"
     plan_file.write_text(plan.model_dump_json())
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen(
         [sys.executable, str(WORKER), str(r), str(WORLD), str(tmp_path / "rendezvous"),
-         str(plan_file), str(out_file)],
+         str(plan_file), str(out_file), model],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for r in range(WORLD)]
     errors = []
@@ -99,15 +104,20 @@ def test_fsdp_groups_are_the_units_and_training_matches(tmp_path: Path, case: st
     _check_padded_collectives(plan, out["comms"])
 
 
-def _check_padded_collectives(plan: Plan, comms: list) -> None:
+def _cluster() -> Cluster:
     from schedopt.model.cluster import Cluster
+
+    return Cluster.model_validate({
+        "name": "w", "nodes": WORLD, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1e9}})
+
+
+def _check_padded_collectives(plan: Plan, comms: list) -> None:
     from schedopt.model.sharded import shard_units
     from tests.fsdp_worker import tiny_trace
 
     assert plan.sharding is not None
-    cluster = Cluster.model_validate({
-        "name": "w", "nodes": WORLD, "gpus_per_node": 1,
-        "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1e9}})
+    cluster = _cluster()
     trace = tiny_trace()
     padded = plan.model_copy(update={"sharding": plan.sharding.model_copy(
         update={"padding": "dim0"})})
@@ -118,10 +128,65 @@ def _check_padded_collectives(plan: Plan, comms: list) -> None:
     assert "head" in plan.sharding.units[-1] and gathered[-1] == 36
     assert [int(b) // 4 for b in plain.param_bytes][-1] == 27
     for step in (0, 1):
-        ag = [n for s, kind, n, _ in comms if s == step and kind == "ag"]
-        rs = [n for s, kind, n, _ in comms if s == step and kind == "rs"]
+        ag = [n for s, kind, n, *_ in comms if s == step and kind == "ag"]
+        rs = [n for s, kind, n, *_ in comms if s == step and kind == "rs"]
         assert set(ag) == set(gathered) and ag[:len(gathered)] == gathered
         assert rs == reduced[::-1]  # one reduce-scatter per unit, in backward order
+
+
+def _simulated_collectives(trace: Trace, plan: Plan) -> dict[str, list[int]]:
+    """The collectives schedopt's simulator serves in one steady step of ``plan``, in the
+    order it serves them, as elements (padded; float32): forward and backward all-gathers and
+    reduce-scatters apart (FSDP2 issues each kind in this order; across kinds only the issue
+    order on the CPU is seen here)."""
+    from schedopt.model.sharded import shard_units
+    from schedopt.simulate.simulator import simulate
+
+    cluster = _cluster()
+    units = shard_units(trace, cluster, plan)
+    sched = simulate(trace, cluster, plan, record=True)
+    tasks = sorted((start, key) for key, (start, _) in sched.tasks.items()
+                   if key[0] in ("ag", "rs") and key[1] == 1)
+    out: dict[str, list[int]] = {"fwd": [], "bwd": [], "rs": []}
+    for _, key in tasks:
+        size = units.param_bytes if key[0] == "ag" else units.grad_bytes
+        out[key[4] if key[0] == "ag" else "rs"].append(int(size[key[2]]) // 4)
+    return out
+
+
+def test_root_group_and_frozen_parameters_match_fsdp2(tmp_path: Path) -> None:
+    """Real FSDP2 on embedding + 3 blocks + norm + head (block 0's first bias, block 1 and the
+    norm frozen): the ``fsdp`` baseline's groups are FSDP2's, and the order and padded sizes of
+    the all-gathers (forward, backward) and reduce-scatters FSDP2 issues are the simulator's."""
+    from schedopt.policies import make_plan
+    from tests.fsdp_worker import rooted_trace
+
+    trace = rooted_trace()
+    plan = make_plan(trace, _cluster(), "fsdp")
+    sh = plan.sharding
+    assert sh is not None and sh.root == ["emb", "norm", "head"]
+    assert sh.units == [[f"blocks.{b}.fc1", f"blocks.{b}.fc2"] for b in range(3)]
+    out = _run(tmp_path, plan, "rooted")
+    groups = [sorted(t + f) for t, f in zip(sh.unit_tensors(trace), sh.unit_frozen(trace),
+                                            strict=True)]
+    assert sorted(sorted(g) for g in out["groups"]) == sorted(groups)
+    for got, ref in zip(out["losses"], out["reference"], strict=True):
+        assert got == pytest.approx(ref, rel=REL_TOL)
+    want = _simulated_collectives(trace, plan)
+    # padded elements: root 80 (emb) + 16 (frozen norm) + 32 + 4 (head [3, 8] and [3] as 4
+    # rows); a block 280; reduced: block 0 less its frozen bias, block 1 none, the root
+    # without the norm, last
+    assert want == {"fwd": [132, 280, 280, 280], "bwd": [280, 280, 280],
+                    "rs": [280, 264, 116]}
+    for step in (0, 1):
+        got: dict[str, list[int]] = {"fwd": [], "bwd": [], "rs": []}
+        seq = [(kind, n) for s, kind, n, *_ in out["comms"] if s == step]
+        for s, kind, n, _, phase in out["comms"]:
+            if s == step:
+                got[phase if kind == "ag" else "rs"].append(n)
+        assert got == want, step
+        # the root group: the step's first collective and its last
+        assert seq[0] == ("ag", 132) and seq[-1] == ("rs", 116)
 
 
 #: FSDP2 and a group of two dtypes: refused when both are trainable, accepted when the

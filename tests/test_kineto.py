@@ -108,19 +108,21 @@ def test_import_matches_ddp_and_simulates_the_step(ddp_traces: list[Path]) -> No
     assert [la.name for la in imp.trace.layers if la.tensors] == ["Linear_0", "Linear_1",
                                                                    "Linear_2"]
     assert imp.trace.total_bytes == (256 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10) * 4
+    # gloo runs two calls at once (its two worker threads), and the import says so
+    assert s["backend"] == "gloo" and s["comm_concurrency"] == imp.concurrency == 2
+    assert 1 <= s["collectives_in_flight_max"] <= 2
     cluster = cluster_from_fit(
         table_curve(parse_comm_text("bytes,time_s,ranks\n" + "".join(
-            f"{n},{t},2\n" for n, t in imp.points))), name="measured", ranks=2)
+            f"{n},{t},2\n" for n, t in imp.points))), name="measured", ranks=2
+    ).model_copy(update={"comm_concurrency": imp.concurrency})
     plan = make_plan(imp.trace, cluster, "ddp:bucket_cap_mb=1,first_bucket_mb=1")
     assert plan.buckets == imp.buckets
     predicted = simulate(imp.trace, cluster, plan).iteration_time_s
-    # the layers' times are means over the steps and ranks: they add up to the mean step. Two
-    # gloo ranks on a 2-core machine move from step to step and run to run (seen: -6% to +33%
-    # against the mean step), so the prediction must lie within 25% of the range the measured
-    # steps span; docs/validation.md gives the measured example (-3.2%)
-    times = s["step_times_s"]
-    assert 0.75 * min(times) <= predicted <= 1.25 * max(times), (
-        predicted, statistics.fmean(times), s)
+    # import -> simulate within 20% of the measured (median) step (10 runs: mean 6.4%, one
+    # of 10 above 15%; benchmarks/kineto_accuracy.py); docs/validation.md gives
+    # the measured examples
+    assert predicted == pytest.approx(s["step_time_s"], rel=0.2), (
+        predicted, statistics.fmean(s["step_times_s"]), s)
 
 
 def test_cli_import_explain_and_fit_comm(ddp_traces: list[Path], tmp_path: Path,

@@ -288,6 +288,7 @@ def _option(command: str, name: str):
     ("bench-comm", "--backend", "n", ["nccl"]),
     ("bench-comm", "--pattern", "", ["isolated", "queued"]),
     ("bench-ddp", "--backend", "", ["gloo", "nccl"]),
+    ("bench-ddp", "--launcher", "", ["auto", "local", "env"]),
     ("profile", "--backend", "g", ["gloo"]),
 ])
 def test_choices_are_completed_and_listed(command: str, option: str, prefix: str,

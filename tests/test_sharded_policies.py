@@ -40,20 +40,26 @@ def test_block_key() -> None:
     assert block_key("lm_head") is None and block_key("transformer.wte") is None
 
 
-def test_fsdp_units_are_blocks_and_root_runs() -> None:
+def test_fsdp_units_are_blocks_and_the_root_group() -> None:
     tr = load_trace("gpt2-124m-a100-bf16")
     plan = make_plan(tr, _cluster(), "fsdp")
     sh = plan.sharding
     assert sh is not None
     assert (sh.mode, sh.forward_prefetch, sh.backward_prefetch, sh.streams) == ("full", 1, 1, 2)
     blocks = {block_key(la.name) for la in tr.layers} - {None}
-    assert len(sh.units) == len(blocks) + 2  # embeddings run, 12 blocks, final norm and head
-    assert sh.units[0] == ["transformer.wte", "transformer.wpe"]
-    assert sh.units[-1] == ["transformer.ln_f", "lm_head"]
-    assert {block_key(n) for n in sh.units[1]} == {"transformer.h.0"}
-    # the tied embedding belongs to the first unit (its earliest layer), not to the head's
+    assert len(sh.units) == len(blocks)  # 12 blocks; the root's layers are the root group
+    assert sh.root == ["transformer.wte", "transformer.wpe", "transformer.ln_f", "lm_head"]
+    assert {block_key(n) for n in sh.units[0]} == {"transformer.h.0"}
+    # the root group is reduce-scattered last: its bucket (with the tied embedding) is last
     assert "transformer.wte.weight" in plan.buckets[-1]
-    assert "transformer.wte.weight" not in plan.buckets[0]
+    assert all("transformer.wte.weight" not in b for b in plan.buckets[:-1])
+    assert simulate(tr, _cluster(), plan).iteration_time_s > 0
+
+
+def test_fsdp_without_blocks_keeps_root_runs_as_units() -> None:
+    plan = make_plan(_trace([8, 8]), _cluster(), "fsdp")
+    assert plan.sharding is not None and plan.sharding.root is None
+    assert plan.sharding.units == [["l0", "l1"]]
 
 
 def test_fsdp_knobs() -> None:

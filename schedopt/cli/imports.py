@@ -79,7 +79,7 @@ def kineto_cmd(
         out.write_json(out_trace, imp.trace.model_dump(mode="json", exclude_none=True))
         if out_cluster is not None:
             cluster = cluster_from_points(imp.points, imp.ranks, out_cluster.name.split(".")[0],
-                                   ", ".join(f.name for f in files))
+                                          ", ".join(f.name for f in files), imp.concurrency)
             out.write_json(out_cluster, cluster.model_dump(mode="json", exclude_none=True))
         if out_points is not None:
             rows = "".join(f"{n},{t!r},{imp.ranks or ''}\n" for n, t in imp.points)

@@ -23,8 +23,12 @@ MAX_REPEATS = 100_000
 BACKENDS = ("gloo", "nccl")
 #: Most alternating rounds of ``bench-ddp``.
 MAX_ROUNDS = 1_000
+#: ``--launcher`` of ``bench-ddp``.
+LAUNCHERS = ("auto", "local", "env")
 
 if TYPE_CHECKING:
+    from schedopt.measure.bench_ddp import DdpRow
+    from schedopt.measure.launch import AnyLaunch
     from schedopt.model.trace import Trace
 
 
@@ -226,7 +230,17 @@ def bench_ddp_cmd(
     input_dtype: Annotated[
         str, typer.Option("--input-dtype", help="float32, or int64 for token ids.")
     ] = "float32",
-    procs: ProcsOpt = 2,
+    procs: Annotated[
+        int | None, typer.Option("--procs", help="Local processes (ranks; default 2). Under a"
+                                 " launcher its WORLD_SIZE counts the ranks.")
+    ] = None,
+    launcher: Annotated[
+        str, typer.Option("--launcher", help="local: start --procs local ranks. env: this"
+                          " process is one rank a launcher started (torchrun, one node or"
+                          " several: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);"
+                          " rank 0 writes --out. auto: env when WORLD_SIZE is set, else local.",
+                          **choice(*LAUNCHERS))
+    ] = "auto",
     backend: Annotated[str, typer.Option("--backend", help="gloo | nccl", **choice(*BACKENDS))
                        ] = "gloo",
     iters: Annotated[int, typer.Option("--iters", help="Timed iterations per run.")] = 20,
@@ -241,40 +255,92 @@ def bench_ddp_cmd(
     threads: ThreadsOpt = 1,
     timeout: TimeoutOpt = 600.0,
 ) -> None:
-    """Run real DistributedDataParallel per policy or plan on local ranks; write measurements
-    rows (needs torch)."""
+    """Run real DistributedDataParallel per policy or plan on local ranks, or as the ranks of
+    torchrun (--launcher env); write measurements rows (needs torch)."""
     from schedopt.files import load_cluster, load_trace, output_files
     from schedopt.measure.bench_ddp import bench_ddp, ddp_configs, rows_csv
-    from schedopt.measure.launch import Launch
+    from schedopt.measure.launch import EnvLaunch, joined
     from schedopt.model.limits import check_int_option
 
-    with user_errors(), output_files({"--out": out}) as files:
+    with user_errors():
         need_torch("bench-ddp")
-        spec = Launch(procs, backend, threads, timeout).check()
+        spec = _ddp_launch(launcher, procs, backend, threads, timeout)
+    writes = not isinstance(spec, EnvLaunch) or spec.writes  # under a launcher: rank 0 alone
+    with user_errors(), output_files({"--out": out if writes else None}) as files:
         check_int_option(iters, "--iters", 2, MAX_REPEATS)
         check_int_option(warmup, "--warmup", 2, MAX_REPEATS)
         check_int_option(rounds, "--rounds", 1, MAX_ROUNDS)
         tr, cl = load_trace(trace), load_cluster(cluster)
         trace_path, cluster_path = instance_path(trace, "trace"), instance_path(cluster,
                                                                                 "cluster")
-        if cl.world_size != procs:
-            raise SchedoptError(f"the cluster has {cl.world_size} ranks, --procs {procs}",
+        if cl.world_size != spec.procs:
+            ranks = "WORLD_SIZE" if isinstance(spec, EnvLaunch) else "--procs"
+            raise SchedoptError(f"the cluster has {cl.world_size} ranks, {ranks} {spec.procs}",
                                 "cluster", str(cluster))
         configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
-        with progress(f"bench-ddp: {len(configs)} configurations x {rounds} rounds on {procs}"
-                      f" {backend} ranks"):
+        _note_auto(launcher, spec)
+        with progress(f"bench-ddp: {len(configs)} configurations x {rounds} rounds on "
+                      f"{spec.procs} {backend} ranks", enabled=writes), joined(spec) as spec:
             rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
                              input_dtype=input_dtype, trace_path=trace_path, iters=iters,
                              warmup=warmup, rounds=rounds, bucket_view=bucket_view)
-        files.write_text(out, rows_csv(rows, trace_ref=_ref(trace, trace_path, out),
-                                       cluster_ref=_ref(cluster, cluster_path, out), spec=spec,
-                                       iters=iters, warmup=warmup))
+        if writes:
+            files.write_text(out, rows_csv(rows, trace_ref=_ref(trace, trace_path, out),
+                                           cluster_ref=_ref(cluster, cluster_path, out),
+                                           spec=spec, iters=iters, warmup=warmup))
+    if writes:
+        _echo_ddp_rows(rows, out, spec)
+
+
+def _ddp_launch(launcher: str, procs: int | None, backend: str, threads: int, timeout: float
+                ) -> AnyLaunch:
+    """How ``bench-ddp`` runs its ranks: ``--launcher auto`` is ``env`` when ``WORLD_SIZE`` is
+    set (:func:`_note_auto` says so), ``local`` otherwise.
+
+    Raises
+    ------
+    SchedoptError
+        A bad option, a launcher variable that is missing or malformed, or ``--procs`` other
+        than the launcher's ``WORLD_SIZE``.
+    """
+    import os
+
+    from schedopt.measure.launch import Launch, env_launch
+
+    if launcher == "local" or (launcher == "auto" and "WORLD_SIZE" not in os.environ):
+        return Launch(2 if procs is None else procs, backend, threads, timeout).check()
+    spec = env_launch(os.environ, backend, threads, timeout)
+    if procs is not None and procs != spec.world_size:
+        raise SchedoptError(f"the launcher started WORLD_SIZE={spec.world_size} ranks; leave "
+                            "--procs out under --launcher env", "--procs", procs)
+    return spec
+
+
+def _note_auto(launcher: str, spec: AnyLaunch) -> None:
+    """Say on rank 0's stderr that ``--launcher auto`` found a launcher's ranks."""
+    from schedopt.measure.launch import EnvLaunch
+
+    if launcher == "auto" and isinstance(spec, EnvLaunch) and spec.writes:
+        typer.echo(f"note: WORLD_SIZE is set: bench-ddp runs as one of the {spec.world_size} "
+                   "ranks a launcher started (--launcher env; --launcher local starts local "
+                   "ranks)", err=True)
+
+
+def _echo_ddp_rows(rows: list[DdpRow], out: Path, spec: AnyLaunch) -> None:
+    """Print ``bench-ddp``'s rows and the file written."""
     for r in rows:
         mark = "ok" if r.buckets_ok else "MISMATCH"
         typer.echo(f"{r.config.label}: {r.median_s * 1e3:.3f} ms (std {r.std_s * 1e3:.3f} ms, "
                    f"{len(r.times)} samples)  buckets {mark}: {r.note}")
-    typer.echo(f"wrote {out}: {len(rows)} rows ({backend}, {procs} processes, "
-               f"OMP_NUM_THREADS={threads})")
+    typer.echo(f"wrote {out}: {len(rows)} rows ({spec.backend}, {_ran_on(spec)}, "
+               f"OMP_NUM_THREADS={spec.threads})")
+
+
+def _ran_on(spec: AnyLaunch) -> str:
+    """``2 processes`` (local ranks), or ``4 ranks on 2 nodes (launcher env)``."""
+    from schedopt.measure.launch import EnvLaunch
+
+    return spec.describe() if isinstance(spec, EnvLaunch) else f"{spec.procs} processes"
 
 
 

@@ -12,7 +12,12 @@ then manages no parameter of its own but drives the lazy initialisation.
 What maps exactly (torch 2.13, read from ``torch/distributed/fsdp/_fully_shard``):
 
 - mode ``full`` -> ``reshard_after_forward=True``; ``grad-op`` -> ``False`` (set explicitly for
-  every group, the root included, overriding FSDP2's root default of ``False``).
+  every unit's group).
+- the plan's root group (``Sharding.root``) -> the parameters left to ``fully_shard`` on the
+  root module, with ``reshard_after_forward=False`` (FSDP2's root default: ``_fsdp_state.py``,
+  ``FSDPState._lazy_init``): gathered at the root's pre-forward, kept through the backward,
+  reduce-scattered in the root's post-backward final callback, as the plan says. Without a
+  root group the root call manages no parameter and gets the units' setting.
 - forward prefetch ``p >= 1``: unit ``u`` calls ``set_modules_to_forward_prefetch`` with units
   ``u+1 .. u+p`` (prefetches are issued after ``u``'s all-gather, so at the start of its
   forward ``u+p`` is in flight). ``p = 1`` is FSDP2's default overlap (the singleton list gives
@@ -74,7 +79,8 @@ def _under(prefix: str, name: str) -> bool:
     return prefix == "" or name == prefix or name.startswith(prefix + ".")
 
 
-def unit_modules(units: list[list[str]], layer_names: list[str]) -> list[list[str]]:
+def unit_modules(units: list[list[str]], layer_names: list[str],
+                 root: list[str] | None = None) -> list[list[str]]:
     """The fewest module names per unit whose parameter-owning layers are exactly the unit's.
 
     For each layer, the outermost ancestor module all of whose layers (trace layers under it)
@@ -87,6 +93,8 @@ def unit_modules(units: list[list[str]], layer_names: list[str]) -> list[list[st
         Layer names per unit (checked against the trace beforehand).
     layer_names
         Every layer of the trace, in forward order.
+    root
+        The plan's root group (layers in no unit, left to ``fully_shard`` on the root), if any.
 
     Returns
     -------
@@ -94,6 +102,7 @@ def unit_modules(units: list[list[str]], layer_names: list[str]) -> list[list[st
         Per unit, module names for one ``fully_shard`` call.
     """
     unit_of = {name: k for k, unit in enumerate(units) for name in unit}
+    unit_of.update(dict.fromkeys(root or [], -1))
     out: list[list[str]] = [[] for _ in units]
     for k, unit in enumerate(units):
         for name in unit:
@@ -111,13 +120,19 @@ def _tied_moves(plan: Plan, trace: Trace, groups: list[list[str]]) -> list[str]:
     """Move modules of layers whose tensors all belong to an earlier unit (tied weights) into
     that unit's call; return a note per move."""
     sharding = _sharding(plan, "fsdp")
-    unit_of_layer = {name: k for k, unit in enumerate(sharding.units) for name in unit}
+    unit_of_layer = {name: k for k, unit in enumerate(sharding.groups) for name in unit}
     owner = trace.tensor_layer_by_name
+    root = len(sharding.units)  # the root group's index, when the plan has one
     notes = []
     for layer in trace.layers:
         k = unit_of_layer[layer.name]
         homes = {unit_of_layer[trace.layers[owner[t.name]].name] for t in layer.tensors}
         home = min(homes, default=k)
+        if k == root or home == root:
+            if home != k:
+                notes.append(f"layer {layer.name} shares a tensor with another group; FSDP2's "
+                             "root call manages only what no unit's call took")
+            continue
         if home != k:
             if layer.name in groups[k]:
                 groups[k].remove(layer.name)
@@ -143,7 +158,8 @@ def fsdp_config(trace: Trace, plan: Plan, cluster: Cluster | None = None
     -------
     dict, list of str
         ``groups`` (module names per unit, forward order; ``""`` the root),
-        ``reshard_after_forward``, ``forward_prefetch``, ``backward_prefetch`` (depths, 1 is
+        ``reshard_after_forward``, ``root_reshard_after_forward`` (of the root call: False for
+        a plan with a root group), ``forward_prefetch``, ``backward_prefetch`` (depths, 1 is
         FSDP2's default), ``reduce_dtype`` (None: the parameters'), ``accumulate``; and notes.
 
     Raises
@@ -157,7 +173,10 @@ def fsdp_config(trace: Trace, plan: Plan, cluster: Cluster | None = None
     sharding = _sharding(plan, "fsdp")
     plan.check_against(trace, cluster)
     check_group_dtypes(trace, [list(u) for u in sharding.units], "plan.sharding.units")
-    groups = unit_modules([list(u) for u in sharding.units], [la.name for la in trace.layers])
+    if sharding.root is not None:
+        check_group_dtypes(trace, [sharding.root], "plan.sharding.root")
+    groups = unit_modules([list(u) for u in sharding.units], [la.name for la in trace.layers],
+                          sharding.root)
     notes = _tied_moves(plan, trace, groups)
     groups = [g for g in groups if g]
     for field in ("forward_prefetch", "backward_prefetch"):
@@ -176,6 +195,7 @@ def fsdp_config(trace: Trace, plan: Plan, cluster: Cluster | None = None
     config = {
         "groups": groups,
         "reshard_after_forward": sharding.mode == "full",
+        "root_reshard_after_forward": sharding.mode == "full" and sharding.root is None,
         "forward_prefetch": max(sharding.forward_prefetch, DEFAULT_PREFETCH),
         "backward_prefetch": max(sharding.backward_prefetch, DEFAULT_PREFETCH),
         "reduce_dtype": plan.comm_dtype,
@@ -272,8 +292,8 @@ def apply_fsdp(model, mesh=None):
         fully_shard(modules if len(modules) > 1 else modules[0], **kw)
     for names in FSDP["groups"]:
         heads.append(_module(model, names[0]))
-    if "" not in {n for g in FSDP["groups"] for n in g}:
-        fully_shard(model, **kw)
+    if "" not in {n for g in FSDP["groups"] for n in g}:  # the root group, if any
+        fully_shard(model, **{**kw, "reshard_after_forward": FSDP["root_reshard_after_forward"]})
     p, q = FSDP["forward_prefetch"], FSDP["backward_prefetch"]
     for u, head in enumerate(heads):
         if p > 1 and u + 1 < len(heads):

@@ -3,8 +3,9 @@ groups FSDP built.
 
 The settings are the ``fsdp`` emitter's (:func:`schedopt.emit.fsdp.fsdp_config`): one
 ``fully_shard`` call per unit (module names from the trace's layer names), applied bottom-up,
-then the root; reshard after forward from the mode; explicit prefetch lists for depths above
-FSDP2's default of one; ``MixedPrecisionPolicy(reduce_dtype=...)`` from ``comm_dtype``.
+then the root (it manages the plan's root group, not resharded after the forward); reshard
+after forward from the mode; explicit prefetch lists for depths above FSDP2's default of one;
+``MixedPrecisionPolicy(reduce_dtype=...)`` from ``comm_dtype``.
 :func:`train_step` runs the plan's ``accumulate`` micro-batches with the reduce-scatters on the
 last only. FSDP2 runs on CPU with the gloo backend (torch 2.13: gloo has the all-gather into one
 tensor and the reduce-scatter FSDP2 issues), which tests/test_fsdp_torch.py uses.
@@ -78,8 +79,8 @@ def apply_sharded_plan(model: Any, trace: Trace, plan: Plan, *, mesh: Any = None
     for k in sorted(range(len(groups)), key=lambda k: -_depth(groups[k])):
         modules = [_module(model, n) for n in groups[k]]
         fully_shard(modules if len(modules) > 1 else modules[0], **kw)
-    if "" not in {n for g in groups for n in g}:
-        fully_shard(model, **kw)
+    if "" not in {n for g in groups for n in g}:  # the root group, if any
+        fully_shard(model, **{**kw, "reshard_after_forward": config["root_reshard_after_forward"]})
     heads = [_module(model, g[0]) for g in groups]
     p, q = config["forward_prefetch"], config["backward_prefetch"]
     for u, head in enumerate(heads):

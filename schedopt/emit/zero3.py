@@ -15,7 +15,11 @@ sizes only:
   the ``max(p, q)`` units prefetched after it in ``full`` mode; the whole model in ``grad-op``).
 - ``stage3_max_reuse_distance``: 0 in ``full`` mode (release after the forward, gather again in
   the backward); the whole model in ``grad-op`` (keep parameters until their backward).
-- ``reduce_bucket_size``: the largest unit's gradient elements.
+- ``reduce_bucket_size``: the largest unit's gradient elements (frozen parameters, gathered but
+  not reduced, count in the gathered sizes only).
+
+A plan's root group (:attr:`~schedopt.model.plan.Sharding.root`, FSDP2's) counts as a last unit
+in the sizes, with a note: DeepSpeed has no such group.
 - ``stage3_param_persistence_threshold``: 0 (the plan shards every tensor; DeepSpeed's default
   keeps tensors under 100,000 elements unsharded).
 - ``gradient_accumulation_steps``: the plan's ``accumulate``; ``communication_data_type``: its
@@ -57,14 +61,12 @@ def zero3_config(trace: Trace, plan: Plan) -> dict:
     sharding = plan.sharding
     if sharding is None:
         raise SchedoptError("ZeRO stage 3 needs a sharded plan", "plan.sharding", None)
-    units = sharding.check_against(trace)
-    numel = {t.name: t.numel for t in trace.tensor_list}
-    owner = trace.tensor_layer_by_name
-    index = {la.name: i for i, la in enumerate(trace.layers)}
-    # tied tensors count once, in the unit of their owning layer
-    sizes = [sum(numel[t] for t in set(names)
-                 if owner[t] in {index[n] for n in sharding.units[k]})
-             for k, names in enumerate(units)]
+    grads = sharding.check_against(trace)  # per group (units, then the root group)
+    numel = {t.name: t.numel for t in [*trace.tensor_list, *trace.frozen_list]}
+    # tied tensors count once, in the group of their owning layer; frozen ones are gathered
+    reduced = [sum(numel[t] for t in names) for names in grads]
+    sizes = [r + sum(numel[t] for t in names)
+             for r, names in zip(reduced, sharding.unit_frozen(trace), strict=True)]
     total = sum(sizes)
     p, q = sharding.forward_prefetch, sharding.backward_prefetch
     ahead = max((_window(sizes, u + 1, p) for u in range(len(sizes))), default=0)
@@ -80,7 +82,7 @@ def zero3_config(trace: Trace, plan: Plan) -> dict:
         "stage3_max_live_parameters": live,
         "stage3_max_reuse_distance": reuse,
         "stage3_param_persistence_threshold": 0,
-        "reduce_bucket_size": max(sizes),
+        "reduce_bucket_size": max(reduced),
     }
     config: dict = {"zero_optimization": zero, "gradient_accumulation_steps": plan.accumulate}
     if plan.comm_dtype is not None:
@@ -98,6 +100,10 @@ def _notes(plan: Plan, sizes_equal: bool) -> list[str]:
         notes.append("units differ in size; reduce_bucket_size (the largest unit) cuts the "
                      "reduce-scatter buckets by size, not at the unit boundaries")
     assert plan.sharding is not None
+    if plan.sharding.root is not None:
+        notes.append("the root group (gathered once, kept through the backward, reduced last)"
+                     " counts as a last unit in the sizes; DeepSpeed gathers the root's "
+                     "submodules at their hooks like any other")
     if plan.sharding.streams == 1:
         notes.append("streams is 1; DeepSpeed has no setting for it")
     if plan.next_forward != "wait-for-all":

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from schedopt.errors import SchedoptError
-from schedopt.measure.launch import Launch, launch, write_text_atomic
+from schedopt.measure.launch import AnyLaunch, Launch, launch, run_joined, write_text_atomic
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
@@ -221,7 +221,8 @@ def _iterate(job: dict[str, Any], model: Any, ddp: Any, batch: Any, cfg: dict[st
 
 
 def ddp_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
-    """One rank of :func:`bench_ddp` (runs in the process :func:`launch` starts)."""
+    """One rank of :func:`bench_ddp` (in a process :func:`launch` starts, or under a launcher
+    through :func:`~schedopt.measure.launch.run_joined`)."""
     import torch
     import torch.distributed as dist
 
@@ -324,10 +325,14 @@ def summarize(configs: list[DdpConfig], results: list[dict[str, Any]], rnd: int)
     return rows
 
 
-def bench_ddp(configs: list[DdpConfig], spec: Launch, *, factory: str, input_shape: str,
+def bench_ddp(configs: list[DdpConfig], spec: AnyLaunch, *, factory: str, input_shape: str,
               input_dtype: str, trace_path: Path, iters: int, warmup: int, rounds: int = 1,
               bucket_view: bool = True) -> list[DdpRow]:
     """Run every configuration ``rounds`` times, alternately, on ``spec.procs`` ranks.
+
+    A :class:`~schedopt.measure.launch.Launch` starts its local ranks for every round; an
+    :class:`~schedopt.measure.launch.EnvLaunch` (``--launcher env``) runs this process as one
+    rank, inside :func:`~schedopt.measure.launch.joined`, and every rank returns the same rows.
 
     Raises
     ------
@@ -350,20 +355,22 @@ def bench_ddp(configs: list[DdpConfig], spec: Launch, *, factory: str, input_sha
                         "first_bucket_bytes": c.first_bucket_bytes} for c in configs]}
     rows: list[DdpRow] = []
     for rnd in range(rounds):
-        rows += summarize(configs, launch(job, spec), rnd)
+        results = launch(job, spec) if isinstance(spec, Launch) else run_joined(job, spec)
+        rows += summarize(configs, results, rnd)
     return rows
 
 
 def write_rows(path: Path, rows: list[DdpRow], *, trace_ref: str, cluster_ref: str,
-               spec: Launch, iters: int, warmup: int) -> None:
+               spec: AnyLaunch, iters: int, warmup: int) -> None:
     """Write the rows as a measurements CSV (docs/formats.md), atomically."""
     write_text_atomic(path, rows_csv(rows, trace_ref=trace_ref, cluster_ref=cluster_ref,
                                      spec=spec, iters=iters, warmup=warmup))
 
 
-def rows_csv(rows: list[DdpRow], *, trace_ref: str, cluster_ref: str, spec: Launch,
+def rows_csv(rows: list[DdpRow], *, trace_ref: str, cluster_ref: str, spec: AnyLaunch,
              iters: int, warmup: int) -> str:
-    """The rows as the text of a measurements CSV (docs/formats.md)."""
+    """The rows as the text of a measurements CSV (docs/formats.md); each ``source`` says how
+    the ranks ran (``2 procs``, or ``4 ranks on 2 nodes (launcher env)``)."""
     import csv
     import io
 
@@ -374,7 +381,7 @@ def rows_csv(rows: list[DdpRow], *, trace_ref: str, cluster_ref: str, spec: Laun
     w.writerow(["trace", "cluster", "nodes", "policy", "iteration_time_s",
                 "iteration_time_std_s", "samples", "source"])
     for r in rows:
-        src = (f"bench-ddp {spec.backend} {spec.procs} procs OMP_NUM_THREADS={spec.threads} "
+        src = (f"bench-ddp {spec.backend} {spec.describe()} OMP_NUM_THREADS={spec.threads} "
                f"{iters} iters after {warmup} warm-up, round {r.round + 1}; {r.note}")
         if r.faults is not None:
             src += f"; {faults_text(r.faults)}"

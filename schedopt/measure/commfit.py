@@ -543,11 +543,11 @@ def table_curve(samples: CommSamples, min_bytes: int | None = None) -> AllReduce
                         min_bytes=int(sizes[0]), max_bytes=int(sizes[-1]), segments=tuple(segs))
 
 
-def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name: str, source: str
-                 ) -> Any:
+def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name: str, source: str,
+                        concurrency: int = 1) -> Any:
     """A cluster whose all-reduce is the line through measured collectives ``(bytes, s)``
     (``import kineto --out-cluster``); one size, or times no line fits, give the mean seconds
-    per byte.
+    per byte. ``concurrency`` is its ``comm_concurrency`` (the process group's calls in flight).
 
     Raises
     ------
@@ -563,12 +563,15 @@ def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name
     samples = CommSamples(sizes, times, "kineto", ranks, source)
     where = f"measured collectives of {source}"
     try:
-        return cluster_from_fit(fit_alpha_beta(samples, 0), name=name, ranks=ranks, source=where)
+        fit = fit_alpha_beta(samples, 0)
     except SchedoptError:  # one bucket size, or scattered times: the mean seconds per byte
         fit = AllReduceFit.model_validate({
             "alpha_s": 0.0, "beta_s_per_byte": float(times.sum() / sizes.sum()),
             "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max())})
-        return cluster_from_fit(fit, name=name, ranks=ranks, source=where)
+    cluster = cluster_from_fit(fit, name=name, ranks=ranks, source=where)
+    if concurrency == 1:
+        return cluster
+    return cluster.model_copy(update={"comm_concurrency": concurrency})
 
 
 def cluster_from_files(fit: AllReduceFit, samples: CommSamples, paths: list[Path], *,

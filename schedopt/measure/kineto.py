@@ -263,6 +263,8 @@ class _Rank:
         dist = self.meta.get("distributedInfo") or {}
         self.rank = dist.get("rank") if isinstance(dist, dict) else None
         self.world = dist.get("world_size") if isinstance(dist, dict) else None
+        backend = dist.get("backend") if isinstance(dist, dict) else None
+        self.backend = backend if isinstance(backend, str) else None
         base = self.meta.get("baseTimeNanoseconds", 0)
         self.base_ns = int(base) if isinstance(base, int | float) and math.isfinite(base) else 0
         self.offset = 0.0  # µs from the earliest base time of the files (set by the import)
@@ -546,6 +548,9 @@ class KinetoImport:
         Measured collectives ``(bytes, transfer_s)``, one per bucket and step.
     ranks
         Process-group size of the collectives.
+    concurrency
+        Collective calls the process group runs at once (:data:`BACKEND_CONCURRENCY`), for the
+        cluster's ``comm_concurrency``.
     """
 
     trace: Trace
@@ -553,6 +558,25 @@ class KinetoImport:
     summary: dict[str, Any]
     points: list[tuple[int, float]]
     ranks: int | None
+    concurrency: int = 1
+
+
+#: Collective calls a torch process group of each backend runs at once: gloo's two worker
+#: threads (torch 2.13 ``ProcessGroupGloo::Options``, ``threads`` 2; ``runLoop`` takes queued
+#: calls in order); NCCL's one stream per device (every other backend: 1).
+BACKEND_CONCURRENCY = {"gloo": 2}
+
+
+def _in_flight(steps: list[_Step]) -> int:
+    """Most collectives seen in flight at once on one rank in one step."""
+    most = 0
+    for s in steps:
+        edges = sorted([(b.start, 1) for b in s.buckets] + [(b.end, -1) for b in s.buckets])
+        running = 0
+        for _, d in edges:  # an end sorts before a start at the same instant
+            running += d
+            most = max(most, running)
+    return most
 
 
 def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
@@ -651,11 +675,15 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
         trace = Trace.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc, "imported trace") from None
+    backend = ranks[0].backend
+    concurrency = BACKEND_CONCURRENCY.get(backend or "", 1)
     header = {"files": [str(f) for f in files], "ranks": len(ranks),
               "process_group_size": world, "device": "gpu" if gpu else "cpu",
+              "backend": backend, "comm_concurrency": concurrency,
+              "collectives_in_flight_max": _in_flight(used),
               "grouping": grouping, "steps": sorted(by_step), "steps_dropped": dropped}
     summary = _summary(header, method, trace, buckets, used, ref, transfer, host)
-    return KinetoImport(trace, buckets, summary, points, world)
+    return KinetoImport(trace, buckets, summary, points, world, concurrency)
 
 
 def _summary(header: dict[str, Any], method: str, trace: Trace, buckets: list[list[str]],

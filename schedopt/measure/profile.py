@@ -472,9 +472,11 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
                 tensors[home[j]][-1]["rows"] = int(p.shape[0])
     spread_warning([sum(col) for col in zip(*fwd_times, *bwd_times, strict=True)])
     fwd_scale, bwd_scale = _pass_scale(fwd_times), _pass_scale(bwd_times)
+    frozen = _frozen(model, [candidates[i][1] for i in order])
     layers = [{"name": candidates[order[k]][0],
                "forward_s": statistics.median(fwd_times[k]) * fwd_scale,
-               "backward_s": statistics.median(bwd_times[k]) * bwd_scale, "tensors": tensors[k]}
+               "backward_s": statistics.median(bwd_times[k]) * bwd_scale, "tensors": tensors[k],
+               "frozen": frozen[k]}
               for k in range(n)]
     cpu = dev.type != "cuda"  # there the launching thread runs the kernels: never longer
     for k, layer in enumerate(layers if host else []):
@@ -504,6 +506,27 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         if consistent != [t.name for t in trace.ready_order]:
             trace = Trace.model_validate({**data, "grad_ready_order": consistent})
     return trace
+
+
+def _frozen(model: Any, modules: list[Any]) -> list[list[dict[str, Any]]]:
+    """Per layer module, its own parameters without gradients (``requires_grad=False``) as a
+    trace's ``frozen`` entries: gathered by sharded plans, never reduced. Frozen parameters of
+    modules that are not layers (no parameter needing a gradient) are left out."""
+    names: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), name)  # a shared parameter under its first name
+    out: list[list[dict[str, Any]]] = []
+    for module in modules:
+        out.append([{"name": names[id(p)], "bytes": p.numel() * p.element_size(),
+                     "dtype": _dtype_name(p.dtype), **({"rows": int(p.shape[0])}
+                                                       if p.dim() > 1 else {})}
+                    for p in module.parameters(recurse=False) if not p.requires_grad])
+    listed = {id(p) for module in modules for p in module.parameters(recurse=False)}
+    left = [n for n, p in model.named_parameters() if not p.requires_grad and id(p) not in listed]
+    if left:
+        log.warning("left out %d frozen parameters of modules that are not layers (no parameter "
+                    "needing a gradient): %s", len(left), ", ".join(left[:5]))
+    return out
 
 
 class ProfileWarning(UserWarning):

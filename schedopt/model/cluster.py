@@ -43,6 +43,8 @@ __all__ = [
 Collective = Literal["ring", "tree", "hierarchical", "ps"]
 #: Largest per-call host cost (s): anything above is a unit mistake, not a measurement.
 MAX_CALL_S = 1.0
+#: Most collective calls a cluster may run at once (``comm_concurrency``).
+MAX_CONCURRENCY = 64
 PositiveFinite = Field(gt=0.0, allow_inf_nan=False)
 
 
@@ -189,6 +191,10 @@ class Cluster(BaseModel):
     launch_overhead_s, hook_overhead_s
         Host side: time of the launching thread per collective call and per gradient tensor
         (docs/model.md, "Host side"; at most 1 s each).
+    comm_concurrency
+        Collective calls in flight at once (default 1: one after another, as on one NCCL
+        stream). torch's gloo process group runs 2 (two worker threads taking queued calls in
+        order); one-stage collectives only (docs/model.md, "Concurrent collectives").
     shared_pcie
         When true, the batch copy (h2d) and intra-node gradient traffic share one resource.
     pipelined_hierarchical
@@ -229,6 +235,10 @@ class Cluster(BaseModel):
         0.0, ge=0.0, le=MAX_CALL_S,
         description="Host time (s) of the reducer's hook per gradient tensor, on the launching "
         "thread after its layer's backward launch.")
+    comm_concurrency: Int = Field(
+        1, ge=1, le=MAX_CONCURRENCY,
+        description="Collective calls in flight at once (1: one after another; torch's gloo "
+        "process group: 2).")
 
     @model_validator(mode="after")
     def _check(self) -> Cluster:
@@ -265,6 +275,8 @@ class Cluster(BaseModel):
         for key in ("launch_overhead_s", "hook_overhead_s"):
             if getattr(self, key) == 0.0:
                 exclude[key] = True
+        if self.comm_concurrency == 1:
+            exclude["comm_concurrency"] = True
         if self.allreduce is not None and self.allreduce.segments is None:
             exclude["allreduce"] = {"segments": True}
         if not exclude:

@@ -87,8 +87,8 @@ class Sharding(BaseModel):
         the unit's backward (FSDP ``SHARD_GRAD_OP``, ZeRO-2 with gathered parameters). Either way
         a unit's gradients are reduce-scattered after its backward.
     units
-        Layer names per unit, contiguous in forward order, every layer in exactly one unit,
-        every unit holding at least one tensor.
+        Layer names per unit, contiguous in forward order, every layer not in :attr:`root` in
+        exactly one unit, every unit holding at least one tensor (gradient or frozen).
     forward_prefetch, backward_prefetch
         How many all-gathers may run ahead of the unit being computed, in the forward and in
         the backward (FSDP2 ``set_modules_to_forward_prefetch`` / backward prefetch; 0: none).
@@ -100,6 +100,22 @@ class Sharding(BaseModel):
         dimension is padded to a multiple of the world size first (FSDP2's ``Shard(0)``); the
         first dimension is the tensor's ``rows``, or its elements when ``rows`` is unset (a 1-D
         tensor). Left out of the serialised form at ``none``.
+    root
+        Layer names of the root group, or None (the default: no root group, every layer in a
+        unit). FSDP2's ``fully_shard`` on the root module gathers the root's own parameters
+        (embeddings, final norm, head; possibly not contiguous) as one group: all-gathered once
+        per gathering micro-batch at the start of the forward, before any unit's
+        (``_fsdp_state.py``, ``FSDPState._root_pre_forward`` then ``_pre_forward``), kept
+        gathered through the backward (``FSDPState._lazy_init``: the root is not resharded
+        after the forward) and reduce-scattered last, after the backward and every unit's
+        reduce-scatter (``FSDPState._root_post_backward_final_callback``; torch 2.13,
+        ``torch/distributed/fsdp/_fully_shard/``). Its layers are in no unit; every unit's
+        layers are then consecutive in forward order. Left out of the serialised form when
+        None, so older plan files keep their meaning.
+
+    Frozen parameters (:attr:`~schedopt.model.trace.Layer.frozen`) are all-gathered with the
+    group of their layer and never reduce-scattered; a group of frozen parameters only has no
+    reduce-scatter and no bucket.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -116,52 +132,106 @@ class Sharding(BaseModel):
     padding: ShardPadding = Field(
         default="none", description="none, or dim0: first dimensions padded to a multiple of"
                                     " the world size (FSDP2).")
+    root: list[str] | None = Field(
+        default=None, min_length=1, description="Layer names of the root group (FSDP2's root:"
+        " gathered once, kept through the backward, reduce-scattered last), or none.")
 
     @model_serializer(mode="wrap")
     def _drop_no_padding(self, handler: Any) -> Any:
         data = handler(self)
         if isinstance(data, dict) and data.get("padding") == "none":
             data.pop("padding")  # added later: left out when unset (plan files unchanged)
+        if isinstance(data, dict) and data.get("root", 0) is None:
+            data.pop("root")  # likewise
         return data
 
+    @property
+    def groups(self) -> list[list[str]]:
+        """Layer names per parameter group: the units, then the root group when there is one."""
+        return [*self.units, *([self.root] if self.root is not None else [])]
+
     def unit_tensors(self, trace: Trace) -> list[list[str]]:
-        """Each unit's tensor names, in forward order (a tensor shared by several layers belongs
-        to the unit of the earliest), for units already checked (:meth:`check_against`)."""
-        index = {la.name: i for i, la in enumerate(trace.layers)}
-        owner = trace.tensor_layer_by_name  # a tied tensor belongs to its earliest layer
-        return [[t.name for name in unit for t in trace.layers[index[name]].tensors
-                 if owner[t.name] == index[name]] for unit in self.units]
+        """Each group's gradient tensor names (:attr:`groups`: units, then the root), in forward
+        order (a tensor shared by several layers belongs to the group of the earliest), for
+        groups already checked (:meth:`check_against`)."""
+        return _owned(trace, self.groups, trace.tensor_layer_by_name, "tensors")
+
+    def unit_frozen(self, trace: Trace) -> list[list[str]]:
+        """Each group's frozen parameter names (as :meth:`unit_tensors`)."""
+        return _owned(trace, self.groups, trace.frozen_layer_by_name, "frozen")
+
+    def bucket_tensors(self, trace: Trace) -> list[list[str]]:
+        """The plan's buckets: the groups' gradient tensors in reduce-scatter order (units in
+        backward order, then the root group), groups without a gradient tensor left out."""
+        tensors = self.unit_tensors(trace)
+        order = [*reversed(tensors[:len(self.units)]), *tensors[len(self.units):]]
+        return [names for names in order if names]
 
     def check_against(self, trace: Trace) -> list[list[str]]:
-        """Check the units against ``trace`` and return each unit's tensor names (forward order;
-        a tensor shared by several layers belongs to the unit of the earliest).
+        """Check the groups against ``trace`` and return each group's tensor names
+        (:meth:`unit_tensors`).
 
         Raises
         ------
         SchedoptError
-            When a unit names an unknown layer, layers are out of forward order or missing, or
-            a unit holds no tensor.
+            When a unit or the root names an unknown layer, a layer is in two groups or in
+            none, units are out of forward order or not consecutive, or a group holds no
+            parameter (gradient tensor or frozen).
         """
         index = {la.name: i for i, la in enumerate(trace.layers)}
-        flat = [name for unit in self.units for name in unit]
-        for k, unit in enumerate(self.units):
-            if not unit:
-                raise SchedoptError("unit is empty", f"plan.sharding.units[{k}]", unit)
-            for name in unit:
+        for where, names in self._named_groups():
+            if not names:
+                raise SchedoptError("unit is empty", where, names)
+            for name in names:
                 if name not in index:
-                    raise SchedoptError("unknown layer", f"plan.sharding.units[{k}]", name)
-        if [index[name] for name in flat] != list(range(len(trace.layers))):
-            missing = [la.name for la in trace.layers if la.name not in set(flat)]
+                    raise SchedoptError("unknown layer", where, name)
+        self._check_cover(trace, index)
+        tensors = self.unit_tensors(trace)
+        frozen = self.unit_frozen(trace)
+        for (where, names), own, fro in zip(self._named_groups(), tensors, frozen, strict=True):
+            if not own and not fro:
+                what = "root group" if where.endswith("root") else "unit"
+                raise SchedoptError(f"{what} holds no tensor, gradient or frozen (merge it with"
+                                    " a neighbour)", where, names)
+        return tensors
+
+    def _named_groups(self) -> list[tuple[str, list[str]]]:
+        """``(field, layer names)`` of every group, as errors name them."""
+        out = [(f"plan.sharding.units[{k}]", unit) for k, unit in enumerate(self.units)]
+        return out + ([("plan.sharding.root", self.root)] if self.root is not None else [])
+
+    def _check_cover(self, trace: Trace, index: dict[str, int]) -> None:
+        """Every layer in exactly one group; units consecutive, in forward order."""
+        root = self.root or []
+        if len(set(root)) != len(root):
+            raise SchedoptError("layer appears twice", "plan.sharding.root",
+                                next(n for n in root if root.count(n) > 1))
+        flat = [name for unit in self.units for name in unit]
+        both = sorted(set(root) & set(flat), key=index.__getitem__)
+        if both:
+            raise SchedoptError("layer is both in a unit and in the root group",
+                                "plan.sharding.root", both[0])
+        rest = [i for i in range(len(trace.layers)) if trace.layers[i].name not in set(root)]
+        if [index[name] for name in flat] != rest:
+            missing = [trace.layers[i].name for i in rest if trace.layers[i].name not in set(flat)]
             value = missing[0] if missing else flat
             why = ("layer is in no unit" if missing else
                    "every layer must appear once, units contiguous in forward order")
             raise SchedoptError(why, "plan.sharding.units", value)
-        tensors = self.unit_tensors(trace)
-        for k, names in enumerate(tensors):
-            if not names:
-                raise SchedoptError("unit holds no tensor (merge it with a neighbour)",
-                                    f"plan.sharding.units[{k}]", self.units[k])
-        return tensors
+        for k, unit in enumerate(self.units):
+            if index[unit[-1]] - index[unit[0]] != len(unit) - 1:
+                raise SchedoptError("a unit's layers must be consecutive in forward order (a "
+                                    "root layer lies inside it)", f"plan.sharding.units[{k}]",
+                                    unit)
+
+
+def _owned(trace: Trace, groups: list[list[str]], owner: dict[str, int],
+           attr: str) -> list[list[str]]:
+    """Per group, the names in ``attr`` (``tensors`` or ``frozen``) of its layers that the
+    layer owns (``owner``: the earliest layer listing the name)."""
+    index = {la.name: i for i, la in enumerate(trace.layers)}
+    return [[t.name for name in group for t in getattr(trace.layers[index[name]], attr)
+             if owner[t.name] == index[name]] for group in groups]
 
 
 class Plan(BaseModel):
@@ -275,10 +345,12 @@ class Plan(BaseModel):
                 self.cluster_hash,
             )
         if self.sharding is not None:
-            units = self.sharding.check_against(trace)
-            if [sorted(b) for b in self.buckets] != [sorted(u) for u in reversed(units)]:
+            self.sharding.check_against(trace)
+            want = self.sharding.bucket_tensors(trace)
+            if [sorted(b) for b in self.buckets] != [sorted(u) for u in want]:
                 raise SchedoptError("a sharded plan's buckets must be its units' tensors, units"
-                                    " in backward order", "plan.buckets", self.buckets)
+                                    " in backward order, then the root group's",
+                                    "plan.buckets", self.buckets)
         return self.members(trace)
 
     def check_stage_orders(self, cluster: Cluster) -> None:

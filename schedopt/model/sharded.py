@@ -3,9 +3,10 @@
 The simulator (:mod:`schedopt.simulate.simulator`) runs a sharded plan with these pieces; the
 semantics are those of docs/model.md ("Sharded data parallel"):
 
-- :func:`shard_units` turns a plan's units into per-unit arrays: parameter bytes ``P_u``,
-  communicated gradient bytes ``G_u`` (scaled by the plan's ``comm_dtype``), forward and
-  backward compute, and the all-gather and reduce-scatter times of
+- :func:`shard_units` turns a plan's units (and its root group) into per-group arrays:
+  all-gathered bytes ``P_u`` (frozen parameters included), communicated gradient bytes ``G_u``
+  (gradient tensors only, scaled by the plan's ``comm_dtype``), forward and backward compute,
+  the runs of the compute stream, and the all-gather and reduce-scatter times of
   :meth:`~schedopt.model.cluster.Cluster.shard_collective_time`.
 - :class:`Network` is the one network resource: tasks are issued at known times and served one
   at a time, non-preemptively, in issue order (one stream) or all-gathers first (two streams).
@@ -58,35 +59,62 @@ def dim0_padded_numel(numel: int, rows: int | None, world_size: int) -> int:
 
 @dataclass(frozen=True)
 class ShardedUnits:
-    """A sharded plan's units as arrays (forward order, ``u = 0..U-1``).
+    """A sharded plan's parameter groups as arrays: units ``u = 0..U-1`` in forward order, then
+    the root group (index ``U``) when the plan has one (:attr:`~schedopt.model.plan.Sharding.root`).
 
     Attributes
     ----------
     layers
-        Layer indices of every unit.
+        Layer indices of every group.
     param_bytes
-        ``P_u``: the unit's parameter bytes (the tensors' own dtype; first dimensions padded
-        with the plan's ``padding``).
+        ``P_u``: the bytes the group's all-gather moves, frozen parameters included (the
+        tensors' own dtype; first dimensions padded with the plan's ``padding``).
     grad_bytes
-        ``G_u``: the bytes its reduce-scatter moves (``comm_dtype``; padded likewise).
+        ``G_u``: the bytes its reduce-scatter moves: its gradient tensors only (``comm_dtype``;
+        padded likewise); 0 for a group of frozen parameters only, which has no
+        reduce-scatter.
+    grad_mem
+        The group's unreduced gradients (bytes, the tensors' own dtype, padded): ``P_u`` less
+        its frozen parameters.
     forward_s, backward_s
-        The unit's compute (sum over its layers), one micro-batch.
+        The group's compute (sum over its layers), one micro-batch.
     ag_s, rs_s
-        Duration of the unit's all-gather (of ``P_u``) and reduce-scatter (of ``G_u``).
+        Duration of the group's all-gather (of ``P_u``) and reduce-scatter (of ``G_u``).
+    segments
+        The compute stream's runs in forward order: ``(group, layer indices)``, a run of
+        consecutive layers of one group (a unit is one run; the root group one run per
+        stretch of its layers).
+    segment_s
+        Forward and backward seconds of every run (``(runs, 2)``).
+    has_root
+        Whether the last group is the root group.
     """
 
     layers: list[list[int]]
     param_bytes: np.ndarray
     grad_bytes: np.ndarray
+    grad_mem: np.ndarray
     forward_s: np.ndarray
     backward_s: np.ndarray
     ag_s: np.ndarray
     rs_s: np.ndarray
+    segments: list[tuple[int, list[int]]]
+    segment_s: np.ndarray
+    has_root: bool = False
 
     @property
     def num_units(self) -> int:
-        """Number of units."""
-        return len(self.layers)
+        """Number of units (the root group not counted)."""
+        return len(self.layers) - self.has_root
+
+    @property
+    def root(self) -> int | None:
+        """Index of the root group, or None."""
+        return self.num_units if self.has_root else None
+
+    def reduces(self, g: int) -> bool:
+        """Whether group ``g`` has a reduce-scatter (a gradient tensor)."""
+        return bool(self.grad_bytes[g] > 0)
 
 
 def check_sharded_plan(plan: Plan, cluster: Cluster) -> None:
@@ -108,47 +136,76 @@ def check_no_contention(cluster: Cluster) -> None:
     Raises
     ------
     SchedoptError
-        ``overlap_slowdown`` or ``comm_slowdown`` other than 1.
+        ``overlap_slowdown``, ``comm_slowdown`` or ``comm_concurrency`` other than 1.
     """
-    for name in ("overlap_slowdown", "comm_slowdown"):
-        if getattr(cluster, name) != 1.0:
-            raise SchedoptError("contention is not modelled for sharded plans (use 1)",
-                                f"cluster.{name}", getattr(cluster, name))
+    for name in ("overlap_slowdown", "comm_slowdown", "comm_concurrency"):
+        if getattr(cluster, name) != 1:
+            raise SchedoptError("contention and concurrent collectives are not modelled for "
+                                "sharded plans (use 1)", f"cluster.{name}", getattr(cluster, name))
 
 
 def shard_units(trace: Trace, cluster: Cluster, plan: Plan) -> ShardedUnits:
-    """Resolve ``plan``'s units against ``trace`` and cost them on ``cluster``.
+    """Resolve ``plan``'s parameter groups (units, then the root group) against ``trace`` and
+    cost them on ``cluster``.
 
     Raises
     ------
     SchedoptError
-        When the plan is not sharded, its units do not fit the trace, or the cluster's
+        When the plan is not sharded, its groups do not fit the trace, or the cluster's
         collective cannot shard (``ps``).
     """
     if plan.sharding is None:
         raise SchedoptError("the plan is not sharded", "plan.sharding", None)
     check_sharded_plan(plan, cluster)
-    plan.check_against(trace, cluster)  # the units too
-    names = plan.sharding.unit_tensors(trace)
+    plan.check_against(trace, cluster)  # the groups too
+    sh = plan.sharding
     index = {la.name: i for i, la in enumerate(trace.layers)}
-    layers = [[index[n] for n in unit] for unit in plan.sharding.units]
-    world = cluster.world_size
-    if plan.sharding.padding == "dim0" and world > 1:
-        size = {t.name: (dim0_padded_numel(t.numel, t.rows, world) * DTYPE_BYTES[t.dtype], t.dtype)
-                for t in trace.tensor_list}
-    else:
-        size = {t.name: (t.bytes, t.dtype) for t in trace.tensor_list}
+    layers = [[index[n] for n in group] for group in sh.groups]
+    size = _padded_bytes(trace, cluster.world_size if sh.padding == "dim0" else 1)
+    dtype = {t.name: t.dtype for t in [*trace.tensor_list, *trace.frozen_list]}
     target = None if plan.comm_dtype is None else DTYPE_BYTES[plan.comm_dtype]
-    p_b = np.array([sum(size[n][0] for n in unit) for unit in names], dtype=float)
-    g_b = p_b if target is None else np.array(
-        [sum(size[n][0] * target / DTYPE_BYTES[size[n][1]] for n in unit) for unit in names],
-        dtype=float)
-    first = np.cumsum([0] + [len(u) for u in layers[:-1]])  # units are contiguous
-    f_u = np.add.reduceat(trace.forward, first)
-    b_u = np.add.reduceat(trace.backward, first)
+
+    def total(groups: list[list[str]], comm: bool = False) -> np.ndarray:
+        scale = (lambda n: 1.0) if not comm or target is None else (
+            lambda n: target / DTYPE_BYTES[dtype[n]])
+        return np.array([sum(size[n] * scale(n) for n in g) for g in groups], dtype=float)
+
+    grads = sh.unit_tensors(trace)
+    g_mem = total(grads)
+    p_b = g_mem + total(sh.unit_frozen(trace))
+    g_b = total(grads, comm=True)
+    segments = _segments(layers, len(trace.layers))
+    owner = np.array([g for g, _ in segments], dtype=np.int64)
+    first = [lays[0] for _, lays in segments]
+    seg_s = np.stack([np.add.reduceat(trace.forward, first),
+                      np.add.reduceat(trace.backward, first)], axis=1)
+    f_u, b_u = (np.bincount(owner, seg_s[:, k], minlength=len(layers)) for k in (0, 1))
     ag = cluster.shard_collective_time(p_b, plan.collective)
     rs = cluster.shard_collective_time(g_b, plan.collective)
-    return ShardedUnits(layers, p_b, g_b, f_u, b_u, ag, rs)
+    return ShardedUnits(layers, p_b, g_b, g_mem, f_u, b_u, ag, rs, segments, seg_s,
+                        sh.root is not None)
+
+
+def _padded_bytes(trace: Trace, world: int) -> dict[str, int]:
+    """Bytes of every gradient tensor and frozen parameter, first dimensions padded to a
+    multiple of ``world`` (1: unpadded)."""
+    return {t.name: (t.bytes if world == 1 else
+                     dim0_padded_numel(t.numel, t.rows, world) * DTYPE_BYTES[t.dtype])
+            for t in [*trace.tensor_list, *trace.frozen_list]}
+
+
+def _segments(layers: list[list[int]], n: int) -> list[tuple[int, list[int]]]:
+    """The runs ``(group, consecutive layer indices)`` of ``n`` layers in forward order."""
+    group = np.empty(n, dtype=np.int64)
+    for g, lays in enumerate(layers):
+        group[lays] = g
+    out: list[tuple[int, list[int]]] = []
+    for i in range(n):
+        if out and out[-1][0] == group[i]:
+            out[-1][1].append(i)
+        else:
+            out.append((int(group[i]), [i]))
+    return out
 
 
 @dataclass

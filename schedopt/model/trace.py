@@ -52,7 +52,7 @@ def fingerprint(model: BaseModel) -> str:
 
 
 class Tensor(BaseModel):
-    """One gradient tensor.
+    """One gradient tensor, or one frozen parameter (:attr:`Layer.frozen`).
 
     Attributes
     ----------
@@ -98,7 +98,16 @@ class Tensor(BaseModel):
 
 
 class Layer(BaseModel):
-    """One layer: its forward and backward time on one GPU and its gradient tensors."""
+    """One layer: its forward and backward time on one GPU, its gradient tensors and its frozen
+    parameters.
+
+    ``frozen`` lists parameters with ``requires_grad=False`` (name, bytes, dtype, rows as for a
+    tensor; names distinct from every gradient tensor's): sharded plans all-gather them with
+    their unit and never reduce-scatter them (torch 2.13 ``_fsdp_param_group.py``,
+    ``FSDPParamGroup.post_backward``: only parameters with a gradient are reduced); all-reduce
+    plans ignore them (DDP's reducer skips them). Left out of the serialised form when empty,
+    so traces without it keep their hashes.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -106,6 +115,9 @@ class Layer(BaseModel):
     forward_s: Seconds = Field(description="Forward time in seconds (one GPU, per-GPU batch).")
     backward_s: Seconds = Field(description="Backward time in seconds.")
     tensors: list[Tensor] = Field(default_factory=list, description="Gradient tensors.")
+    frozen: list[Tensor] = Field(
+        default_factory=list, description="Parameters without gradients (requires_grad=False):"
+        " all-gathered by sharded plans, never reduced; ignored by all-reduce plans.")
     host_forward_s: Seconds = Field(
         default=0.0, description="Host time to launch the layer's forward (CPU time of the "
         "launching thread; 0: never host-bound).")
@@ -120,7 +132,48 @@ class Layer(BaseModel):
             for key in ("host_forward_s", "host_backward_s"):
                 if data.get(key) == 0.0:
                     data.pop(key)
+            if data.get("frozen") == []:
+                data.pop("frozen")  # likewise, left out when empty
         return data
+
+
+def _check_tensors(tensors: list[Tensor], where: str, seen: dict[str, Tensor],
+                   other: dict[str, Tensor]) -> int:
+    """Check one layer's list of tensors (``where``: its field) against the tensors of the same
+    kind seen so far (``seen``, updated; a repeated name is a tied weight and must be equal) and
+    of the other kind (``other``: a name is a gradient tensor or frozen, not both); return the
+    bytes of the tensors seen for the first time.
+
+    Raises
+    ------
+    SchedoptError
+        A name listed twice in the layer, a tied tensor that differs, a name of the other kind,
+        a name holding the piece separator, bytes not a multiple of the item size.
+    """
+    in_layer: set[str] = set()
+    total = 0
+    for j, t in enumerate(tensors):
+        field = f"{where}[{j}]"
+        if t.name in in_layer:
+            raise SchedoptError("tensor is listed twice in one layer", f"{field}.name", t.name)
+        in_layer.add(t.name)
+        if t.name in other:
+            raise SchedoptError("a parameter is either a gradient tensor or frozen, not both",
+                                f"{field}.name", t.name)
+        first = seen.get(t.name)
+        if first is None:
+            seen[t.name] = t
+            total += t.bytes
+        elif first != t:
+            raise SchedoptError(f"tied tensor {t.name!r} differs from its first occurrence",
+                                field, t.bytes)
+        if PIECE_SEPARATOR in t.name:
+            raise SchedoptError(f"tensor name holds {PIECE_SEPARATOR!r}, which plans use for "
+                                "pieces (name#i); rename the tensor", f"{field}.name", t.name)
+        if t.bytes % DTYPE_BYTES[t.dtype]:
+            raise SchedoptError(f"bytes is not a multiple of the {t.dtype} item size",
+                                f"{field}.bytes", t.bytes)
+    return total
 
 
 class Trace(BaseModel):
@@ -174,40 +227,15 @@ class Trace(BaseModel):
         if self.schema_version != SCHEMA_VERSION:
             raise ValueError(f"unsupported schema_version {self.schema_version}")
         seen: dict[str, Tensor] = {}
+        frozen: dict[str, Tensor] = {}
         total = 0
         for i, layer in enumerate(self.layers):
-            in_layer: set[str] = set()
-            for j, t in enumerate(layer.tensors):
-                if t.name in in_layer:
-                    raise SchedoptError("tensor is listed twice in one layer",
-                                        f"layers[{i}].tensors[{j}].name", t.name)
-                in_layer.add(t.name)
-                other = seen.get(t.name)
-                total += t.bytes if other is None else 0
-                if other is not None and other != t:
-                    raise SchedoptError(
-                        f"tied tensor {t.name!r} differs from its first occurrence",
-                        f"layers[{i}].tensors[{j}]",
-                        t.bytes,
-                    )
-                seen.setdefault(t.name, t)
-                if PIECE_SEPARATOR in t.name:
-                    raise SchedoptError(
-                        f"tensor name holds {PIECE_SEPARATOR!r}, which plans use for pieces "
-                        "(name#i); rename the tensor",
-                        f"layers[{i}].tensors[{j}].name",
-                        t.name,
-                    )
-                if t.bytes % DTYPE_BYTES[t.dtype]:
-                    raise SchedoptError(
-                        f"bytes is not a multiple of the {t.dtype} item size",
-                        f"layers[{i}].tensors[{j}].bytes",
-                        t.bytes,
-                    )
+            total += _check_tensors(layer.tensors, f"layers[{i}].tensors", seen, frozen)
+            total += _check_tensors(layer.frozen, f"layers[{i}].frozen", frozen, seen)
         if not seen:
             raise SchedoptError("the trace has no gradient tensors", "layers", len(self.layers))
         if total > MAX_TOTAL_BYTES:
-            raise SchedoptError(f"the gradients total more than 2^53 bytes ({total:,})",
+            raise SchedoptError(f"the parameters total more than 2^53 bytes ({total:,})",
                                 "layers", len(self.layers))
         if self.grad_ready_order is not None:
             self._check_ready_order()
@@ -251,6 +279,25 @@ class Trace(BaseModel):
         out: dict[str, int] = {}
         for i, layer in enumerate(self.layers):
             for t in layer.tensors:
+                out.setdefault(t.name, i)
+        return out
+
+    @cached_property
+    def frozen_list(self) -> list[Tensor]:
+        """Unique frozen parameters in forward order (tied ones once, at their earliest
+        layer)."""
+        out: dict[str, Tensor] = {}
+        for layer in self.layers:
+            for t in layer.frozen:
+                out.setdefault(t.name, t)
+        return list(out.values())
+
+    @cached_property
+    def frozen_layer_by_name(self) -> dict[str, int]:
+        """Owning layer (earliest in forward order) of every frozen parameter."""
+        out: dict[str, int] = {}
+        for i, layer in enumerate(self.layers):
+            for t in layer.frozen:
                 out.setdefault(t.name, i)
         return out
 
@@ -370,8 +417,9 @@ def median_trace(traces: Sequence[Trace], *, source: str) -> Trace:
         raise SchedoptError("no trace to merge", "traces", 0)
     first = traces[0]
 
-    def shape(t: Trace) -> list[tuple[str, list[tuple[str, int]]]]:
-        return [(lay.name, [(x.name, x.bytes) for x in lay.tensors]) for lay in t.layers]
+    def shape(t: Trace) -> list[tuple[str, list[tuple[str, int]], list[tuple[str, int]]]]:
+        return [(lay.name, [(x.name, x.bytes) for x in lay.tensors],
+                 [(x.name, x.bytes) for x in lay.frozen]) for lay in t.layers]
 
     for t in traces[1:]:
         if shape(t) != shape(first):

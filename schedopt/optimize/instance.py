@@ -321,6 +321,18 @@ def build_instance(trace: Trace, cluster: Cluster, opts: SolveOptions, *,
                    merge: bool | None = None, stage: int | tuple[int, ...] | None = None
                    ) -> Instance:
     """Build the optimizer's :class:`Instance` for ``trace`` on ``cluster`` under ``opts``:
-    the units (:func:`.units.build_units`, same ``merge`` and ``stage``), then the tick."""
+    the units (:func:`.units.build_units`, same ``merge`` and ``stage``), then the tick.
+
+    Raises
+    ------
+    SchedoptError
+        A cluster with concurrent collectives: the formulations serve one call at a time, so
+        their bounds would not hold.
+    """
+    if cluster.comm_concurrency > 1:
+        raise SchedoptError("the optimizer serves one collective at a time; this cluster runs "
+                            f"{cluster.comm_concurrency} at once (simulate and compare its "
+                            "plans instead)", "cluster.comm_concurrency",
+                            cluster.comm_concurrency)
     units = build_units(trace, cluster, opts, merge=merge, stage=stage)
     return Instance(units, choose_tick(units))

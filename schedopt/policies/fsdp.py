@@ -19,13 +19,23 @@ Read in torch 2.13.0, ``torch/distributed/fsdp/_fully_shard/``:
 - ``_fsdp_param_group.py`` (``_init_mp_dtypes``): a group's trainable parameters must share one
   dtype ("FSDP expects uniform original parameter dtype"), checked at the first forward.
 
+- ``_fsdp_state.py``: the root group is all-gathered first, by the root's pre-forward
+  (``FSDPState._root_pre_forward``, then ``_pre_forward``), never resharded after the forward
+  (``_lazy_init`` sets its ``post_forward_mesh_info`` to None: no all-gather in the backward),
+  and reduce-scattered last, in ``_root_post_backward_final_callback`` (its forward inputs need
+  no gradient, so no post-backward hook fires for it earlier).
+- ``_fsdp_param_group.py`` (``FSDPParamGroup.post_backward``): only parameters with a gradient
+  are reduce-scattered (``fsdp_params_with_grad``); a group without one issues none. Frozen
+  parameters (``requires_grad=False``) are all-gathered with their group.
+
 The plan: a unit per block (layers sharing a name prefix that ends in a block index, such as
-``transformer.h.3``) or per top-level child; the root's own layers (embeddings, final norm,
-head) become a unit per contiguous run (an approximation: FSDP2 gathers them as one group and
-keeps it unsharded after the forward); mode ``full``; prefetch 1 and 1; two streams;
-``reduce_dtype`` the communication dtype (``MixedPrecisionPolicy``); padding ``dim0``. A unit
-(or, with ``wrap="block"``, the root's layers together, FSDP2's one root group) whose tensors
-have several dtypes is refused, as FSDP2 refuses it.
+``transformer.h.3``) and the root's own layers (embeddings, final norm, head) as the plan's root
+group (:attr:`~schedopt.model.plan.Sharding.root`), or a unit per top-level child
+(``wrap="child"``, no root group); mode ``full``; prefetch 1 and 1; two streams;
+``reduce_dtype`` the communication dtype (``MixedPrecisionPolicy``); padding ``dim0``; the
+trace's frozen parameters gathered, not reduced. A unit (or, with ``wrap="block"``, the root's
+layers together, FSDP2's one root group) whose trainable tensors have several dtypes is refused,
+as FSDP2 refuses it.
 """
 
 from __future__ import annotations
@@ -37,7 +47,7 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Dtype, Trace
 from schedopt.policies.common import positive
-from schedopt.policies.units import block_key, block_units, child_units, sharded_plan
+from schedopt.policies.units import block_key, block_units_with_root, child_units, sharded_plan
 
 __all__ = ["check_group_dtypes", "fsdp"]
 
@@ -48,7 +58,8 @@ def check_group_dtypes(trace: Trace, groups: list[list[str]], field_name: str) -
     Parameters
     ----------
     trace
-        The instance; a tied tensor counts in the group of its earliest layer.
+        The instance; a tied tensor counts in the group of its earliest layer, frozen
+        parameters not at all (``_init_mp_dtypes`` checks the trainable ones).
     groups
         Layer names per FSDP2 parameter group.
     field_name
@@ -88,8 +99,9 @@ def fsdp(
     trace, cluster
         The instance.
     wrap
-        ``block``: a unit per block, the root's layers a unit per contiguous run; ``child``: a
-        unit per top-level child (first component of the layer name).
+        ``block``: a unit per block, the root's layers the root group (without a block, or
+        when either owns no tensor: the root's layers a unit per contiguous run); ``child``: a
+        unit per top-level child (first component of the layer name), no root group.
     reshard_after_forward
         True: mode ``full``; False: ``grad-op`` (parameters kept from forward to backward).
     forward_prefetch, backward_prefetch
@@ -106,16 +118,16 @@ def fsdp(
     for name, value in (("forward_prefetch", forward_prefetch),
                         ("backward_prefetch", backward_prefetch)):
         positive(value, f"fsdp.{name}", allow_zero=True)
-    units = block_units(trace) if wrap == "block" else child_units(trace)
+    units, root = block_units_with_root(trace) if wrap == "block" else (child_units(trace), [])
     names = [[trace.layers[i].name for i in unit] for unit in units]
     check_group_dtypes(trace, names, "fsdp.units")
     if wrap == "block":  # the root's own layers are one FSDP2 group
-        root = [la.name for la in trace.layers if block_key(la.name) is None]
-        check_group_dtypes(trace, [root] if root else [], "fsdp.root")
+        own = [la.name for la in trace.layers if block_key(la.name) is None]
+        check_group_dtypes(trace, [own], "fsdp.root")
     knobs = {"wrap": wrap, "reshard_after_forward": reshard_after_forward,
              "forward_prefetch": forward_prefetch, "backward_prefetch": backward_prefetch,
              "reduce_dtype": reduce_dtype}
     return sharded_plan("fsdp", trace, cluster, units, knobs,
                         mode="full" if reshard_after_forward else "grad-op",
                         forward_prefetch=forward_prefetch, backward_prefetch=backward_prefetch,
-                        streams=2, comm_dtype=reduce_dtype, padding="dim0")
+                        streams=2, comm_dtype=reduce_dtype, padding="dim0", root=root)

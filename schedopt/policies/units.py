@@ -17,8 +17,8 @@ from schedopt.model.plan import MAX_PREFETCH, Plan, Sharding
 from schedopt.model.trace import Trace
 from schedopt.policies.common import new_plan
 
-__all__ = ["block_key", "block_units", "child_units", "merge_tensorless", "prefetch_depth",
-           "sharded_plan", "size_units"]
+__all__ = ["block_key", "block_units", "block_units_with_root", "child_units",
+           "merge_tensorless", "prefetch_depth", "root_layers", "sharded_plan", "size_units"]
 
 
 def block_key(name: str) -> str | None:
@@ -49,6 +49,33 @@ def block_units(trace: Trace) -> list[list[int]]:
     return merge_tensorless(trace, _runs([block_key(la.name) for la in trace.layers]))
 
 
+def root_layers(trace: Trace) -> list[int]:
+    """The root's own layers: those outside every block (:func:`block_key` None), forward
+    order."""
+    return [i for i, la in enumerate(trace.layers) if block_key(la.name) is None]
+
+
+def block_units_with_root(trace: Trace) -> tuple[list[list[int]], list[int]]:
+    """A unit per block and the root's own layers as one root group (FSDP2's ``fully_shard``
+    per block, then on the root). Blocks without tensors are folded into a neighbour block
+    (:func:`merge_tensorless`). Without a block, or when the root's layers own no tensor,
+    there is no root group: :func:`block_units` (the root's runs as units) and ``[]``.
+    """
+    root = root_layers(trace)
+    blocks = [run for run in _runs([block_key(la.name) for la in trace.layers])
+              if block_key(trace.layers[run[0]].name) is not None]
+    if not blocks or not _owns_any(trace, root) or not _owns_any(
+            trace, [i for b in blocks for i in b]):
+        return block_units(trace), []
+    return merge_tensorless(trace, blocks), root
+
+
+def _owns_any(trace: Trace, layers: list[int]) -> bool:
+    """Whether ``layers`` own a gradient tensor or a frozen parameter."""
+    own = {*trace.tensor_layer_by_name.values(), *trace.frozen_layer_by_name.values()}
+    return any(lay in own for lay in layers)
+
+
 def child_units(trace: Trace) -> list[list[int]]:
     """A unit per top-level child (the first component of the layer name), contiguous runs."""
     return merge_tensorless(trace, _runs([la.name.split(".")[0] for la in trace.layers]))
@@ -75,19 +102,19 @@ def size_units(trace: Trace, limit: int, *, backward: bool = True) -> list[list[
 
 
 def merge_tensorless(trace: Trace, units: list[list[int]]) -> list[list[int]]:
-    """Fold every unit that owns no tensor into the next unit (the last into the one before).
+    """Fold every unit that owns no tensor (gradient or frozen) into the next unit (the last
+    into the one before).
 
     Raises
     ------
     SchedoptError
         When the trace has no tensor at all (nothing to shard).
     """
-    own = set(trace.tensor_layer_by_name.values())
     out: list[list[int]] = []
     carry: list[int] = []
     for unit in units:
         carry = carry + unit
-        if any(lay in own for lay in carry):
+        if _owns_any(trace, carry):
             out.append(carry)
             carry = []
     if carry:
@@ -124,14 +151,18 @@ def prefetch_depth(sizes: list[int], limit: int) -> int:
 def sharded_plan(policy: str, trace: Trace, cluster: Cluster, units: list[list[int]],
                  knobs: dict[str, Any], *, mode: Literal["full", "grad-op"],
                  forward_prefetch: int, backward_prefetch: int, streams: Literal[1, 2],
-                 comm_dtype: Any = None, padding: Literal["none", "dim0"] = "none") -> Plan:
-    """A sharded :class:`Plan` of ``units`` (layer indices, forward order), bound to ``trace``
-    and ``cluster``; buckets are the units' tensors, units in backward order."""
+                 comm_dtype: Any = None, padding: Literal["none", "dim0"] = "none",
+                 root: list[int] | None = None) -> Plan:
+    """A sharded :class:`Plan` of ``units`` (layer indices, forward order) and the root group
+    ``root`` (layer indices; None or empty: none), bound to ``trace`` and ``cluster``; buckets
+    are the groups' gradient tensors in reduce-scatter order (units in backward order, then
+    the root group)."""
     names = [[trace.layers[i].name for i in unit] for unit in units]
     sharding = Sharding(mode=mode, units=names, forward_prefetch=min(forward_prefetch,
                                                                      MAX_PREFETCH),
                         backward_prefetch=min(backward_prefetch, MAX_PREFETCH), streams=streams,
-                        padding=padding)
-    tensors = sharding.check_against(trace)
-    return new_plan(policy, trace, cluster, reversed(tensors), knobs, sharding=sharding,
-                    comm_dtype=comm_dtype)
+                        padding=padding,
+                        root=[trace.layers[i].name for i in root] if root else None)
+    sharding.check_against(trace)
+    return new_plan(policy, trace, cluster, sharding.bucket_tensors(trace), knobs,
+                    sharding=sharding, comm_dtype=comm_dtype)

@@ -113,6 +113,10 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
         raise SchedoptError("the DAG fixes every resource's order in advance; a sharded plan's"
                             " network order follows its issue times (simulate it instead)",
                             "plan.sharding", plan.sharding.mode)
+    if cluster.comm_concurrency > 1:
+        raise SchedoptError("the DAG serves every resource one task at a time; concurrent "
+                            "collectives take whichever channel frees first (simulate instead)",
+                            "cluster.comm_concurrency", cluster.comm_concurrency)
     members = plan.check_against(trace, cluster)
     g = nx.DiGraph()
     stages = cluster.comm_stages(plan.collective)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from schedopt.errors import SchedoptError
 from schedopt.model.cluster import Cluster, CommStage
 from schedopt.model.contention import Contention
 from schedopt.model.limits import check_finite_result
@@ -169,6 +170,8 @@ class Model:
         chain_kind, chain_index, chain_dur, chain_micro = _accumulate(
             trace, plan.accumulate, chain_kind, chain_index, chain_dur)
         used: list[str] = [r for st in stages for r in st.resources]
+        if cluster.comm_concurrency > 1:
+            _check_concurrency(cluster, plan, len(stages), units is not None)
         host = None
         if units is None and (trace.has_host or cluster.has_host):
             host = HostChain.build(trace, cluster, plan, chain_kind, chain_index, chain_micro,
@@ -257,6 +260,19 @@ class HostChain:
         return cls(np.array(dur, dtype=float), keys, of_chain, of_launch)
 
 
+def _check_concurrency(cluster: Cluster, plan: Plan, n_stages: int, sharded: bool) -> None:
+    """Refuse what concurrent collectives are not modelled with: several communication
+    stages, sharded plans, the contention slowdowns."""
+    why = ("a sharded plan" if sharded else
+           f"a collective of {n_stages} stages" if n_stages > 1 else
+           "overlap_slowdown or comm_slowdown above 1" if (
+               cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0) else "")
+    if why:
+        raise SchedoptError(f"concurrent collectives are modelled for one-stage collectives "
+                            f"only, without sharding or contention slowdowns; here: {why}",
+                            "cluster.comm_concurrency", cluster.comm_concurrency)
+
+
 def _accumulate(trace: Trace, k: int, kind: np.ndarray, index: np.ndarray, dur: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
     """The compute chain of ``k`` micro-batches: micro-batch 0's chain (``kind``, ``index``,
@@ -322,6 +338,10 @@ class _Simulator:
                 self.free[r] = 0.0
         self.free["cpu"] = 0.0
         self.free["pcie"] = 0.0
+        #: channels of concurrent collectives, their free times kept in ascending order
+        self.channels = [f"channel#{j}" for j in range(m.cluster.comm_concurrency)]
+        if len(self.channels) > 1:
+            self.free.update(dict.fromkeys(self.channels, 0.0))
         self.compute_free = 0.0
         self.compute_done: dict[int, float] = {}  # end of each iteration's compute (for io)
         self.h2d_end: dict[int, float] = {}
@@ -459,6 +479,8 @@ class _Simulator:
         n_b, n_s = m.comm_dur.shape
         if n_s == 0:
             return ready.copy()
+        if len(self.channels) > 1:
+            return self._comm_concurrent(t, ready)
         if m.shared_stage_resources:
             if len({st.resources for st in m.stages}) == 1:
                 return self._comm_one_chain(t, ready)
@@ -502,6 +524,26 @@ class _Simulator:
                 self._rec(("comm", t, int(bucket[i]), int(stage[i])), ends[i] - dur[i], ends[i],
                           res)
         return end[:, -1]
+
+    def _comm_concurrent(self, t: int, ready: np.ndarray) -> np.ndarray:
+        """One stage, ``comm_concurrency`` calls in flight: calls start in launch order, each
+        once it is ready and a channel is free (the backend's worker threads taking queued calls
+        in order: torch 2.13 ``ProcessGroupGloo::enqueue`` and ``runLoop``)."""
+        m = self.m
+        st, perm, dur = m.stages[0], m.stage_perm[0].tolist(), m.comm_dur[:, 0].tolist()
+        free = [self.free[c] for c in self.channels]  # ascending
+        end = np.empty(len(dur))
+        started = _NEG
+        for k in perm:
+            j = int(np.argmin(free))
+            started = max(float(ready[k]), free[j], started)
+            end[k] = free[j] = started + dur[k]
+            if self.record:
+                self._rec(("comm", t, k, 0), started, end[k],
+                          tuple(f"{r}#{j}" for r in st.resources))
+        free.sort()
+        self.free.update(zip(self.channels, free, strict=True))
+        return end
 
     def _comm_general(self, t: int, ready: np.ndarray) -> np.ndarray:
         """Stages that share a resource: one task list in :meth:`Plan.comm_sequence` order."""
@@ -638,10 +680,11 @@ class _ShardedSimulator(_Simulator):
             clock = self._backward(t, mb, self._forward(t, mb, phi))
             phi = clock
         net.drain()
-        rs_end = max(net.done[("rs", t, u)][1] for u in range(un.num_units))
-        for u in range(un.num_units):
-            self.mem.append((self.grad_from[u], net.done[("rs", t, u)][1],
-                             float(un.param_bytes[u])))
+        reducing = [g for g in range(len(un.layers)) if un.reduces(g)]
+        rs_end = max(net.done[("rs", t, g)][1] for g in reducing)
+        for g in reducing:  # gradients live until their reduce-scatter ends
+            self.mem.append((self.grad_from[g], net.done[("rs", t, g)][1],
+                             float(un.grad_mem[g])))
         if t == 0:
             self.first_done = max(rs_end, clock)
         start = max(clock, rs_end)
@@ -657,34 +700,43 @@ class _ShardedSimulator(_Simulator):
                 self._rec(key, s, e, self.net_res)
         self.compute_done[t] = self.compute_free
 
-    def _run_unit(self, t: int, mb: int, clock: float, u: int, ready: float,
+    def _run_unit(self, t: int, mb: int, clock: float, k: int, ready: float,
                   name: str) -> tuple[float, float]:
-        """Run unit ``u``'s forward or backward after ``clock`` and ``ready``: (start, end)."""
+        """Run the forward or backward of run ``k`` (:attr:`ShardedUnits.segments`: layers of
+        one group) after ``clock`` and ``ready``: (start, end)."""
         start = max(clock, ready)
         self.gap_comm += start - clock
         fwd = name == "fwd"
-        end = start + float(self.un.forward_s[u] if fwd else self.un.backward_s[u])
-        if self.record:  # the unit's layers back to back
+        end = start + float(self.un.segment_s[k, 0 if fwd else 1])
+        if self.record:  # the layers back to back
             times = self.m.trace.forward if fwd else self.m.trace.backward
+            lays = self.un.segments[k][1]
             at = start
-            for lay in self.un.layers[u] if fwd else self.un.layers[u][::-1]:
+            for lay in lays if fwd else lays[::-1]:
                 key = (name, t, lay) if mb == self.m.plan.accumulate - 1 else (name, t, lay, mb)
                 self._rec(key, at, at + float(times[lay]), ("compute",))
                 at += float(times[lay])
         return start, end
 
     def _forward(self, t: int, mb: int, phi: float) -> float:
-        """Micro-batch ``mb``'s forward from ``phi``; returns its end."""
+        """Micro-batch ``mb``'s forward from ``phi``; returns its end. The root group (when the
+        plan has one) is all-gathered first and kept (:meth:`_backward` frees it)."""
         un, net, p = self.un, self.net, self.sh.forward_prefetch
-        n_u, full = un.num_units, self.sh.mode == "full"
+        n_u, full, root = un.num_units, self.sh.mode == "full", un.root
         gather = full or mb == 0
+        if gather and root is not None:  # FSDP2's root pre-forward, before any unit's
+            net.issue(("ag", t, root, mb, "fwd"), phi, float(un.ag_s[root]), False)
         for u in range(min(max(p, 1), n_u) if gather else 0):
             net.issue(("ag", t, u, mb, "fwd"), phi, float(un.ag_s[u]), False)
         clock = phi
-        for u in range(n_u):
+        for k, (u, _) in enumerate(un.segments):
             key = ("ag", t, u, mb, "fwd")
-            start, clock = self._run_unit(t, mb, clock, u,
+            start, clock = self._run_unit(t, mb, clock, k,
                                           net.end_of(key) if gather else _NEG, "fwd")
+            if u == root:
+                if gather:
+                    self.held[u] = net.done[key][0]
+                continue
             if gather and p >= 1 and u + p < n_u:
                 net.issue(("ag", t, u + p, mb, "fwd"), start, float(un.ag_s[u + p]), False)
             if gather and p == 0 and u + 1 < n_u:
@@ -696,20 +748,27 @@ class _ShardedSimulator(_Simulator):
         return clock
 
     def _backward(self, t: int, mb: int, clock: float) -> float:
-        """Micro-batch ``mb``'s backward from ``clock``; returns its end."""
+        """Micro-batch ``mb``'s backward from ``clock``; returns its end. The root group is not
+        gathered again; it is freed at the end and, on the last micro-batch, reduce-scattered
+        after every unit (FSDP2's root post-backward final callback)."""
         un, net, q = self.un, self.net, self.sh.backward_prefetch
-        n_u, full = un.num_units, self.sh.mode == "full"
+        n_u, full, root = un.num_units, self.sh.mode == "full", un.root
         last = mb == self.m.plan.accumulate - 1
         for u in range(n_u - 1, max(n_u - 1 - max(q, 1), -1), -1) if full else ():
             net.issue(("ag", t, u, mb, "bwd"), clock, float(un.ag_s[u]), False)
-        for u in range(n_u - 1, -1, -1):
+        for k in range(len(un.segments) - 1, -1, -1):
+            u = un.segments[k][0]
+            if u == root:
+                start, clock = self._run_unit(t, mb, clock, k, _NEG, "bwd")
+                self.grad_from.setdefault(u, start)
+                continue
             key = ("ag", t, u, mb, "bwd")
-            start, clock = self._run_unit(t, mb, clock, u, net.end_of(key) if full else _NEG,
-                                          "bwd")
+            start, clock = self._run_unit(t, mb, clock, k,
+                                          net.end_of(key) if full else _NEG, "bwd")
             self.grad_from.setdefault(u, start)
             if full and q >= 1 and u - q >= 0:
                 net.issue(("ag", t, u - q, mb, "bwd"), start, float(un.ag_s[u - q]), False)
-            if last:
+            if last and un.reduces(u):
                 net.issue(("rs", t, u), clock, float(un.rs_s[u]), True)
             if full and q == 0 and u >= 1:
                 net.issue(("ag", t, u - 1, mb, "bwd"), clock, float(un.ag_s[u - 1]), False)
@@ -717,6 +776,10 @@ class _ShardedSimulator(_Simulator):
                 self.mem.append((net.done[key][0], clock, float(un.param_bytes[u])))
             elif last:
                 self.mem.append((self.held[u], clock, float(un.param_bytes[u])))
+        if root is not None and (full or last):
+            self.mem.append((self.held[root], clock, float(un.param_bytes[root])))
+        if root is not None and last and un.reduces(root):
+            net.issue(("rs", t, root), clock, float(un.rs_s[root]), True)
         return clock
 
     def totals(self) -> tuple[float, float, float]:

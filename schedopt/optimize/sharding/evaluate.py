@@ -154,6 +154,11 @@ def build_sharded(trace: Trace, cluster: Cluster, mode: str, accumulate: int = 1
                   comm_dtype: str | None = None, prefetch: int = 1) -> ShardedInstance:
     """The :class:`ShardedInstance` of ``trace`` on ``cluster``.
 
+    Frozen parameters (:attr:`~schedopt.model.trace.Layer.frozen`) count in the gathered
+    bytes ``p``, not in ``g``; the memory terms read ``p`` as the gradients' bytes too, so
+    :func:`solve_sharded <schedopt.optimize.sharding.solve.solve_sharded>` refuses a memory cap
+    for a trace with frozen parameters.
+
     Raises
     ------
     SchedoptError
@@ -170,6 +175,8 @@ def build_sharded(trace: Trace, cluster: Cluster, mode: str, accumulate: int = 1
         p[la] += t.bytes
         scale = 1.0 if comm_dtype is None else DTYPE_BYTES[comm_dtype] / DTYPE_BYTES[t.dtype]
         g[la] += t.bytes * scale
+    for t in trace.frozen_list:  # gathered, never reduced
+        p[trace.frozen_layer_by_name[t.name]] += t.bytes
     r = cluster.world_size
     # a tensor shared by several layers (tied weights) belongs to the earliest one's unit
     owned = [[t.name for t in la.tensors if owner[t.name] == i]
@@ -339,10 +346,14 @@ def _backward(inst: ShardedInstance, un: _Units, q: int, net: _Network, t0: floa
 
 def config_of_plan(inst: ShardedInstance, plan: Plan) -> Config | None:
     """The configuration of a sharded ``plan`` in ``inst`` (None when ``inst`` cannot express
-    it: another mode, accumulation, communication dtype or data prefetch, or no sharding)."""
+    it: another mode, accumulation, communication dtype or data prefetch, a root group, or no
+    sharding). A root group (FSDP2's: gathered once, reduced last) is no configuration of the
+    search, whose units cover every layer: such a baseline is simulated and reported, never a
+    start or an incumbent."""
     sh = plan.sharding
     if (sh is None or sh.mode != inst.mode or plan.accumulate != inst.accumulate
-            or plan.comm_dtype != inst.comm_dtype or plan.prefetch != inst.prefetch):
+            or plan.comm_dtype != inst.comm_dtype or plan.prefetch != inst.prefetch
+            or sh.root is not None):
         return None
     starts, i = [], 0
     for unit in sh.units:

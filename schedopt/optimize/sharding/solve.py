@@ -166,11 +166,16 @@ def solve_sharded(trace: Trace, cluster: Cluster, opts: SolveOptions,
     Raises
     ------
     SchedoptError
-        On the ``ps`` collective, or when no plan found fits ``opts.memory_cap_bytes``.
+        On the ``ps`` collective, when no plan found fits ``opts.memory_cap_bytes``, or a cap
+        with frozen parameters in the trace.
     """
     assert opts.sharding is not None
     inst = build_sharded(trace, cluster, opts.sharding, opts.accumulate, None, opts.prefetch)
     cap, floor = opts.memory_cap_bytes, peak_floor(inst)
+    if cap is not None and trace.frozen_list:  # the memory terms read p as gradient bytes
+        raise SchedoptError("a memory cap is not modelled for a trace with frozen parameters "
+                            "(the search counts gradients as parameter bytes)",
+                            "options.memory_cap_bytes", cap)
     if cap is not None and cap < floor:
         raise SchedoptError(f"below the least peak any {opts.sharding} sharded plan can have "
                             f"({floor:,} bytes)", "options.memory_cap_bytes", cap)
@@ -323,6 +328,9 @@ def _baselines(search: _Search, trace: Trace, cluster: Cluster) -> None:
 def _why_not(inst: ShardedInstance, plan: Plan) -> str:
     """Why the options cannot express a sharded baseline's ``plan``, and what would."""
     assert plan.sharding is not None
+    if plan.sharding.root is not None:
+        return ("a root group (gathered once, reduced last; the search's units cover every "
+                "layer)")
     if plan.sharding.mode != inst.mode:
         return f"{plan.sharding.mode} sharding (--sharding {plan.sharding.mode} searches it)"
     if plan.comm_dtype != inst.comm_dtype:
