@@ -563,12 +563,13 @@ def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name
     samples = CommSamples(sizes, times, "kineto", ranks, source)
     where = f"measured collectives of {source}"
     try:
-        fit = fit_alpha_beta(samples, 0)
-    except SchedoptError:  # one bucket size, or scattered times: the mean seconds per byte
+        cluster = cluster_from_fit(fit_alpha_beta(samples, 0), name=name, ranks=ranks,
+                                   source=where)
+    except SchedoptError:  # one bucket size, or times no line fits: the mean seconds per byte
         fit = AllReduceFit.model_validate({
             "alpha_s": 0.0, "beta_s_per_byte": float(times.sum() / sizes.sum()),
             "min_bytes": int(sizes.min()), "max_bytes": int(sizes.max())})
-    cluster = cluster_from_fit(fit, name=name, ranks=ranks, source=where)
+        cluster = cluster_from_fit(fit, name=name, ranks=ranks, source=where)
     if concurrency == 1:
         return cluster
     return cluster.model_copy(update={"comm_concurrency": concurrency})

@@ -831,9 +831,11 @@ def _stages_flow_shop_bound(search: SolveState, inst: Instance) -> None:
     if best.solved or inst.n > BOUND_DP_UNITS:
         return
     per_call = FLOW_BOUND_S * inst.n ** 2  # one programme per bisection step and view
+    calls = int(search.budget.work(FLOW_SHOP_BOUND) / per_call)
+    if calls < 1:  # not one programme within the work left
+        return
     stats: dict[str, int] = {}
-    bound = resource_bound(inst, best.value, best.bound, stats=stats,
-                           max_calls=max(1, int(search.budget.work(FLOW_SHOP_BOUND) / per_call)))
+    bound = resource_bound(inst, best.value, best.bound, stats=stats, max_calls=calls)
     search.budget.spend(stats["calls"] * per_call)
     search.prove(bound, Method.FLOW_SHOP)
 
