@@ -33,6 +33,7 @@ from schedopt.model.cluster import Cluster
 from schedopt.policies import make_plan
 
 from .hostile import refused
+from .processes import finish
 from .test_framework_code import free_port
 
 runner = CliRunner()
@@ -348,18 +349,6 @@ def _torchrun(port: int, nodes: int, procs: int, node: int, *args: str) -> subpr
                             text=True)
 
 
-def _finish(procs: list[subprocess.Popen], timeout: float = 90) -> list[tuple[int, str, str]]:
-    """Wait for every process (killing them all past ``timeout``): status, stdout, stderr."""
-    try:
-        outs = [p.communicate(timeout=timeout) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
-
-
 def _tiny_inputs() -> None:
     Path("two.json").write_text(json.dumps(CLUSTER))
     _profile("tiny")
@@ -377,8 +366,8 @@ def test_torchrun_one_node_rank0_writes_the_local_rows(workdir: Path) -> None:
     pytest.importorskip("torch")
     _tiny_inputs()
     policies = ["-p", "ddp:bucket_cap_mb=0.1", "-p", "sync-easgd"]
-    [(code, out, err)] = _finish([_torchrun(free_port(), 1, 2, 0, *DDP_TINY, *policies,
-                                            "--out", "env.csv", "--launcher", "env")])
+    [(code, out, err)] = finish([_torchrun(free_port(), 1, 2, 0, *DDP_TINY, *policies,
+                                            "--out", "env.csv", "--launcher", "env")], 90)
     assert code == 0, err[-3000:]
     assert out.count("wrote env.csv: 2 rows (gloo, 2 ranks on 1 node (launcher env),") == 1
     assert "Traceback" not in err and "note: WORLD_SIZE" not in err  # --launcher env given
@@ -401,7 +390,7 @@ def test_torchrun_two_nodes_auto_detected(workdir: Path) -> None:
     _tiny_inputs()
     port = free_port()
     args = [*DDP_TINY, "-p", "ddp:bucket_cap_mb=0.1", "--out", "runs.csv"]  # --launcher auto
-    done = _finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)])
+    done = finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)], 90)
     for code, _, err in done:
         assert code == 0, err[-3000:]
     (_, out0, err0), (_, out1, _) = done

@@ -21,6 +21,8 @@ pytest.importorskip("torch")
 
 from schedopt.model.plan import Plan, Sharding
 
+from .processes import finish
+
 if TYPE_CHECKING:
     from schedopt.model.cluster import Cluster
     from schedopt.model.trace import Trace
@@ -237,16 +239,9 @@ def test_fsdp2_refuses_a_group_of_two_dtypes(tmp_path: Path) -> None:
     procs = [subprocess.Popen([sys.executable, "-c", MIXED, str(r), str(tmp_path / "rdv")],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for r in range(WORLD)]
-    outs = []
-    try:
-        outs = [proc.communicate(timeout=TIMEOUT_S) for proc in procs]
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-    assert all(proc.returncode == 0 for proc in procs), outs[0][1][-2000:] if outs else ""
-    got = json.loads(outs[0][0].strip().splitlines()[-1])
+    outs = finish(procs, TIMEOUT_S)
+    assert all(code == 0 for code, _, _ in outs), outs[0][2][-2000:]
+    got = json.loads(outs[0][1].strip().splitlines()[-1])
     assert "uniform original parameter dtype" in got["False"]
     assert got["True"] == "ok"
     # the policy and the emitter refuse such a group

@@ -174,6 +174,27 @@ def _cut(trace: Any, sizes: list[int]) -> list[list[str]]:
     return out
 
 
+def _explain_table(data: dict[str, Any], instance: str) -> None:
+    """Print ``explain``'s table of buckets and its step line."""
+    table = Table(title=f"measured vs predicted: {instance}")
+    for col in ("bucket", "bytes", "start ms (meas/pred)", "duration ms (meas/pred)",
+                "exposed ms (meas/pred)"):
+        table.add_column(col, justify="right")
+    for b in data["buckets"]:
+        table.add_row(str(b["index"]), f"{b['bytes']:,}",
+                      f"{b['measured_start_s'] * 1e3:.3f} / {b['predicted_start_s'] * 1e3:.3f}",
+                      f"{b['measured_duration_s'] * 1e3:.3f} / "
+                      f"{b['predicted_duration_s'] * 1e3:.3f}",
+                      f"{b['measured_exposed_s'] * 1e3:.3f} / "
+                      f"{b['predicted_exposed_s'] * 1e3:.3f}")
+    console.print(table)
+    d = data["difference"]
+    typer.echo(f"step: measured {data['measured_step_s'] * 1e3:.3f} ms, predicted"
+               f" {data['predicted_step_s'] * 1e3:.3f} ms ({data['relative_error']:+.1%});"
+               f" measured - predicted: compute {d['compute_s'] * 1e3:+.3f} ms, communication"
+               f" {d['communication_s'] * 1e3:+.3f} ms, host {d['host_s'] * 1e3:+.3f} ms")
+
+
 def _explain_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """CSV rows of ``explain``: one per bucket, then the step (its durations the step times,
     its exposed times the exposed communication, its differences split as in the table)."""
@@ -250,21 +271,5 @@ def explain_cmd(
     if as_csv:
         print_csv(_explain_rows(data))
         return
-    table = Table(title=f"measured vs predicted: {tr.name} on {cl.name}")
-    for col in ("bucket", "bytes", "start ms (meas/pred)", "duration ms (meas/pred)",
-                "exposed ms (meas/pred)"):
-        table.add_column(col, justify="right")
-    for b in data["buckets"]:
-        table.add_row(str(b["index"]), f"{b['bytes']:,}",
-                      f"{b['measured_start_s'] * 1e3:.3f} / {b['predicted_start_s'] * 1e3:.3f}",
-                      f"{b['measured_duration_s'] * 1e3:.3f} / "
-                      f"{b['predicted_duration_s'] * 1e3:.3f}",
-                      f"{b['measured_exposed_s'] * 1e3:.3f} / "
-                      f"{b['predicted_exposed_s'] * 1e3:.3f}")
-    console.print(table)
-    d = data["difference"]
-    typer.echo(f"step: measured {data['measured_step_s'] * 1e3:.3f} ms, predicted"
-               f" {data['predicted_step_s'] * 1e3:.3f} ms ({data['relative_error']:+.1%});"
-               f" measured - predicted: compute {d['compute_s'] * 1e3:+.3f} ms, communication"
-               f" {d['communication_s'] * 1e3:+.3f} ms, host {d['host_s'] * 1e3:+.3f} ms")
+    _explain_table(data, f"{tr.name} on {cl.name}")
     wrote(gantt)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -257,26 +257,18 @@ def bench_ddp_cmd(
 ) -> None:
     """Run real DistributedDataParallel per policy or plan on local ranks, or as the ranks of
     torchrun (--launcher env); write measurements rows (needs torch)."""
-    from schedopt.files import load_cluster, load_trace, output_files
+    from schedopt.files import output_files
     from schedopt.measure.bench_ddp import bench_ddp, ddp_configs, rows_csv
     from schedopt.measure.launch import EnvLaunch, joined
-    from schedopt.model.limits import check_int_option
 
     with user_errors():
         need_torch("bench-ddp")
         spec = _ddp_launch(launcher, procs, backend, threads, timeout)
     writes = not isinstance(spec, EnvLaunch) or spec.writes  # under a launcher: rank 0 alone
     with user_errors(), output_files({"--out": out if writes else None}) as files:
-        check_int_option(iters, "--iters", 2, MAX_REPEATS)
-        check_int_option(warmup, "--warmup", 2, MAX_REPEATS)
-        check_int_option(rounds, "--rounds", 1, MAX_ROUNDS)
-        tr, cl = load_trace(trace), load_cluster(cluster)
+        tr, cl = _ddp_instance(trace, cluster, spec, iters, warmup, rounds)
         trace_path, cluster_path = instance_path(trace, "trace"), instance_path(cluster,
                                                                                 "cluster")
-        if cl.world_size != spec.procs:
-            ranks = "WORLD_SIZE" if isinstance(spec, EnvLaunch) else "--procs"
-            raise SchedoptError(f"the cluster has {cl.world_size} ranks, {ranks} {spec.procs}",
-                                "cluster", str(cluster))
         configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
         _note_auto(launcher, spec)
         with progress(f"bench-ddp: {len(configs)} configurations x {rounds} rounds on "
@@ -290,6 +282,25 @@ def bench_ddp_cmd(
                                            spec=spec, iters=iters, warmup=warmup))
     if writes:
         _echo_ddp_rows(rows, out, spec)
+
+
+def _ddp_instance(trace: str, cluster: str, spec: AnyLaunch, iters: int, warmup: int,
+                  rounds: int) -> tuple[Any, Any]:
+    """The checked counts of ``bench-ddp`` and its trace and cluster, whose ranks must be the
+    launch's."""
+    from schedopt.files import load_cluster, load_trace
+    from schedopt.measure.launch import EnvLaunch
+    from schedopt.model.limits import check_int_option
+
+    check_int_option(iters, "--iters", 2, MAX_REPEATS)
+    check_int_option(warmup, "--warmup", 2, MAX_REPEATS)
+    check_int_option(rounds, "--rounds", 1, MAX_ROUNDS)
+    tr, cl = load_trace(trace), load_cluster(cluster)
+    if cl.world_size != spec.procs:
+        ranks = "WORLD_SIZE" if isinstance(spec, EnvLaunch) else "--procs"
+        raise SchedoptError(f"the cluster has {cl.world_size} ranks, {ranks} {spec.procs}",
+                            "cluster", str(cluster))
+    return tr, cl
 
 
 def _ddp_launch(launcher: str, procs: int | None, backend: str, threads: int, timeout: float

@@ -264,42 +264,35 @@ class Trace(BaseModel):
             prev = lay
 
     # ------------------------------------------------------------------ derived views
+    def _earliest(self, field: str) -> dict[str, tuple[int, Tensor]]:
+        """Every tensor of ``field`` (``tensors`` or ``frozen``) by name, once: its earliest
+        layer in forward order and the tensor."""
+        out: dict[str, tuple[int, Tensor]] = {}
+        for i, layer in enumerate(self.layers):
+            for t in getattr(layer, field):
+                out.setdefault(t.name, (i, t))
+        return out
+
     @cached_property
     def tensor_list(self) -> list[Tensor]:
         """Unique tensors in forward order (tied weights once, at their earliest layer)."""
-        out: dict[str, Tensor] = {}
-        for layer in self.layers:
-            for t in layer.tensors:
-                out.setdefault(t.name, t)
-        return list(out.values())
+        return [t for _, t in self._earliest("tensors").values()]
 
     @cached_property
     def tensor_layer_by_name(self) -> dict[str, int]:
         """Owning layer (earliest in forward order) of every tensor."""
-        out: dict[str, int] = {}
-        for i, layer in enumerate(self.layers):
-            for t in layer.tensors:
-                out.setdefault(t.name, i)
-        return out
+        return {name: i for name, (i, _) in self._earliest("tensors").items()}
 
     @cached_property
     def frozen_list(self) -> list[Tensor]:
         """Unique frozen parameters in forward order (tied ones once, at their earliest
         layer)."""
-        out: dict[str, Tensor] = {}
-        for layer in self.layers:
-            for t in layer.frozen:
-                out.setdefault(t.name, t)
-        return list(out.values())
+        return [t for _, t in self._earliest("frozen").values()]
 
     @cached_property
     def frozen_layer_by_name(self) -> dict[str, int]:
         """Owning layer (earliest in forward order) of every frozen parameter."""
-        out: dict[str, int] = {}
-        for i, layer in enumerate(self.layers):
-            for t in layer.frozen:
-                out.setdefault(t.name, i)
-        return out
+        return {name: i for name, (i, _) in self._earliest("frozen").items()}
 
     @cached_property
     def ready_order(self) -> list[Tensor]:
