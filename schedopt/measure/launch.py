@@ -361,6 +361,9 @@ def joined(spec: AnyLaunch) -> Iterator[AnyLaunch]:
     _join(spec)
     try:
         yield replace(spec, nodes=len(set(_gather(_node_key(), spec))))
+        # no rank tears its process group down while another still talks to it (gloo aborts
+        # with "terminate called without an active exception")
+        dist.barrier()
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
