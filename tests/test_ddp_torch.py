@@ -175,8 +175,10 @@ RUN = textwrap.dedent("""
         text = data["rebuilt_per_bucket_param_indices"]
         out.append({"buckets": [[int(x) for x in b.split()] for b in text.split(",")],
                     "ready": order, "rebuilt": data.get("has_rebuilt_buckets")})
-    dist.destroy_process_group()
-    print(json.dumps(out))
+    dist.barrier()
+    print(json.dumps(out), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # no teardown: gloo can abort there ("terminate called without an active exception")
 """)
 
 RUN_KNOBS = [{}, {"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1}, {"bucket_cap_mb": 0.05},
@@ -298,9 +300,11 @@ RUN_UNUSED = textwrap.dedent("""
             iterations.append(list(launched))
         data = ddp._get_ddp_logging_data()
         out.append({"iterations": iterations, "rebuilt": data.get("has_rebuilt_buckets")})
-    dist.destroy_process_group()
+    dist.barrier()
     if rank == 0:
-        print(json.dumps(out))
+        print(json.dumps(out), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # no teardown: gloo can abort there ("terminate called without an active exception")
 """)
 
 RUN_UNUSED_KNOBS = [{}, {"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1},
