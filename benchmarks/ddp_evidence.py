@@ -90,7 +90,16 @@ MODELS = {  # name: (factory, input shape, input dtype)
     "mlp": ("benchmarks.ddp_models:mlp", "32,1536", "float32"),
     "bert_small": ("benchmarks.ddp_models:bert_small", "2,64", "int64"),
     "mlp12": ("benchmarks.ddp_models:mlp12", "32,768", "float32"),
+    # chosen before they were measured: convolutional, attention, embedding-heavy
+    "convnet": ("benchmarks.ddp_models:convnet", "4,3,64,64", "float32"),
+    "gpt_small": ("benchmarks.ddp_models:gpt_small", "1,256", "int64"),
+    "dlrm": ("benchmarks.ddp_models:dlrm", "64,8", "int64"),
 }
+#: The bucket caps whose ranking is compared (measured against predicted).
+CAPS = ["ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=5", "ddp:bucket_cap_mb=25",
+        "ddp:bucket_cap_mb=100"]
+#: Pairs of caps whose measured times differ by less than this fraction are counted apart.
+CLOSE = 0.02
 CONFIGS = ["ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=5", "ddp:bucket_cap_mb=25",
            "ddp:bucket_cap_mb=100", "sync-easgd"]
 
@@ -262,6 +271,7 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
         for row, r in zip(rows, rep["rows"], strict=True):  # keyed by the row of record
             per_row.setdefault((row["trace"], config_of(row["policy"])), []).append(
                 (r["measured_s"], r["predicted_s"], r["error"]))
+    table += ranking(per_row)
     heads = " | ".join(f"predicted ms ({VARIANT_NAMES[v]}) | error" for v in VARIANTS)
     print(f"| model | configuration | measured ms | {heads} |\n|"
           + " --- |" * (3 + 2 * len(VARIANTS)))
@@ -269,6 +279,26 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
         preds = " | ".join(f"{p * 1e3:.1f} | {e * 100:+.1f}%" for _, p, e in cells)
         print(f"| {Path(trace).stem} | {cfg} | {cells[0][0] * 1e3:.1f} | {preds} |")
     return table + leave_one_out(d, rows, env)
+
+
+def ranking(per_row: dict[tuple[str, str], list[tuple[float, float, float]]]
+            ) -> list[tuple[str, str, str]]:
+    """Per model: the ranking of the bucket caps of CAPS, measured against predicted (the
+    prediction of record), pair by pair, and the mean |error| of the model's rows."""
+    table = []
+    for m in MODELS:
+        cells = {cfg: c[0] for (trace, cfg), c in per_row.items() if Path(trace).stem == m}
+        caps = [cfg for cfg in CAPS if cfg in cells]
+        pairs = [(a, b) for i, a in enumerate(caps) for b in caps[i + 1:]]
+        right = [(cells[a][0] < cells[b][0]) == (cells[a][1] < cells[b][1]) for a, b in pairs]
+        clear = [r for (a, b), r in zip(pairs, right, strict=True)
+                 if abs(cells[a][0] - cells[b][0]) >= CLOSE * min(cells[a][0], cells[b][0])]
+        errors = [abs(e) for _, _, e in cells.values()]
+        table.append((m, "ranking of the caps 1/5/25/100 MiB, measured against predicted",
+                      f"{sum(right)} of {len(pairs)} pairs right ({sum(clear)} of {len(clear)} "
+                      f"where the measured times differ by {CLOSE:.0%} or more); mean |error| "
+                      f"{statistics.mean(errors) * 100:.1f}% over {len(errors)} rows"))
+    return table
 
 
 #: Parameters ``calibrate`` fits in the leave-one-configuration-out runs: the cluster's, and
@@ -432,7 +462,17 @@ def main() -> None:
     ap.add_argument("--max-load", type=float, default=1.5)
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--skip-measure", action="store_true", help="reuse the runs in --out")
+    ap.add_argument("--models", default=",".join(MODELS),
+                    help=f"comma-separated subset of: {', '.join(MODELS)} (default: all)")
     args = ap.parse_args()
+    chosen = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in chosen if m not in MODELS]
+    if unknown or not chosen:
+        sys.exit(f"--models: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                 f"{', '.join(MODELS)}")
+    for m in list(MODELS):  # every step iterates over MODELS
+        if m not in chosen:
+            del MODELS[m]
     load = os.getloadavg()[0]
     if load > args.max_load and not args.force:
         sys.exit(f"load average {load:.2f} > {args.max_load}: timings would be meaningless "
