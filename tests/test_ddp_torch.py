@@ -178,7 +178,7 @@ RUN = textwrap.dedent("""
     dist.barrier()
     print(json.dumps(out), flush=True)
     sys.stderr.flush()
-    os._exit(0)  # no teardown: gloo can abort there ("terminate called without an active exception")
+    os._exit(0)  # no teardown: gloo may abort there ("terminate called without an active ...")
 """)
 
 RUN_KNOBS = [{}, {"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1}, {"bucket_cap_mb": 0.05},
@@ -304,7 +304,7 @@ RUN_UNUSED = textwrap.dedent("""
     if rank == 0:
         print(json.dumps(out), flush=True)
     sys.stderr.flush()
-    os._exit(0)  # no teardown: gloo can abort there ("terminate called without an active exception")
+    os._exit(0)  # no teardown: gloo may abort there ("terminate called without an active ...")
 """)
 
 RUN_UNUSED_KNOBS = [{}, {"bucket_cap_mb": 0.5}, {"bucket_cap_mb": 1},

@@ -225,7 +225,7 @@ dist.barrier()
 if rank == 0:
     print(json.dumps(out), flush=True)
 sys.stderr.flush()
-os._exit(0)  # no teardown: gloo can abort there ("terminate called without an active exception")
+os._exit(0)  # no teardown: gloo may abort there ("terminate called without an active ...")
 """
 
 

@@ -61,7 +61,7 @@ WORKER = textwrap.dedent("""
         with open(out + ".names", "w") as fh:
             fh.write("\\n".join(n for n, _ in model.named_parameters()))
     dist.barrier()
-    os._exit(0)  # no teardown: gloo can abort there ("terminate called without an active exception")
+    os._exit(0)  # no teardown: gloo may abort there ("terminate called without an active ...")
 """)
 
 
