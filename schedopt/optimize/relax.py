@@ -25,6 +25,10 @@ with host costs (factor 1), and a plan whose simulated period meets that bound i
 The model's search sees the collective calls only through the link's start-up cost, so with a
 host the result also weighs :func:`launch_candidates`: the programme's plans with each call's
 launch cost counted as part of the bucket's start-up, judged by the simulator like every plan.
+
+With the slowdowns and one communication stage, :func:`contention_bound` adds a bound of its
+own, which the full-speed model cannot give: the time that contention costs every plan
+(docs/formulation.md, "Clusters beyond the model").
 """
 
 from __future__ import annotations
@@ -41,9 +45,9 @@ if TYPE_CHECKING:
     from schedopt.model.plan import Plan
     from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_DESCENT_EVALS",
-           "Relaxation", "curve_ratio", "host_free_period", "launch_candidates",
-           "relaxation", "simulated_descent", "without_host"]
+__all__ = ["LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_DESCENT_EVALS", "PER_LAYER_MARGIN",
+           "Relaxation", "contention_bound", "count_candidates", "curve_ratio", "host_free_period",
+           "launch_candidates", "relaxation", "simulated_descent", "without_host"]
 
 #: Multiples of the launch cost tried as extra start-up cost per bucket (:func:`launch_candidates`):
 #: a call delays its own start by one launch when the host runs ahead, and every later backward
@@ -145,6 +149,118 @@ def relaxation(cluster: Cluster, stages: Sequence[CommStage] | None = None, *,
     return Relaxation(factor=factor, effects=tuple(effects), host=host)
 
 
+#: Share of one iteration's communication that the per-layer contention bound leaves out: the
+#: simulator's period spans whole cycles of a repeating state, or else the second half of its
+#: run (``simulate``'s ``max_iterations``, 256: at least 127 iterations), where the work left
+#: at the ends (at most one iteration's communication) can shift the window's share by one
+#: iteration's worth; 1/64 covers every window of 64 iterations or more.
+PER_LAYER_MARGIN = 1.0 / 64
+
+
+def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage], *,
+                     mode: str, total_bytes: int, factor: float = 1.0) -> float | None:
+    r"""A lower bound (seconds) on every plan's period under the slowdowns, or None.
+
+    It holds for one communication stage (each bucket one task, one at a time), in every
+    launch order and bucketing, and is None with several stages and without a slowdown. The
+    period is at least the measure of the union of the compute stream's busy set ``K`` and the
+    communication's busy set ``C`` within a window that does one iteration's compute ``W``
+    (forward, backward, update) and communication ``Σc``:
+
+    * wait-for-all: one iteration, from the end of the previous update to the end of its own
+      (the forward waits for the previous communication, the update for this one);
+    * per-layer: the simulator's window, whole cycles of a repeating state (the work left at
+      both ends is the same) or, without one, the second half of its run, in which the
+      communication done falls short of the iterations' by at most the work left at the end,
+      one iteration's (every update waits for its bucket): :data:`PER_LAYER_MARGIN` of it.
+
+    With ``x = |K ∩ C|`` per iteration, compute runs at speed ``1/s`` on ``K ∩ C`` and at most 1
+    elsewhere, so ``|K \ C| >= W - x/s``; the one stage serves one task at a time, at speed
+    ``1/s_c`` on ``K ∩ C`` and at most 1 elsewhere, so ``|C \ K| >= Σc - x/s_c``. Hence
+
+        T >= W + Σc - γ x,   γ = 1/s + 1/s_c - 1.
+
+    With ``γ <= 0`` (for example ``s = s_c = 2``) this is at least ``W + Σc``. Otherwise the
+    overlap does at most the work it meets: ``x/s <= W_o``, the compute that can run beside
+    communication (wait-for-all: the backward after the first gradient's readiness, as no
+    communication runs before it and the update waits for it all; per-layer: all of ``W``),
+    and ``x/s_c <= Σc``. The resulting ``W + Σc - γ min(s W_o, s_c Σc)`` is non-decreasing in
+    ``Σc`` (slope ``s_c (1 - 1/s) >= 0`` or 1), and every plan communicates every byte in at
+    least one call: ``Σc >= r (alpha + beta N)`` with the curve factor ``r``.
+
+    Parameters
+    ----------
+    trace, cluster
+        The instance.
+    stages
+        The cluster's communication stages (the bound needs exactly one).
+    mode
+        The next-forward mode of the plans (``wait-for-all`` or ``per-layer``).
+    total_bytes
+        The bytes every plan communicates (at most the trace's; fewer only lowers the bound).
+    factor
+        ``r`` of :func:`curve_ratio` (1 without a measured cost curve).
+
+    Returns
+    -------
+    float or None
+        The bound in seconds, or None where it does not apply.
+    """
+    s, s_c = cluster.overlap_slowdown, cluster.comm_slowdown
+    if len(stages) != 1 or (s == 1.0 and s_c == 1.0) or cluster.comm_concurrency != 1:
+        return None
+    if mode not in ("wait-for-all", "per-layer"):
+        return None
+    stage = stages[0]
+    nbytes = min(int(total_bytes), int(trace.total_bytes))
+    if nbytes <= 0:
+        return None
+    comm = max(0.0, factor) * (stage.alpha_s + stage.beta_s_per_byte * nbytes)
+    fwd, bwd = trace.forward, trace.backward
+    work = float(fwd.sum()) + float(bwd.sum()) + trace.update_s
+    if mode == "per-layer":
+        comm *= 1.0 - PER_LAYER_MARGIN
+        overlappable = work
+    else:
+        with_grads = [i for i, layer in enumerate(trace.layers) if layer.tensors]
+        if not with_grads:
+            return None
+        # the backward runs from the last layer down: no bucket is ready before the backward
+        # of the last layer that holds a gradient ends (a tied weight belongs to an earlier
+        # layer, so counting the later layers that name it only lowers the bound)
+        overlappable = float(bwd[: max(with_grads)].sum())
+    gamma = 1.0 / s + 1.0 / s_c - 1.0
+    if gamma <= 0.0:
+        return work + comm
+    return work + comm - gamma * min(s * overlappable, s_c * comm)
+
+
+def count_candidates(inst: Instance) -> list[Segments]:
+    """The wait-for-all programme's best bucketing (cuts between layers) with at most ``c``
+    buckets, for ``c = 1 ..`` :data:`MAX_COUNT_CANDIDATES`: plans with few calls, to simulate
+    where the model leaves out what each call costs (the host side, or the slowdowns, under
+    which a call's overlap with compute is not free). Candidates, not optima.
+
+    Parameters
+    ----------
+    inst
+        The instance of the search (its units, releases and costs in ticks).
+
+    Returns
+    -------
+    list of Segments
+        One plan per bucket count (none without communication).
+    """
+    from schedopt.optimize.dp import min_makespan_by_count
+
+    if not inst.stages:
+        return []
+    limit = min(inst.n, MAX_COUNT_CANDIDATES)
+    return [segs for segs in min_makespan_by_count(inst.r, inst.p, inst.a,
+                                                   inst.layer_first_unit,
+                                                   lambda count: count >= limit) if segs]
+
+
 def launch_candidates(inst: Instance) -> list[Segments]:
     """FIFO plans with few collective calls, to weigh where calls cost host time.
 
@@ -165,15 +281,12 @@ def launch_candidates(inst: Instance) -> list[Segments]:
         One plan per distinct extra start-up, in :data:`LAUNCH_SCALES` order (none without
         communication or launch cost).
     """
-    from schedopt.optimize.dp import min_makespan, min_makespan_by_count
+    from schedopt.optimize.dp import min_makespan
 
     launch = inst.cluster.launch_overhead_s
     if not inst.stages or launch <= 0:
         return []
-    limit = min(inst.n, MAX_COUNT_CANDIDATES)
-    plans = [segs for segs in min_makespan_by_count(inst.r, inst.p, inst.a,
-                                                    inst.layer_first_unit,
-                                                    lambda count: count >= limit) if segs]
+    plans = count_candidates(inst)
     seen: set[int] = set()
     for scale in LAUNCH_SCALES:
         extra = int(inst.ticks(scale * launch))

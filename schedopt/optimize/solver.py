@@ -65,6 +65,8 @@ from schedopt.optimize.model import CommModel, unimodal_order
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.relax import (
     MAX_DESCENT_EVALS,
+    contention_bound,
+    count_candidates,
     host_free_period,
     launch_candidates,
     relaxation,
@@ -906,10 +908,11 @@ def _stages_local_search(search: SolveState, inst: Instance, model: bool) -> Non
 
 
 # ------------------------------------------------------------------------------------ result
-def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float
-                     ) -> tuple[Plan, float, Method] | None:
+def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float,
+                     candidates: list[Segments]) -> tuple[Plan, float, Method] | None:
     """Plans with fewer collective calls, judged by simulation (the model leaves the calls'
-    host cost out): the launch candidates, then a descent from the best FIFO plan. Each
+    host cost or the slowdowns out): ``candidates`` (:func:`.relax.launch_candidates` or
+    :func:`.relax.count_candidates`), then a descent from the best FIFO plan. Each
     simulation is charged :data:`SIM_S_PER_UNIT` per unit to the work left; the wall clock is
     the safety stop, as for every step. The best plan faster than ``sim``, or None."""
     trace, cluster, knobs = search.trace, search.cluster, _knobs(search.opts)
@@ -925,7 +928,7 @@ def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float
     def period(segs: Segments) -> float:
         return simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
 
-    for segs in launch_candidates(inst):
+    for segs in candidates:
         if sims < 1 or out_of_time():
             break
         sims -= 1
@@ -960,8 +963,12 @@ def _result(search: SolveState) -> SolveResult:
     method = best.method
     model_plan = plan
     relax = relaxation(cluster, trace=trace)
-    if relax is not None and relax.host:  # the calls' host cost: plans with fewer calls
-        found = _host_candidates(search, inst, plan, sim)
+    slowed = cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0
+    if relax is not None and (relax.host or slowed):  # what calls cost: plans with fewer
+        candidates = launch_candidates(inst) if relax.host else []
+        if slowed and not candidates:  # overlap is not free: fewer, larger calls
+            candidates = count_candidates(inst)
+        found = _host_candidates(search, inst, plan, sim, candidates)
         if found is not None:
             plan, sim, method = found
             value_s = sim
@@ -988,6 +995,12 @@ def _result(search: SolveState) -> SolveResult:
     else:  # judged by the simulator; the model's bound relaxed to stay valid
         notes.append(relax.note)
         bound_s = best.bound * tick * relax.factor
+        cost = contention_bound(trace, cluster, cluster.comm_stages(), mode=opts.next_forward,
+                                total_bytes=inst.total_bytes, factor=relax.factor)
+        if cost is not None and cost > bound_s:  # the time contention costs every plan
+            notes.append(f"bound {cost:.6g} s from the contention's cost (every iteration's "
+                         "compute and communication share its time)")
+            bound_s = cost
         if relax.only_host and best.bound >= best.value:  # the optimum without a host
             free = host_free_period(trace, cluster, model_plan)
             if abs(best.value * tick - free) <= AGREE * free:

@@ -1,0 +1,214 @@
+"""The contention bound (:func:`schedopt.optimize.relax.contention_bound`) never cuts off a plan.
+
+Checked by brute force against the simulator on small random instances: every plan of four
+gradient tensors (every grouping into buckets, in every launch order, with and without overlap
+and data prefetch) simulates no faster than the bound, on a fitted all-reduce, on a PCIe ring
+whose link the batch copy shares, and on a measured cost curve; then ``solve`` (one worker, a
+work limit) on the same instances reports a bound below the best plan of its class.
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from schedopt.files import load_cluster
+from schedopt.model.cluster import Cluster
+from schedopt.model.plan import Plan
+from schedopt.model.trace import Trace
+from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.instance import build_instance
+from schedopt.optimize.relax import PER_LAYER_MARGIN, contention_bound, relaxation
+from schedopt.simulate.simulator import simulate
+
+#: (s, s_c): both sides of gamma = 1/s + 1/s_c - 1 = 0, and the corners of issue 40
+SLOWDOWNS = [(1.2, 1.0), (1.5, 1.5), (2.0, 2.0), (1.0, 2.0), (3.0, 1.1), (1.05, 4.0)]
+
+SEEDS = range(4)
+
+TOL = 1e-9  # relative: the simulator's floating-point rounding
+
+
+def random_trace(seed: int) -> Trace:
+    """Three or four layers, four gradient tensors (a layer may hold none), times and sizes
+    spread so that communication is from a tenth to twice the compute."""
+    rng = np.random.default_rng([40, seed])
+    n_layers = int(rng.integers(3, 5))
+    owners = sorted(int(x) for x in rng.integers(0, n_layers, size=4))
+    layers = []
+    for i in range(n_layers):
+        fwd = float(rng.uniform(0.2e-3, 2e-3))
+        tensors = [{"name": f"l{i}.t{k}", "bytes": 4 * int(rng.integers(2_500, 750_000))}
+                   for k, o in enumerate(owners) if o == i]
+        layers.append({"name": f"l{i}", "forward_s": fwd,
+                       "backward_s": fwd * float(rng.uniform(1.0, 3.0)), "tensors": tensors})
+    return Trace.model_validate({
+        "name": f"rand-{seed}", "batch_size": 8, "layers": layers,
+        "update_s": float(rng.uniform(0.0, 1e-3)), "io_s": float(rng.uniform(0.0, 2e-3)),
+        "h2d_s": float(rng.uniform(0.0, 1e-3))})
+
+
+def fitted() -> Cluster:
+    """One all-reduce task of 0.5 ms + 1 ms/MB."""
+    return Cluster.model_validate({
+        "name": "fit", "nodes": 4, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1e9},
+        "allreduce": {"alpha_s": 5e-4, "beta_s_per_byte": 1e-9}})
+
+
+def curved() -> Cluster:
+    """A measured cost curve below its line at some sizes (tests/test_optimize_relax.py)."""
+    return Cluster.model_validate({
+        "name": "curve", "nodes": 8, "gpus_per_node": 1,
+        "intra_link": {"bandwidth_Bps": 1e10}, "inter_link": {"bandwidth_Bps": 1e9},
+        "allreduce": {"alpha_s": 8.17e-4, "beta_s_per_byte": 3.356e-10, "segments": [
+            {"min_bytes": 0, "alpha_s": 7.4e-5, "beta_s_per_byte": 1.71e-9},
+            {"min_bytes": 10241, "alpha_s": 9.56e-4, "beta_s_per_byte": 2.45e-10},
+            {"min_bytes": 522241, "alpha_s": 2.17e-3, "beta_s_per_byte": 1.76e-10}]}})
+
+
+def pcie() -> Cluster:
+    """A ring on the PCIe link that the batch copy also uses (shipped, scaled to milliseconds
+    of communication)."""
+    return load_cluster("k80-pcie-4gpu")
+
+
+CLUSTERS = {"fitted": fitted, "curve": curved, "pcie": pcie}
+
+
+def slowed(cluster: Cluster, s: float, s_c: float) -> Cluster:
+    return Cluster.model_validate({**cluster.model_dump(), "overlap_slowdown": s,
+                                   "comm_slowdown": s_c})
+
+
+def ordered_partitions(items: list[str]) -> Iterator[list[list[str]]]:
+    """Every grouping of ``items`` into non-empty buckets, each in every order."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in ordered_partitions(rest):
+        for k in range(len(part)):  # join an existing bucket
+            yield [*part[:k], [first, *part[k]], *part[k + 1:]]
+        for k in range(len(part) + 1):  # a bucket of its own, at every position
+            yield [*part[:k], [first], *part[k:]]
+
+
+def bound_of(trace: Trace, cluster: Cluster, mode: str = "wait-for-all") -> float | None:
+    opts = SolveOptions(next_forward=mode, reorder=mode == "per-layer")
+    inst = build_instance(trace, cluster, opts)
+    relax = relaxation(cluster, trace=trace)
+    factor = 1.0 if relax is None else relax.factor
+    assert inst.stages == tuple(cluster.comm_stages())
+    return contention_bound(trace, cluster, cluster.comm_stages(), mode=mode,
+                            total_bytes=inst.total_bytes, factor=factor)
+
+
+def test_ordered_partitions_counts() -> None:
+    # the ordered Bell (Fubini) numbers 1, 3, 13, 75
+    assert [sum(1 for _ in ordered_partitions(list("abcd")[:n])) for n in (1, 2, 3, 4)] == [
+        1, 3, 13, 75]
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bound_below_every_plan(name: str, seed: int) -> None:
+    trace = random_trace(seed)
+    names = [t.name for t in trace.tensor_list]
+    plans = [Plan(policy="brute", buckets=b, overlap=o, prefetch=p)
+             for b in ordered_partitions(names) for o, p in ((True, 1), (True, 0), (False, 1))]
+    for s, s_c in SLOWDOWNS:
+        cluster = slowed(CLUSTERS[name](), s, s_c)
+        bound = bound_of(trace, cluster)
+        assert bound is not None and bound > 0
+        best = min(simulate(trace, cluster, plan).iteration_time_s for plan in plans)
+        assert bound <= best * (1 + TOL), (name, seed, s, s_c, bound, best)
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_per_layer_bound_below_every_plan(name: str, seed: int) -> None:
+    # the next forward per layer: communication runs beside the next forward too
+    trace = random_trace(seed)
+    names = [t.name for t in trace.tensor_list]
+    plans = [Plan(policy="brute", buckets=b, next_forward="per-layer", prefetch=p)
+             for b in ordered_partitions(names) for p in (1, 0)]
+    for s, s_c in SLOWDOWNS:
+        cluster = slowed(CLUSTERS[name](), s, s_c)
+        bound = bound_of(trace, cluster, "per-layer")
+        assert bound is not None and bound > 0
+        best = min(simulate(trace, cluster, plan).iteration_time_s for plan in plans)
+        assert bound <= best * (1 + TOL), (name, seed, s, s_c, bound, best)
+
+
+def test_per_layer_margin_covers_the_simulators_window() -> None:
+    # without a repeating state the simulator averages the second half of max_iterations
+    # iterations; PER_LAYER_MARGIN assumes that half holds at least 1/margin of them
+    default = inspect.signature(simulate).parameters["max_iterations"].default
+    assert (default - 1 - default // 2) * PER_LAYER_MARGIN >= 1
+
+
+def test_exact_with_symmetric_slowdowns(tiny_trace: Trace, fitted_cluster: Cluster) -> None:
+    # s = s_c = 2: every wait-for-all plan takes F + B + U + its communication, so one bucket
+    # meets the bound (docs/model.md, "Overlap slowdown")
+    cluster = slowed(fitted_cluster, 2.0, 2.0)
+    bound = bound_of(tiny_trace, cluster)
+    one = Plan(policy="one", buckets=[[t.name for t in tiny_trace.tensor_list]])
+    period = simulate(tiny_trace, cluster, one).iteration_time_s
+    assert bound == pytest.approx(period, rel=1e-12)
+    assert bound == pytest.approx(0.004 + 0.008 + 0.001 + 0.012004, rel=1e-12)  # F B alpha beta*n
+
+
+def test_none_where_it_does_not_apply(tiny_trace: Trace, fitted_cluster: Cluster) -> None:
+    assert bound_of(tiny_trace, fitted_cluster) is None  # no slowdown
+    assert bound_of(tiny_trace, fitted_cluster, "per-layer") is None
+    hier = slowed(load_cluster("dgx-a100-4n-hierarchical"), 1.5, 1.5)
+    assert len(hier.comm_stages()) > 1
+    assert bound_of(tiny_trace, hier) is None  # several stages
+
+
+@pytest.mark.parametrize("name", sorted(CLUSTERS))
+@pytest.mark.parametrize(("s", "s_c"), [(1.2, 1.0), (2.0, 2.0), (1.0, 2.0)])
+@pytest.mark.parametrize("mode", ["wait-for-all", "per-layer"])
+def test_solve_bound_below_the_best_plan_of_its_class(name: str, s: float, s_c: float,
+                                                      mode: str) -> None:
+    # the class of the options: contiguous buckets in readiness order, overlapped, prefetch 1
+    # (the baselines' plans are judged too and only lower the plan, not the bound)
+    trace = random_trace(0)
+    cluster = slowed(CLUSTERS[name](), s, s_c)
+    res = solve(trace, cluster, SolveOptions(next_forward=mode, time_limit_s=30.0,
+                                             work_limit_s=1.0, workers=1, seed=0))
+    names = [t.name for t in trace.ready_order]
+    best = np.inf
+    for cuts in itertools.product((False, True), repeat=len(names) - 1):
+        buckets, cur = [], [names[0]]
+        for cut, tensor in zip(cuts, names[1:], strict=True):
+            if cut:
+                buckets.append(cur)
+                cur = []
+            cur.append(tensor)
+        buckets.append(cur)
+        plan = Plan(policy="brute", buckets=buckets, next_forward=mode)
+        best = min(best, simulate(trace, cluster, plan).iteration_time_s)
+    assert res.bound_s <= best * (1 + TOL)
+    assert res.bound_s <= res.iteration_time_s * (1 + TOL)
+    assert res.iteration_time_s == pytest.approx(simulate(trace, cluster, res.plan)
+                                                 .iteration_time_s, rel=1e-12)
+    assert res.gap == pytest.approx(1 - res.bound_s / res.iteration_time_s)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_symmetric_slowdowns_closed_by_one_call(seed: int) -> None:
+    # s = s_c = 2, wait-for-all: every plan takes W + its communication, so the one-bucket
+    # candidate meets the bound W + alpha + beta N, which the full-speed model's bound does not
+    trace = random_trace(seed)
+    cluster = slowed(fitted(), 2.0, 2.0)
+    res = solve(trace, cluster, SolveOptions(time_limit_s=30.0, work_limit_s=1.0, workers=1,
+                                             seed=0))
+    assert res.gap <= 1e-9
+    assert len(res.plan.buckets) == 1
+    assert any("contention" in note for note in res.notes)
