@@ -98,8 +98,8 @@ MODELS = {  # name: (factory, input shape, input dtype)
 #: The bucket caps whose ranking is compared (measured against predicted).
 CAPS = ["ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=5", "ddp:bucket_cap_mb=25",
         "ddp:bucket_cap_mb=100"]
-#: Pairs of caps whose measured times differ by less than this fraction are counted apart.
-CLOSE = 0.02
+#: Predicted times within this fraction of each other tie (``tune``'s resolution, TIE_REL).
+TIE = 1e-3
 CONFIGS = ["ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=5", "ddp:bucket_cap_mb=25",
            "ddp:bucket_cap_mb=100", "sync-easgd"]
 
@@ -271,7 +271,7 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
         for row, r in zip(rows, rep["rows"], strict=True):  # keyed by the row of record
             per_row.setdefault((row["trace"], config_of(row["policy"])), []).append(
                 (r["measured_s"], r["predicted_s"], r["error"]))
-    table += ranking(per_row)
+    table += ranking(per_row, rows)
     heads = " | ".join(f"predicted ms ({VARIANT_NAMES[v]}) | error" for v in VARIANTS)
     print(f"| model | configuration | measured ms | {heads} |\n|"
           + " --- |" * (3 + 2 * len(VARIANTS)))
@@ -281,23 +281,39 @@ def accuracy(d: Path, env: dict[str, str]) -> list[tuple[str, str, str]]:
     return table + leave_one_out(d, rows, env)
 
 
-def ranking(per_row: dict[tuple[str, str], list[tuple[float, float, float]]]
-            ) -> list[tuple[str, str, str]]:
+ROUNDS = re.compile(r"median of \d+ rounds \(([^)]*) ms\)")
+
+
+def ranking(per_row: dict[tuple[str, str], list[tuple[float, float, float]]],
+            rows: list[dict[str, str]]) -> list[tuple[str, str, str]]:
     """Per model: the ranking of the bucket caps of CAPS, measured against predicted (the
-    prediction of record), pair by pair, and the mean |error| of the model's rows."""
+    prediction of record), pair by pair, and the mean |error| of the model's rows.
+
+    A pair is *clear* when the measured rounds of the two caps do not overlap (every round of
+    one faster than every round of the other) and *tied* when the predictions are within
+    :data:`TIE` (the same buckets, or times the model cannot rank); a tie is not counted right.
+    """
+    rounds = {(Path(r["trace"]).stem, config_of(r["policy"])):
+              [float(x) for x in m.group(1).split(",")]
+              for r in rows if (m := ROUNDS.search(r["source"]))}
     table = []
-    for m in MODELS:
-        cells = {cfg: c[0] for (trace, cfg), c in per_row.items() if Path(trace).stem == m}
+    for model in MODELS:
+        cells = {cfg: c[0] for (trace, cfg), c in per_row.items() if Path(trace).stem == model}
         caps = [cfg for cfg in CAPS if cfg in cells]
         pairs = [(a, b) for i, a in enumerate(caps) for b in caps[i + 1:]]
-        right = [(cells[a][0] < cells[b][0]) == (cells[a][1] < cells[b][1]) for a, b in pairs]
-        clear = [r for (a, b), r in zip(pairs, right, strict=True)
-                 if abs(cells[a][0] - cells[b][0]) >= CLOSE * min(cells[a][0], cells[b][0])]
+        tied = {(a, b) for a, b in pairs
+                if abs(cells[a][1] - cells[b][1]) <= TIE * min(cells[a][1], cells[b][1])}
+        right = {(a, b) for a, b in pairs if (a, b) not in tied
+                 and (cells[a][0] < cells[b][0]) == (cells[a][1] < cells[b][1])}
+        runs = {c: rounds.get((model, c), [cells[c][0] * 1e3]) for c in caps}
+        clear = [(a, b) for a, b in pairs
+                 if max(runs[a]) < min(runs[b]) or max(runs[b]) < min(runs[a])]
         errors = [abs(e) for _, _, e in cells.values()]
-        table.append((m, "ranking of the caps 1/5/25/100 MiB, measured against predicted",
-                      f"{sum(right)} of {len(pairs)} pairs right ({sum(clear)} of {len(clear)} "
-                      f"where the measured times differ by {CLOSE:.0%} or more); mean |error| "
-                      f"{statistics.mean(errors) * 100:.1f}% over {len(errors)} rows"))
+        table.append((model, "ranking of the caps 1/5/25/100 MiB, measured against predicted",
+                       f"{len(right)} of {len(pairs)} pairs right, {len(tied)} predicted tied "
+                       f"({sum(p in right for p in clear)} of {len(clear)} where the measured "
+                       f"rounds do not overlap); mean |error| {statistics.mean(errors) * 100:.1f}%"
+                       f" over {len(errors)} rows"))
     return table
 
 
