@@ -104,6 +104,41 @@ def test_overlap_line_bad_value(tmp_path: Path) -> None:
         read_slowdowns(f)
 
 
+@pytest.mark.parametrize("value", ["-1e-6", "nan", "inf", "2", "1e308", "true"])
+def test_launch_line_bad_value(tmp_path: Path, value: str) -> None:
+    f = tmp_path / "comm2.txt"
+    f.write_text(f"# schedopt launch_overhead_s {value}\n")
+    with pytest.raises(SchedoptError, match=f"launch_overhead_s.*{value}|{value}.*launch"):
+        read_slowdowns(f)
+    # fit-comm: one line naming the field, exit 2, no cluster written
+    rows = [f"{n:12d} {n // 4:10d}  float    sum {n * 1e-3 + 50:10.1f} 0 0 0"
+            f" {n * 1e-3 + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
+    f.write_text(f"# schedopt launch_overhead_s {value}\n" + "\n".join(rows))
+    res = runner.invoke(app, ["fit-comm", str(f), "--out", str(tmp_path / "c.json")])
+    assert res.exit_code == 2 and "launch_overhead_s" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "c.json").exists()
+
+
+def test_fit_comm_pools_the_launch_cost(tmp_path: Path) -> None:
+    rows = [f"{n:12d} {n // 4:10d}  float    sum {n * 1e-3 + 50:10.1f} 0 0 0"
+            f" {n * 1e-3 + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
+    files = []
+    for i, launch in enumerate(("4e-05", "6e-05", "1e-04")):
+        f = tmp_path / f"comm{i}-2.txt"
+        f.write_text(f"# schedopt launch_overhead_s {launch}\n" + "\n".join(rows))
+        files.append(str(f))
+    out = tmp_path / "c.json"
+    res = runner.invoke(app, ["fit-comm", *files, "--out", str(out), "--json"])
+    _ok(res)
+    assert json.loads(res.output)["launch_overhead_s"] == pytest.approx(6e-05)
+    assert Cluster.model_validate_json(out.read_text()).launch_overhead_s == pytest.approx(6e-5)
+    # a file without the line leaves the cluster's launch cost at 0 (the model without a host)
+    f = tmp_path / "plain-2.txt"
+    f.write_text("\n".join(rows))
+    _ok(runner.invoke(app, ["fit-comm", str(f), "--out", str(out)]))
+    assert Cluster.model_validate_json(out.read_text()).launch_overhead_s == 0.0
+
+
 def test_fit_comm_writes_overlap_slowdown(tmp_path: Path) -> None:
     rows = [f"{n:12d} {n // 4:10d}  float    sum {n * 1e-3 + 50:10.1f} 0 0 0"
             f" {n * 1e-3 + 50:10.1f} 0 0 0" for n in (4096 * 2**k for k in range(8))]
@@ -194,14 +229,19 @@ def test_end_to_end(workdir: Path) -> None:
                             "--warmup", "1", "--overlap-repeats", "1", "--overlap-bytes",
                             "4194304", "--out", "comm2.txt", "--timeout", "120"]))
     slowdowns = read_slowdowns("comm2.txt")
-    assert set(slowdowns) == {"overlap_slowdown", "comm_slowdown"}
+    assert set(slowdowns) == {"overlap_slowdown", "comm_slowdown", "launch_overhead_s"}
     assert read_pattern("comm2.txt") == "isolated"  # the default: each call alone
-    assert all(v >= 1.0 for v in slowdowns.values())
+    assert slowdowns["overlap_slowdown"] >= 1.0 and slowdowns["comm_slowdown"] >= 1.0
+    # the host's enqueue of one call: microseconds, not the transfer of milliseconds
+    fastest = min(float(line.split()[4]) for line in Path("comm2.txt").read_text().splitlines()
+                  if line.strip() and not line.startswith("#")) * 1e-6
+    assert 0.0 < slowdowns["launch_overhead_s"] < fastest
     _ok(runner.invoke(app, ["fit-comm", "comm2.txt", "--out", "two.json"]))
     cluster = Cluster.model_validate_json(Path("two.json").read_text())
     assert cluster.world_size == 2
     assert cluster.overlap_slowdown == pytest.approx(slowdowns["overlap_slowdown"], abs=1e-4)
     assert cluster.comm_slowdown == pytest.approx(slowdowns["comm_slowdown"], abs=1e-4)
+    assert cluster.launch_overhead_s == pytest.approx(slowdowns["launch_overhead_s"], rel=1e-3)
     trace = load_trace("tiny.json")
     plan = make_plan(trace, cluster, "caffe-mpi")  # one bucket per layer: DDP expresses it
     Path("plans").mkdir()

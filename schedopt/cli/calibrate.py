@@ -82,6 +82,7 @@ def fit_comm(
         "max_bytes": fit.max_bytes, "out": str(out) if out is not None else None,
         "overlap_slowdown": cluster.overlap_slowdown if out is not None else None,
         "comm_slowdown": cluster.comm_slowdown if out is not None else None,
+        "launch_overhead_s": cluster.launch_overhead_s if out is not None else None,
         **piecewise_summary(samples, fit),
     }
     if as_json:
@@ -112,6 +113,7 @@ def _fit_table(title: str, data: dict[str, Any]) -> Table:
     if data["out"] is not None:
         table.add_row("overlap slowdown", f"{data['overlap_slowdown']:.3f}")
         table.add_row("communication slowdown", f"{data['comm_slowdown']:.3f}")
+        table.add_row("launch cost (host)", f"{data['launch_overhead_s'] * 1e6:.1f} us per call")
         table.add_row("cluster written", data["out"])
     return table
 

@@ -167,11 +167,16 @@ def bench_comm_cmd(
                           " (the median call); queued: launched back to back (the mean, as"
                           " nccl-tests).", **choice("isolated", "queued"))
     ] = "isolated",
+    launch_calls: Annotated[
+        int, typer.Option("--launch-calls", help="Asynchronous 4-byte calls timed for the host"
+                          " launch cost per call (0: skip).")
+    ] = 200,
     threads: ThreadsOpt = 1,
     timeout: TimeoutOpt = 600.0,
 ) -> None:
-    """Measure all-reduce latency over message sizes and the contention between compute and
-    communication on local ranks (needs torch); `fit-comm` reads the output."""
+    """Measure all-reduce latency over message sizes, the contention between compute and
+    communication and the host cost of launching one call, on local ranks (needs torch);
+    `fit-comm` reads the output."""
     from schedopt.files import output_files
     from schedopt.measure.bench_comm import (
         MAX_MESSAGE_BYTES,
@@ -190,11 +195,12 @@ def bench_comm_cmd(
         check_int_option(warmup, "--warmup", 0, MAX_REPEATS)
         check_int_option(overlap_repeats, "--overlap-repeats", 0, MAX_REPEATS)
         check_int_option(overlap_bytes, "--overlap-bytes", 4, MAX_MESSAGE_BYTES)
+        check_int_option(launch_calls, "--launch-calls", 0, MAX_REPEATS)
         with progress(f"bench-comm: all-reduces of {lo:,} to {hi:,} B on {procs} {backend}"
                       " ranks"):
             res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
                              overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
-                             pattern=pattern)
+                             pattern=pattern, launch_calls=launch_calls)
         files.write_text(out, format_nccl_tests(res))
     for n, t in zip(res.sizes, res.times, strict=True):
         typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
@@ -204,6 +210,9 @@ def bench_comm_cmd(
     if res.comm_slowdown is not None:
         typer.echo(f"communication slowdown {res.comm_slowdown:.3f} (all-reduces of"
                    f" {res.overlap_bytes:,} B under the compute loop)")
+    if res.launch_overhead_s is not None:
+        typer.echo(f"launch cost {res.launch_overhead_s * 1e6:.1f} us per call (host, median of"
+                   f" {res.launch_calls} asynchronous calls)")
     typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads}, calls"
                f" {pattern})")
 

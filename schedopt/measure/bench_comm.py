@@ -28,10 +28,15 @@ bench-comm (:func:`bench_comm`)
     few all-reduces of ``overlap_bytes`` timed alone and again while every rank keeps
     computing until they are done; ``s_c`` = time under compute / time alone. On a GPU it is
     about 1; where the ranks and the backend's threads share CPU cores, both are near 2.
+    Last, the **launch cost** (``launch_overhead_s`` of docs/model.md, "Host side"): the host
+    time of one ``all_reduce(async_op=True)`` call of 4 bytes, from the call to its return (the
+    framework's and the library's enqueue, nothing of the transfer), each call waited for
+    before the next; the median over ``launch_calls`` calls of the slowest rank.
 
 The output (:func:`format_nccl_tests`) is in the nccl-tests ``all_reduce_perf`` layout, so
 ``schedopt fit-comm`` reads it; the slowdowns travel in ``# schedopt overlap_slowdown`` and
-``# schedopt comm_slowdown`` comment lines that ``fit-comm --out`` copies into the cluster
+``# schedopt comm_slowdown`` comment lines, the launch cost in ``# schedopt
+launch_overhead_s``, all of which ``fit-comm --out`` copies into the cluster
 (:func:`schedopt.measure.comm_tables.read_slowdowns`). Starting the ranks is
 :mod:`schedopt.measure.launch`.
 """
@@ -224,13 +229,37 @@ def _comm_under_compute(job: dict[str, Any], buf: Any) -> tuple[float, float]:
     return times[0], times[1]
 
 
+def _launch_cost(job: dict[str, Any]) -> float | None:
+    """Host time of one ``all_reduce(async_op=True)`` of 4 bytes, from the call to its return,
+    each call waited for (and the device synchronised) before the next: the median over
+    ``launch_calls`` calls of the slowest rank (None when ``launch_calls`` is 0)."""
+    import torch
+    import torch.distributed as dist
+
+    if not job["launch_calls"]:
+        return None
+    buf = torch.ones(1, dtype=torch.float32, device=_device(job))
+    for _ in range(max(job["warmup"], 3)):
+        dist.all_reduce(buf)
+    _sync(job)
+    calls = []
+    for _ in range(job["launch_calls"]):
+        t0 = time.perf_counter()
+        work = dist.all_reduce(buf, async_op=True)
+        calls.append(time.perf_counter() - t0)
+        work.wait()
+        _sync(job)
+    return statistics.median(_slowest_each(calls))
+
+
 def comm_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
     sizes = _sizes(job["min_bytes"], job["max_bytes"])
     times = [_time_allreduce(job, n) for n in sizes]
     t_op = _time_allreduce(job, job["overlap_bytes"])
     return {"rank": rank, "sizes": sizes, "times": times, "overlap_op_s": t_op,
             **(_overlap(job, t_op) if job["overlap_repeats"] else {"pairs": [],
-                                                                   "comm_pairs": []})}
+                                                                   "comm_pairs": []}),
+            "launch_s": _launch_cost(job)}
 
 
 @dataclass(frozen=True)
@@ -255,6 +284,11 @@ class CommBench:
         The message size under the compute loop, and the loop (``dim x dim`` products, count).
     pattern
         How the calls were timed (:data:`PATTERNS`).
+    launch_overhead_s
+        Host time of one asynchronous all-reduce call (its enqueue), or None when not
+        measured.
+    launch_calls
+        Calls timed for ``launch_overhead_s``.
     """
 
     sizes: list[int]
@@ -267,12 +301,15 @@ class CommBench:
     comm_slowdown: float | None = None
     comm_pairs: tuple[tuple[float, float], ...] = ()
     pattern: str = "isolated"
+    launch_overhead_s: float | None = None
+    launch_calls: int = 0
 
 
 def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**20,
                iters: int = 10, warmup: int = 3, overlap_bytes: int | None = None,
                overlap_repeats: int = 5, compute_dim: int = 512,
-               compute_reps: int = 25, pattern: str = "isolated") -> CommBench:
+               compute_reps: int = 25, pattern: str = "isolated",
+               launch_calls: int = 200) -> CommBench:
     """Measure all-reduce latency over message sizes and the overlap slowdown.
 
     Parameters
@@ -293,6 +330,8 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
         Pairs (alone, under communication) timed; 0 skips the overlap measurement.
     compute_dim, compute_reps
         The compute loop: ``compute_reps`` products of two ``compute_dim`` square matrices.
+    launch_calls
+        Asynchronous 4-byte calls timed for the launch cost (0 skips it).
 
     Raises
     ------
@@ -305,9 +344,10 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
                         ("compute_reps", compute_reps)):
         if value < 1:
             raise SchedoptError("must be a positive integer", name, value)
-    if warmup < 0 or overlap_repeats < 0:
-        raise SchedoptError("must be >= 0", "warmup" if warmup < 0 else "overlap_repeats",
-                            min(warmup, overlap_repeats))
+    for name, value in (("warmup", warmup), ("overlap_repeats", overlap_repeats),
+                        ("launch_calls", launch_calls)):
+        if value < 0:
+            raise SchedoptError("must be >= 0", name, value)
     if not 4 <= min_bytes <= max_bytes:
         raise SchedoptError("write 4 <= MIN <= MAX bytes", "sizes", (min_bytes, max_bytes))
     ob = min(25 * 2**20, max_bytes) if overlap_bytes is None else overlap_bytes
@@ -319,7 +359,7 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
            "max_bytes": max_bytes, "iters": iters,
            "warmup": warmup, "overlap_bytes": ob,
            "overlap_repeats": overlap_repeats, "compute_dim": compute_dim,
-           "compute_reps": compute_reps, "pattern": pattern}
+           "compute_reps": compute_reps, "pattern": pattern, "launch_calls": launch_calls}
     results = launch(job, spec)
     first = results[0]
     pairs = [(a, u) for a, u, _ in first["pairs"]]
@@ -331,7 +371,8 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
     comm_slow = (max(1.0, statistics.median(u / a for a, u in comm_pairs)) if comm_pairs
                  else None)
     return CommBench(first["sizes"], first["times"], slow, pairs, spec, ob,
-                     (compute_dim, compute_reps), comm_slow, comm_pairs, pattern)
+                     (compute_dim, compute_reps), comm_slow, comm_pairs, pattern,
+                     first.get("launch_s"), launch_calls)
 
 
 def format_nccl_tests(res: CommBench) -> str:
@@ -362,6 +403,10 @@ def format_nccl_tests(res: CommBench) -> str:
         lines.append(f"# schedopt {field} {value:.4f}")
         lines.append(f"#   {what} {t_alone * 1e3:.3f} ms alone, {t_under * 1e3:.3f} ms under "
                      f"{under} (medians of {len(pairs)})")
+    if res.launch_overhead_s is not None:
+        lines.append(f"# schedopt launch_overhead_s {res.launch_overhead_s:.4g}")
+        lines.append(f"#   host time of one all_reduce(async_op=True) call of 4 B, from the call "
+                     f"to its return (median of {res.launch_calls} calls, slowest rank)")
     lines.append("#       size    count   type  redop     time  algbw  busbw #wrong     time"
                  "  algbw  busbw #wrong")
     lines.append("#        (B) (elements)                 (us) (GB/s) (GB/s)           (us)"

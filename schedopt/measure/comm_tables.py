@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from schedopt.errors import SchedoptError
+from schedopt.model.cluster import MAX_CALL_S
 from schedopt.model.limits import MAX_BYTES, MAX_SECONDS
 
 __all__ = [
@@ -461,25 +462,35 @@ def read_pattern(path: str | Path) -> str | None:
     return value
 
 
+#: Cluster fields a bench-comm file may state (``# schedopt FIELD VALUE``): their lowest and
+#: highest values (a launch cost above 1 s is a unit mistake, as in the cluster).
+STATED_FIELDS = {"overlap_slowdown": (1.0, 1e3), "comm_slowdown": (1.0, 1e3),
+                 "launch_overhead_s": (0.0, MAX_CALL_S)}
+
+
 def read_slowdowns(path: str | Path) -> dict[str, float]:
-    """The ``# schedopt overlap_slowdown S`` and ``# schedopt comm_slowdown S`` lines of a
-    bench-comm file: the cluster fields they give (none when absent or unreadable).
+    """The ``# schedopt overlap_slowdown S``, ``# schedopt comm_slowdown S`` and ``# schedopt
+    launch_overhead_s T`` lines of a bench-comm file: the cluster fields they give (none when
+    absent or unreadable).
 
     Raises
     ------
     SchedoptError
-        A value that is not a finite number >= 1.
+        A value that is not a finite number within its field's range
+        (:data:`STATED_FIELDS`).
     """
     out: dict[str, float] = {}
     for key, text in _stated(path).items():
-        if key not in ("overlap_slowdown", "comm_slowdown"):
+        if key not in STATED_FIELDS:
             continue
+        low, high = STATED_FIELDS[key]
         try:
             value = float(text)
         except ValueError:
             value = float("nan")
-        if not (math.isfinite(value) and value >= 1.0):
-            raise SchedoptError("must be a finite number >= 1", f"{path}: {key}", text)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise SchedoptError(f"must be a finite number from {low:g} to {high:g}",
+                                f"{path}: {key}", text)
         out[key] = value
     return out
 

@@ -172,6 +172,7 @@ def cluster_from_fit(
     gpu: str = "",
     overlap_slowdown: float = 1.0,
     comm_slowdown: float = 1.0,
+    launch_overhead_s: float = 0.0,
 ) -> Cluster:
     """A cluster whose all-reduce costs ``fit`` (its ``allreduce`` field).
 
@@ -197,6 +198,8 @@ def cluster_from_fit(
         The cluster's ``overlap_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
     comm_slowdown
         The cluster's ``comm_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
+    launch_overhead_s
+        The cluster's ``launch_overhead_s`` (measured by ``schedopt bench-comm``; 0: none).
 
     Raises
     ------
@@ -217,7 +220,8 @@ def cluster_from_fit(
                 )
             data["nodes"] = ranks // g
         data.update(name=name, allreduce=fit.model_dump(), source=text,
-                    overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown)
+                    overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown,
+                    launch_overhead_s=launch_overhead_s)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
         raise SchedoptError(FLAT_FIT, "beta_s_per_byte", fit.beta_s_per_byte)
@@ -240,6 +244,7 @@ def cluster_from_fit(
         "allreduce": fit,
         "overlap_slowdown": overlap_slowdown,
         "comm_slowdown": comm_slowdown,
+        "launch_overhead_s": launch_overhead_s,
     })
 
 
@@ -578,7 +583,8 @@ def cluster_from_points(points: list[tuple[int, float]], ranks: int | None, name
 def cluster_from_files(fit: AllReduceFit, samples: CommSamples, paths: list[Path], *,
                        names: str, name: str, ranks: int | None) -> Cluster:
     """The cluster ``fit-comm --out`` writes: the fit of ``samples`` (pooled from ``paths``),
-    with the slowdowns bench-comm stated in the files and how it timed its calls.
+    with the slowdowns and the launch cost bench-comm stated in the files (each the median
+    over the files that state it) and how it timed its calls.
 
     Raises
     ------
@@ -599,4 +605,5 @@ def cluster_from_files(fit: AllReduceFit, samples: CommSamples, paths: list[Path
                f"{f'; bench-comm calls {calls}' if calls else ''})",
         overlap_slowdown=slow.get("overlap_slowdown", 1.0),
         comm_slowdown=slow.get("comm_slowdown", 1.0),
+        launch_overhead_s=slow.get("launch_overhead_s", 0.0),
     )
