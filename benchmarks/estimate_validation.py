@@ -12,6 +12,8 @@ grouped by their top two name components, as the measured trace charges paramete
 the next layer and the estimate to the previous one). Then it compares the estimated iteration
 (forward + backward + update) with published single-GPU throughputs (NVIDIA
 DeepLearningExamples READMEs: BERT-large pretraining and ResNet-50 v1.5; docs/estimate.md).
+The ResNet-50 H200 trace and the published "AMP" rows ran under automatic mixed precision and
+are estimated with ``autocast=True`` (float32 weights and gradients, docs/estimate.md).
 ``gpt2-1.5b-h200`` fits :data:`~schedopt.measure.estimate.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
@@ -28,16 +30,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from schedopt.files import load_trace
 from schedopt.measure.estimate import METHODS, estimate
 
-#: measured trace -> (model, precision, batch, sequence)
+#: measured trace -> (model, precision, batch, sequence, autocast); the ResNet-50 trace ran under
+#: bf16 autocast with float32 weights (its ``source``), the others with bfloat16 weights
 MEASURED = {
-    "resnet50-h200-b256-measured": ("resnet50", "bf16", 256, None),
-    "bert-large-h200-bf16-measured": ("bert-large", "bf16", 32, 512),
-    "gpt2-124m-h200-bf16-measured": ("gpt2-124m", "bf16", 32, 1024),
-    "gpt2-1.5b-h200-bf16-measured": ("gpt2-1.5b", "bf16", 8, 1024),
+    "resnet50-h200-b256-measured": ("resnet50", "bf16", 256, None, True),
+    "bert-large-h200-bf16-measured": ("bert-large", "bf16", 32, 512, False),
+    "gpt2-124m-h200-bf16-measured": ("gpt2-124m", "bf16", 32, 1024, False),
+    "gpt2-1.5b-h200-bf16-measured": ("gpt2-1.5b", "bf16", 8, 1024, False),
 }
 FITTED = {"gpt2-1.5b-h200-bf16-measured"}
 
-#: (label, model, gpu, precision, batch, seq, samples per second, source)
+#: (label, model, gpu, precision, batch, seq, samples per second, source); the "AMP" rows are
+#: automatic mixed precision runs (float32 weights, fp16 products) and are estimated with
+#: ``autocast=True``
 PUBLISHED = [
     ("bert-large A100-80GB TF32 b128 s128", "bert-large", "a100", "tf32", 128, 128, 317,
      "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
@@ -75,11 +80,11 @@ def measured_rows() -> dict[str, list[float]]:
     errors: dict[str, list[float]] = {m: [] for m in METHODS}
     print("| instance | method | estimated ms | measured ms | error | median block ratio |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for name, (model, prec, batch, seq) in MEASURED.items():
+    for name, (model, prec, batch, seq, autocast) in MEASURED.items():
         meas = load_trace(name)
         m_step = sum(la.forward_s + la.backward_s for la in meas.layers)
         for method in METHODS:
-            est = estimate(model, "h200", prec, batch, seq, method=method)
+            est = estimate(model, "h200", prec, batch, seq, method=method, autocast=autocast)
             e_step = sum(la.forward_s + la.backward_s for la in est.layers)
             err = e_step / m_step - 1
             mb, eb = _blocks(meas), _blocks(est)
@@ -101,7 +106,8 @@ def published_rows() -> dict[str, list[float]]:
         m_step = batch / rate
         for method in METHODS:
             try:
-                est = estimate(model, gpu, prec, batch, seq, method=method)
+                est = estimate(model, gpu, prec, batch, seq, method=method,
+                               autocast=" AMP " in label)
             except ValueError:
                 continue  # the roofline profiles have no TF32 / V100-fp16-image figure
             e_step = sum(la.forward_s + la.backward_s for la in est.layers) + est.update_s

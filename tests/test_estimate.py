@@ -159,3 +159,89 @@ def test_gemm_model_fitted_on_this_cpu_predicts_held_out_shapes() -> None:
             assert 0.4 < ratio < 2.5, (m, n, k, ratio)
     finally:
         torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------- autocast
+def test_autocast_gradients_are_float32_and_twice_the_bytes(tmp_path: Path) -> None:
+    cfg = str(_config(tmp_path, GPT2))
+    pure = estimate(cfg, "h100", "bf16", 4, 128)
+    amp = estimate(cfg, "h100", "bf16", 4, 128, autocast=True)
+    n_params = pure.total_bytes // 2
+    assert amp.total_bytes == 4 * n_params and pure.total_bytes == 2 * n_params
+    assert {t.dtype for t in amp.tensor_list} == {"float32"}
+    assert [t.name for t in amp.tensor_list] == [t.name for t in pure.tensor_list]
+    assert "bf16 autocast" in amp.source and "autocast_mode.h" in amp.source
+    assert amp.name.endswith("-bf16-autocast-b4")
+    # the optimizer state is float32 either way: the same update bytes
+    assert amp.update_s == pure.update_s
+
+
+def test_autocast_conv_layer_is_the_bf16_one_plus_its_weight_cast() -> None:
+    # a GEMM-heavy layer: ResNet-50's 3x3 512 -> 512 convolution; its input arrives in bf16
+    # (from batch norm on a bf16 convolution's output), so autocast adds only the weight cast
+    layer = "layer4.0.conv2"
+    trs = {(p, ac): estimate("resnet50", "h100", p, 64, autocast=ac)
+           for p, ac in (("bf16", False), ("bf16", True), ("tf32", False))}
+    fwd = {k: {la.name: la.forward_s for la in tr.layers}[layer] for k, tr in trs.items()}
+    cast = operator_model("h100", "bf16").memory_s(512 * 512 * 9 * (4 + 2))
+    assert fwd[("bf16", True)] == pytest.approx(fwd[("bf16", False)] + cast, rel=0.02)
+    assert abs(fwd[("tf32", False)] / fwd[("bf16", True)] - 1) > 0.2  # not the fp32 one
+    # the first convolution also casts the float32 images
+    first = {k: tr.layers[0].forward_s for k, tr in trs.items()}
+    assert first[("bf16", True)] > first[("bf16", False)]
+
+
+def test_autocast_total_compute_lies_between_bf16_and_fp32(tmp_path: Path) -> None:
+    cfg = str(_config(tmp_path, {**GPT2, "n_embd": 512, "n_head": 8}))
+    bf16 = estimate(cfg, "a100", "bf16", 8, 256).compute_s
+    amp = estimate(cfg, "a100", "bf16", 8, 256, autocast=True).compute_s
+    fp32 = estimate(cfg, "a100", "fp32", 8, 256).compute_s
+    assert bf16 < amp < fp32
+    for method in ("operator", "roofline"):
+        tr = estimate("resnet50", "a100", "bf16", 32, method=method, autocast=True)
+        assert {t.dtype for t in tr.tensor_list} == {"float32"}
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "tf32"])
+def test_autocast_needs_a_16_bit_dtype(tmp_path: Path, dtype: str) -> None:
+    out = tmp_path / "t.json"
+    res = _run("gpt2", "--gpu", "a100", "--dtype", dtype, "--batch", "2", "--autocast",
+               "--out", str(out))
+    assert res.exit_code == 2, res.output
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("error: ")
+    assert "--autocast" in res.stderr
+    assert not out.exists()
+    with pytest.raises(SchedoptError, match="--autocast"):
+        estimate("gpt2", "a100", dtype, 2, 128, autocast=True)
+
+
+def test_autocast_estimate_is_deterministic(tmp_path: Path) -> None:
+    cfg = _config(tmp_path, LLAMA)
+    one, two = tmp_path / "1.json", tmp_path / "2.json"
+    for out in (one, two):
+        res = _run(str(cfg), "--gpu", "h200", "--dtype", "bf16", "--autocast", "--batch", "2",
+                   "--seq", "64", "--out", str(out))
+        assert res.exit_code == 0, res.output
+    assert one.read_bytes() == two.read_bytes()
+    assert load_trace(str(one)).fingerprint() == load_trace(str(two)).fingerprint()
+    assert {t.dtype for t in load_trace(str(one)).tensor_list} == {"float32"}
+
+
+def test_autocast_lists_cover_the_installed_torch_registrations() -> None:
+    import torch
+
+    from schedopt.measure.estimate import AUTOCAST_FP32, AUTOCAST_LOWER
+
+    assert not AUTOCAST_LOWER & AUTOCAST_FP32
+    # torch's promote list (widest input dtype, what type promotion gives) and the banned op
+    other = {"addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot", "grid_sampler",
+             "index_put", "tensordot", "scatter_add", "binary_cross_entropy"}
+    has = getattr(torch._C, "_dispatch_has_kernel_for_dispatch_key", None)
+    if has is None:
+        pytest.skip("this torch does not expose its dispatch registrations")
+    registered = {op.removeprefix("aten::").split(".")[0]
+                  for op in torch._C._dispatch_get_all_op_names()
+                  if op.startswith("aten::") and has(op, "AutocastCUDA")}
+    assert registered, "no AutocastCUDA kernels"
+    assert registered <= AUTOCAST_LOWER | AUTOCAST_FP32 | other, sorted(
+        registered - AUTOCAST_LOWER - AUTOCAST_FP32 - other)

@@ -29,6 +29,9 @@ def estimate_cmd(
     method: Annotated[str, typer.Option("--method", help="operator (size-dependent operator"
                                         " costs) or roofline (the shipped traces' method).")]
     = "operator",
+    autocast: Annotated[bool, typer.Option("--autocast", help="Automatic mixed precision"
+                                           " (torch.autocast to --dtype bf16 or fp16): float32"
+                                           " parameters and gradients.")] = False,
     name: Annotated[str | None, typer.Option("--name", help="Trace name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -38,7 +41,7 @@ def estimate_cmd(
 
     with user_errors(), output_files({"--out": out}) as files:
         tr = estimate(model, gpu, dtype, batch, seq, recompute=recompute, accumulate=accumulate,
-                      method=method, name=name)
+                      method=method, autocast=autocast, name=name)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     fwd = sum(la.forward_s for la in tr.layers)
     bwd = sum(la.backward_s for la in tr.layers)

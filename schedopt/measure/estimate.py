@@ -26,6 +26,13 @@ under a dispatch mode that sees every ATen operator with its tensors:
 ``accumulate=K`` prices K micro-batches per iteration: the first K - 1 forward and backward
 passes run before the last micro-batch (whose backward overlaps the gradient communication, as
 DDP's ``no_sync``) and are charged to the first layer's forward (docs/estimate.md).
+
+``autocast`` (bf16 or fp16 only) estimates ``torch.autocast`` training: float32 parameters and
+gradients; inside the dispatch mode the operators of torch's CUDA lower-precision list
+(:data:`AUTOCAST_LOWER`) cast their float32 inputs to 16 bits and those of its float32 list
+(:data:`AUTOCAST_FP32`) cast their 16-bit inputs to float32, every cast charged as a
+memory-bound kernel (its backward a cast of the gradient); other operators run in their inputs'
+dtype (the widest when mixed), as PyTorch's type promotion gives.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from schedopt.model.limits import MAX_BATCH
 from schedopt.model.trace import Trace
 
 __all__ = [
+    "AUTOCAST_FP32",
+    "AUTOCAST_LOWER",
     "METHODS",
     "MODELS",
     "GemmModel",
@@ -65,6 +74,55 @@ UNALIGNED = 0.685
 #: GPT-2 1.5B H200 measurement (instances/traces/gpt2-1.5b-h200-bf16-measured.json), the one
 #: measured trace that the validation holds out of its error figures (docs/estimate.md).
 ODD = 0.12
+#: Where the autocast operator lists come from.
+AUTOCAST_SOURCE = (
+    "torch.autocast CUDA rules: AT_FORALL_LOWER_PRECISION_FP, AT_FORALL_FP32,"
+    " AT_FORALL_FP32_SET_OPT_DTYPE and norm (fp32_append_dtype) of pytorch/pytorch"
+    " aten/src/ATen/autocast_mode.h (registered for CUDA in autocast_mode.cpp; torch 2.4 and"
+    " later, commit d70fe7f3), checked against the AutocastCUDA kernels of torch 2.13.0"
+)
+# The lists below are those of AUTOCAST_SOURCE, plus the ATen operators that the dispatch mode
+# sees in their place (a composite such as ``linear``, ``softmax`` or ``cross_entropy`` reaches
+# it as ``addmm``/``mm``, ``_softmax``, ``_log_softmax`` + ``nll_loss_forward``).
+#: ATen operators that autocast runs in bf16/fp16 (torch's ``lower_precision_fp`` list).
+AUTOCAST_LOWER = frozenset({
+    # AT_FORALL_LOWER_PRECISION_FP and the CUDA extras (cudnn_convolution[_transpose])
+    "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+    "conv_transpose2d", "conv_transpose3d", "convolution", "prelu", "addmm", "addmv", "addr",
+    "matmul", "einsum", "mm", "mv", "linalg_vecdot", "linear", "addbmm", "baddbmm", "bmm",
+    "chain_matmul", "linalg_multi_dot", "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell",
+    "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+    "cudnn_convolution", "cudnn_convolution_transpose",
+    # the kernels those reach below the autocast key
+    "_prelu_kernel", "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+})
+#: ATen operators that autocast runs in float32 (``fp32``, ``fp32_set_opt_dtype`` and
+#: ``fp32_append_dtype`` lists).
+AUTOCAST_FP32 = frozenset({
+    # AT_FORALL_FP32
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p",
+    "reciprocal", "rsqrt", "sinh", "tan", "pow", "softplus", "layer_norm", "native_layer_norm",
+    "group_norm", "frobenius_norm", "nuclear_norm", "cosine_similarity", "poisson_nll_loss",
+    "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss",
+    "multilabel_margin_loss", "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss",
+    "binary_cross_entropy_with_logits", "dist", "pdist", "cdist", "renorm", "logsumexp",
+    "upsample_nearest1d", "_upsample_nearest_exact1d", "upsample_nearest2d",
+    "_upsample_nearest_exact2d", "upsample_nearest3d", "_upsample_nearest_exact3d",
+    "upsample_linear1d", "upsample_bilinear2d", "_upsample_bilinear2d_aa",
+    "upsample_trilinear3d", "upsample_bicubic2d", "_upsample_bicubic2d_aa", "rms_norm",
+    # AT_FORALL_FP32_SET_OPT_DTYPE and norm
+    "prod", "softmax", "log_softmax", "cumprod", "cumsum", "linalg_vector_norm",
+    "linalg_matrix_norm", "sum", "norm",
+    # the kernels those reach below the autocast key
+    "_softmax", "_log_softmax", "nll_loss_forward", "nll_loss2d_forward", "native_group_norm",
+    "_pdist_forward", "_cdist_forward", "multilabel_margin_loss_forward", "_fused_rms_norm",
+})
+#: Operators that autocast leaves alone when they are given an explicit ``dtype``.
+_SET_OPT_DTYPE = frozenset({"prod", "softmax", "log_softmax", "cumprod", "cumsum",
+                            "linalg_vector_norm", "linalg_matrix_norm", "sum", "norm"})
 #: Roofline method's smallest operator duration (seconds).
 MIN_KERNEL_S = 2e-6
 #: Assumed JPEG decode and random-resized crop of one ImageNet image on one CPU core.
@@ -608,6 +666,7 @@ class TraceSpec:
     method: str = "roofline"
     recompute: bool = False
     accumulate: int = 1
+    autocast: bool = False  # torch.autocast to ``precision`` over float32 parameters
 
 
 
@@ -719,8 +778,59 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
     return price
 
 
-def _dispatch_mode(costs: _Costs, price: Pricer) -> Any:
-    """A TorchDispatchMode that charges every operator to the current layer."""
+#: ``cast_price(source, cast, nbytes) -> (forward_s, backward_s)`` of one autocast cast.
+CastPricer = Callable[[Any, Any, float], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class _Autocast:
+    """What the dispatch mode casts: the 16-bit dtype and the price of one cast."""
+
+    low: Any  # torch.bfloat16 | torch.float16
+    price: CastPricer
+
+
+def _autocast_args(func: Any, args: Any, kwargs: Any, ac: _Autocast,
+                   costs: _Costs) -> tuple[Any, Any]:
+    """Cast the inputs of ``func`` as ``torch.autocast`` (CUDA) would, charging each cast.
+
+    Eligible inputs are floating-point tensors other than float64; an operator of
+    :data:`AUTOCAST_LOWER` gets them in ``ac.low``, one of :data:`AUTOCAST_FP32` in float32
+    (not a reduction given an explicit ``dtype``, nor an ``out=`` call); a cast keeps the
+    source's ``requires_grad`` so that the backward of the operator is priced as before.
+    """
+    import torch
+    from torch.utils._pytree import tree_map
+
+    name = func._overloadpacket.__name__
+    if name in AUTOCAST_LOWER:
+        to = ac.low
+    elif name in AUTOCAST_FP32:
+        if "out" in kwargs or (name in _SET_OPT_DTYPE and kwargs.get("dtype") is not None):
+            return args, kwargs
+        to = torch.float32
+    else:
+        return args, kwargs
+
+    def cast(t: Any) -> Any:
+        if (not isinstance(t, torch.Tensor) or not t.is_floating_point()
+                or t.dtype in (to, torch.float64)):
+            return t
+        c = torch.ops.aten._to_copy.default(t, dtype=to)
+        if t.requires_grad:
+            c.requires_grad_(True)
+        costs.add(*ac.price(t, c, float(t.nbytes + c.nbytes)))
+        return c
+
+    return tree_map(cast, args), tree_map(cast, kwargs)
+
+
+def _dispatch_mode(costs: _Costs, price: Pricer, autocast: _Autocast | None = None) -> Any:
+    """A TorchDispatchMode that charges every operator to the current layer.
+
+    With ``autocast``, the inputs of the operators of torch's autocast lists are cast first
+    (:func:`_autocast_args`).
+    """
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_flatten
@@ -733,6 +843,8 @@ def _dispatch_mode(costs: _Costs, price: Pricer) -> Any:
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
+            if autocast is not None:
+                args, kwargs = _autocast_args(func, args, kwargs, autocast, costs)
             out = func(*args, **kwargs)
             packet = func._overloadpacket
             if packet.__name__ in free or any(
@@ -850,19 +962,31 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
     Trace
         The estimated trace; its ``source`` states every figure used.
     """
+    import torch
+
     spec = spec or MODELS[ts.model]
     gpu = get_gpu(ts.gpu)
-    dtype = _torch_dtype(ts.precision)
+    dtype = torch.float32 if ts.autocast else _torch_dtype(ts.precision)
+    cast_price: CastPricer
     if ts.method == "roofline":
         if ts.precision not in gpu.flops:
             raise SchedoptError(f"the roofline profile of {gpu.name} has no {ts.precision}"
                                 " figure", "--dtype", ts.precision)
         price = _roofline_pricer(gpu.flops[ts.precision], gpu.memory_Bps)
         attention = gpu.attention
+
+        def cast_price(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
+            return price(torch.ops.aten._to_copy.default, (src,), {}, dst,
+                         float(dst.numel()), nbytes)  # backward: 2 x forward per layer
     else:
         opm = operator_model(gpu, ts.precision)
         price = _operator_pricer(opm)
         attention = "flash" if opm.flash_fb else "eager"
+
+        def cast_price(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
+            # the backward of a cast is the cast of the gradient back to the source's dtype
+            return opm.memory_s(nbytes), opm.memory_s(nbytes) if _needs_grad(src) else 0.0
+    autocast = _Autocast(_torch_dtype(ts.precision), cast_price) if ts.autocast else None
     model, run = _build(spec, attention, ts.batch, ts.seq, dtype)
     model.train()
     name_of: dict[int, str] = {}
@@ -882,7 +1006,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
             module.register_forward_pre_hook(lambda _m, _a, n=mname: costs.enter(n))
     causal = spec.kind in ("gpt2", "llama", "gpt_neox")
     ctx = _flash_attention(causal=causal) if attention == "flash" else contextlib.nullcontext()
-    with ctx, _dispatch_mode(costs, price):
+    with ctx, _dispatch_mode(costs, price, autocast):
         run()
     by_name = {m: own for m, _, own in owners}
     missing = [m for m, _, _ in owners if m not in costs.time]
@@ -938,6 +1062,8 @@ def _iteration_costs(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int) ->
         batch_bytes = ts.batch * ts.seq * 8 * arrays
         io = ts.batch * TEXT_SAMPLE_S
         update_bpp = 28  # fused AdamW, fp32 master weights and moments, half-precision grads
+    # autocast: float32 parameters and gradients, so SGD momentum reads w, g, m and writes w, m
+    # (5 x 4 B) and AdamW reads w, g, m, v and writes w, m, v (7 x 4 B): the same bytes
     return {
         "io_s": sig(io * ts.accumulate),
         "h2d_s": sig(batch_bytes * ts.accumulate / gpu.pcie_Bps),
@@ -963,10 +1089,15 @@ def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors
                 f" io = {ts.batch} x {TEXT_SAMPLE_S * 1e6:g} us (assumed per pre-tokenized"
                 f" sample) = {costs['io_s'] * 1e3:.3g} ms; update = 28 B/param (fused AdamW with"
                 f" fp32 master weights and moments, half-precision gradients and weights)")
+        if ts.autocast:
+            data = data.replace("fp32 master weights and moments, half-precision gradients and"
+                                " weights", "float32 parameters, gradients and moments")
     grads = ("float32 gradients" if ts.grad_dtype == "float32"
              else f"{ts.grad_dtype} gradients, bytes = 2 x numel")
     compute = "mixed precision (bf16 autocast)" if (
         spec.kind == "image" and ts.precision == "bf16") else ts.precision
+    if ts.autocast:
+        compute = _autocast_text(ts)
     attention = "" if spec.kind == "image" else (
         "; attention: fused flash kernel (SDPA)" if gpu.attention == "flash"
         else "; attention: eager matmul + softmax kernels")
@@ -982,6 +1113,14 @@ def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors
         f" preceding layer; backward = 2 x forward. {data} / {gpu.memory_Bps / 1e9:g} GB/s ="
         f" {costs['update_s'] * 1e3:.3g} ms."
     )
+
+
+def _autocast_text(ts: TraceSpec) -> str:
+    return (f"{ts.precision} autocast (torch.autocast to {_torch_dtype(ts.precision)} over"
+            " float32 parameters and gradients; products, convolutions and attention on"
+            " 16-bit casts of their inputs, float32-list operators on float32 casts, other"
+            " operators in their inputs' dtype; each cast a memory-bound kernel whose backward"
+            f" is a cast; {AUTOCAST_SOURCE})")
 
 
 def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
@@ -1005,12 +1144,14 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
                       f" {ts.accumulate - 1} forward and backward passes are charged to the"
                       " first layer's forward, io and h2d are per iteration")
     more = "".join(f"; {e}" for e in extras)
+    compute = _autocast_text(ts) if ts.autocast else ts.precision
+    update = (" (float32 parameters, gradients and optimizer state)" if ts.autocast else "")
     align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
              if g.align > 1 else "")
     return (
         f"ESTIMATE (not measured). {spec.description}; {n_params:,} parameters in {n_tensors}"
         f" tensors, {ts.grad_dtype} gradients; per-GPU batch {ts.batch}{seq}; {gpu.name},"
-        f" {ts.precision} compute. Operator cost model over one meta-device forward pass"
+        f" {compute} compute. Operator cost model over one meta-device forward pass"
         f" ({n_ops} operators; schedopt.measure.estimate, docs/estimate.md): products and"
         f" convolutions at {g.peak / 1e12:g} TFLOP/s peak x {g.best:.3g} best x tile and wave"
         f" quantisation over {g.units} SMs x k / (k + {g.k_half:g}){align}; memory-bound"
@@ -1018,7 +1159,7 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
         f" kernel; GEMM basis: {gpu.gemm_basis}; memory basis: {gpu.hbm_basis}{attention};"
         f" backward of a product = its two gradient products, of other operators 1.5 x the"
         f" traffic{more}; parameter-free operators charged to the preceding layer; update ="
-        f" {28 if spec.kind not in ('image', 'torchvision') else 20} B/param /"
+        f" {28 if spec.kind not in ('image', 'torchvision') else 20} B/param{update} /"
         f" {g.bandwidth_Bps / 1e9:g} GB/s = {costs['update_s'] * 1e3:.3g} ms; io ="
         f" {costs['io_s'] * 1e3:.3g} ms, h2d = {costs['h2d_s'] * 1e3:.3g} ms (as the shipped"
         f" estimated traces)."
@@ -1033,7 +1174,8 @@ def _check_int(value: Any, what: str, low: int, high: int) -> int:
 
 def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
-             method: str = "operator", name: str | None = None) -> Trace:
+             method: str = "operator", autocast: bool = False,
+             name: str | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
     Parameters
@@ -1056,8 +1198,14 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         Micro-batches per iteration (gradient accumulation).
     method
         ``operator`` or ``roofline``.
+    autocast
+        Automatic mixed precision (``torch.autocast`` to ``precision``, bf16 or fp16 only):
+        float32 parameters and gradients (4 bytes per element in the trace), the operators of
+        torch's lower-precision list on 16-bit casts of their inputs, those of its float32 list
+        on float32 casts, each cast charged as a memory-bound kernel (docs/estimate.md).
     name
-        Trace name (default ``MODEL-GPU-PRECISION-bBATCH``).
+        Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
+        ``autocast``).
 
     Returns
     -------
@@ -1067,13 +1215,19 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     Raises
     ------
     SchedoptError
-        For bad input: unknown model, GPU, precision or method, sizes out of range.
+        For bad input: unknown model, GPU, precision or method, sizes out of range,
+        ``autocast`` with a precision other than bf16 and fp16.
     """
     if method not in METHODS:
         raise SchedoptError(f"unknown method; known: {', '.join(METHODS)}", "--method", method)
     if precision not in PRECISIONS:
         raise SchedoptError(f"unknown precision; known: {', '.join(PRECISIONS)}", "--dtype",
                             precision)
+    if autocast not in (False, True):
+        raise SchedoptError("must be true or false", "--autocast", autocast)
+    if autocast and precision not in ("bf16", "fp16"):
+        raise SchedoptError("applies to --dtype bf16 or fp16 only (autocast to 16 bits)",
+                            "--autocast", precision)
     get_gpu(gpu)
     _check_int(batch, "--batch", 1, MAX_BATCH)
     _check_int(accumulate, "--accumulate", 1, 1024)
@@ -1098,9 +1252,11 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         if batch * seq > MAX_TOKENS:
             raise SchedoptError(f"batch x seq = {batch * seq:,} tokens: more than"
                                 f" {MAX_TOKENS:,}", "--batch", batch)
-    grad = {"bf16": "bfloat16", "fp16": "float16"}.get(precision, "float32")
+    grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
+                                                                                  "float32")
     label = spec.key.removeprefix("config:").removesuffix(".json")
-    ts = TraceSpec(name or f"{label}-{gpu.lower()}-{precision}-b{batch}", spec.key,
+    mode = f"{precision}-autocast" if autocast else precision
+    ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}", spec.key,
                    gpu.lower(), precision, batch, seq, grad, method=method,
-                   recompute=recompute, accumulate=accumulate)
+                   recompute=recompute, accumulate=accumulate, autocast=bool(autocast))
     return estimate_trace(ts, spec)
