@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from schedopt.model.cluster import Cluster
+from schedopt.model.cluster import Cluster, CommStage
 from schedopt.model.trace import Trace
 from schedopt.optimize.dp import solve_fifo
 from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance
@@ -28,7 +28,7 @@ from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.period import BucketTails
 
 __all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound",
-           "stage_groups"]
+           "stage_groups", "stage_heads", "stage_relaxation"]
 
 
 def constant_bound(inst: Instance) -> int:
@@ -69,7 +69,12 @@ def fewest_buckets(inst: Instance, tails: BucketTails | None, lam: int,
     The term of a bucket ``i..j`` followed by the fewest buckets that keep the later terms
     within ``lam``: its release, the bandwidth parts from ``i`` on, one start-up per bucket
     left, and its tails (``tails``; None: none). With ``machine``, on that resource alone: the
-    stages before it a head, those after it a tail (docs/formulation.md, "Several stages").
+    stages before it a head, those after it a tail (docs/formulation.md, "Several stages");
+    and every bucket ``i..j`` meets its own *chain*: released at ``r_j``, it passes every stage
+    one after the other (each stage starts after the bucket's previous stage ends), so its last
+    stage ends no earlier than ``r_j + sum_s (a_s + P_s(i..j))``, followed by its tail (the
+    same lower tail as its term). A plan of period at most ``lam`` meets every term and every
+    chain with its own bucketing, so the test stays a relaxation.
     """
     n = inst.n
     big = np.iinfo(np.int64).max // 4
@@ -80,6 +85,7 @@ def fewest_buckets(inst: Instance, tails: BucketTails | None, lam: int,
         tails = BucketTails(np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
                             np.zeros(n, np.int64), np.zeros(n, dtype=bool))
     fwd, upd_before, first, last = tails.fwd, tails.upd_before, tails.first, tails.last
+    chain = _chains(inst) if machine is not None else None
     count = np.full(n + 1, big, dtype=np.int64)
     count[n] = 0
     for i in range(n - 1, -1, -1):
@@ -90,9 +96,19 @@ def fewest_buckets(inst: Instance, tails: BucketTails | None, lam: int,
             last[j], upd_before[j + 1] - upd_before[i], 0)
         term = p_suffix[i] + a * (1 + rest) + fwd[j] + upd + _head_tail(inst, machine, r, i, j)
         ok = (rest < big) & (term <= lam)
+        if chain is not None:  # the bucket's own stages, one after the other, then its tail
+            ok &= r[j] + chain[1] + chain[0][j + 1] - chain[0][i] + fwd[j] + upd <= lam
         if ok.any():
             count[i] = 1 + int(rest[ok].min())
     return bool(count[0] < big)
+
+
+def _chains(inst: Instance) -> tuple[np.ndarray, int]:
+    """Prefix sums of every unit's bandwidth parts summed over the stages, and the start-up
+    costs of every stage summed (ticks): the bucket ``i..j`` passes its stages one after the
+    other in at least ``chain[1] + chain[0][j + 1] - chain[0][i]`` from its release."""
+    per_unit = inst.stage_p.sum(axis=0).astype(np.int64)
+    return np.r_[0, np.cumsum(per_unit)].astype(np.int64), int(inst.stage_a.sum())
 
 
 def _head_tail(inst: Instance, machine: Machine | None, r: np.ndarray, i: int, j: np.ndarray
@@ -144,15 +160,54 @@ def stage_groups(inst: Instance) -> list[int | tuple[int, ...]]:
     return groups
 
 
+def stage_heads(one: Instance, stages: tuple[CommStage, ...], s: int) -> Instance:
+    """The one-stage relaxation ``one`` of stage ``s`` alone (of ``stages``), its releases
+    moved later by what the other stages cost every bucket in every plan.
+
+    In a plan, stage ``s`` of the bucket ``i..j`` starts no earlier than ``r_j`` plus the
+    stages before it, ``sum_{s' < s} (a_s' + P_s'(i..j)) >= sum_{s' < s} (a_s' + p_s'[j])``,
+    and after it the bucket's last stage ends no earlier than ``sum_{s' > s} a_s'`` later.
+    Moving the plan's schedule of stage ``s`` later by that last sum keeps it one task at a
+    time in launch order, starts every bucket at or after ``r_j + sum_{s' < s} p_s'[j] +
+    sum_{s' != s} a_s'``, and ends every bucket no later than its last stage: the one-stage
+    period of the same launch order with these releases, which serves every bucket as early
+    as it may, is at most the plan's (the period grows with the ends). The releases used are
+    smaller still, so that they stay equal within a layer and increase with readiness, as the
+    one-stage programmes expect: per unit, the least of those values over the units from the
+    first of its layer on, in seconds, rounded down to ticks. ``one`` itself when there is
+    nothing to move (one stage, or a PCIe link shared with the batch copy, where the period
+    formula is not exact)."""
+    if len(stages) < 2 or one.pcie_coupled or one.n == 0:
+        return one
+    after = float(sum(st.alpha_s for k, st in enumerate(stages) if k != s))
+    before = float(sum(st.beta_s_per_byte for st in stages[:s]))
+    rel = np.asarray(one.release_s, dtype=float) + before * np.asarray(one.nbytes, dtype=float)
+    rel = np.minimum.accumulate(rel[::-1])[::-1][np.asarray(one.layer_first_unit)]
+    r = np.floor((rel + after) / one.tick).astype(np.int64)
+    out = Instance(one.units, one.tick)
+    out.__dict__["r"] = r  # the cached releases, replaced
+    return out
+
+
+def stage_relaxation(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance,
+                     group: int | tuple[int, ...], *, merge: bool | None = None) -> Instance:
+    """The one-stage relaxation of ``group`` (:func:`stage_groups`), a stage alone with its
+    releases moved later by the other stages (:func:`stage_heads`)."""
+    one = build_instance(trace, cluster, opts, merge=merge, stage=group)
+    return stage_heads(one, inst.stages, group) if isinstance(group, int) else one
+
+
 def stage_bound(trace: Trace, cluster: Cluster, opts: SolveOptions, inst: Instance) -> int:
     """Lower bound (``inst``'s ticks) for several communication stages, from one-stage
-    relaxations: each stage alone (dropping the others only makes buckets finish earlier), and,
-    per resource of the last stage, the stages that hold it as one task (the resource serves
-    them one at a time after the bucket is ready, and the last stage ends after them). Valid
-    for every launch order with ``opts.reorder``, for readiness order otherwise."""
+    relaxations: each stage alone (dropping the others only makes buckets finish earlier;
+    every bucket still waits for its stages before and is followed by the start-up costs of
+    those after: :func:`stage_heads`), and, per resource of the last stage, the stages that
+    hold it as one task (the resource serves them one at a time after the bucket is ready, and
+    the last stage ends after them). Valid for every launch order with ``opts.reorder``, for
+    readiness order otherwise."""
     bound = 0
     for s in stage_groups(inst):
-        one = build_instance(trace, cluster, opts, stage=s)
+        one = stage_relaxation(trace, cluster, opts, inst, s)
         v1, _, proven = solve_fifo(one, reorder=opts.reorder)
         b1 = v1 if proven else lower_bound(one, v1)
         # the two integer models round differently: keep both tick budgets in hand

@@ -21,7 +21,10 @@ from unit ``i`` on, the first of which is ``[i..j]``,
 (the suffix's work on ``R`` starts after the smallest head and its last piece is followed by
 the smallest tail; ``q_min`` is the delivery tail of the bucketing bound of :mod:`.bounds`).
 As there, the fewest buckets that keep every term under ``lam`` decide whether ``lam`` is
-feasible, and bisection gives the bound (:func:`resource_bound`).
+feasible, and bisection gives the bound (:func:`resource_bound`). Every bucket ``[i..j]`` of
+those bucketings also meets its own *chain*, ``r_j + sum_s (a_s + P_s(i..j)) + q(i, j) <= lam``
+(it passes its stages one after the other): a plan of period at most ``lam`` meets it with its
+own bucketing, and it keeps the preemptive relaxation from ending with a few large buckets.
 
 **Paths** (:func:`pair_bound`). Each stage serves the buckets in launch order, one at a time.
 For a run of consecutive stages ``s..t`` and the buckets released from ``r_i`` on (those ending

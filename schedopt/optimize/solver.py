@@ -45,7 +45,13 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
-from schedopt.optimize.bounds import constant_bound, lower_bound, stage_bound, stage_groups
+from schedopt.optimize.bounds import (
+    constant_bound,
+    lower_bound,
+    stage_bound,
+    stage_groups,
+    stage_relaxation,
+)
 from schedopt.optimize.budget import AGREE, Budget, Share
 from schedopt.optimize.coarse import coarse_programme
 from schedopt.optimize.control import Control, Halt, StepTimeout
@@ -848,14 +854,16 @@ def _stages_programmes(search: SolveState, inst: Instance) -> None:
     :data:`STAGE_PROGRAMMES` of the work left, shared equally by the relaxations not yet run.
 
     Each relaxation's bound bounds every plan of the stages in every launch order (dropping
-    stages only makes buckets end earlier; the stages that share a resource of the last
+    stages only makes buckets end earlier, and a stage alone still waits for the stages
+    before it and the start-up costs after it: :func:`.bounds.stage_heads`; the stages that
+    share a resource of the last
     stage take it one at a time after the bucket's release): it is proven less both integer
     models' tick budgets. Its plan, on the same units, is judged by the exact multi-stage
     period and offered."""
     best = search.best
     assert best is not None
     trace, cluster, opts = search.trace, search.cluster, search.opts
-    ones = [build_instance(trace, cluster, opts, merge=bool(opts.merge_layers), stage=s)
+    ones = [stage_relaxation(trace, cluster, opts, inst, s, merge=bool(opts.merge_layers))
             for s in stage_groups(inst)]
     ones = [one for one in ones if one.n == inst.n and one.n <= UNIMODAL_UNITS]
     ones.sort(key=lambda one: -(one.a + int(one.p.sum())) * one.tick)  # busiest first
