@@ -194,12 +194,9 @@ def cluster_from_fit(
         Text stored in the cluster's ``source`` (a description of the fit is appended).
     gpu
         GPU model (informational), used when ``base`` is None.
-    overlap_slowdown
-        The cluster's ``overlap_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
-    comm_slowdown
-        The cluster's ``comm_slowdown`` (measured by ``schedopt bench-comm``; 1: none).
-    launch_overhead_s
-        The cluster's ``launch_overhead_s`` (measured by ``schedopt bench-comm``; 0: none).
+    overlap_slowdown, comm_slowdown, launch_overhead_s
+        The cluster's fields of those names, measured by ``schedopt bench-comm`` (1, 1 and 0:
+        none).
 
     Raises
     ------
@@ -210,6 +207,8 @@ def cluster_from_fit(
         raise SchedoptError("a fitted all-reduce needs at least 2 ranks", "ranks", ranks)
     desc = _describe_fit(fit)
     text = f"{source}; {desc}" if source else desc
+    measured = {"overlap_slowdown": overlap_slowdown, "comm_slowdown": comm_slowdown,
+                "launch_overhead_s": launch_overhead_s}
     if base is not None:
         data = base.model_dump()
         if base.world_size != ranks:
@@ -219,9 +218,7 @@ def cluster_from_fit(
                     f"is not a multiple of the base cluster's {g} GPUs per node", "ranks", ranks
                 )
             data["nodes"] = ranks // g
-        data.update(name=name, allreduce=fit.model_dump(), source=text,
-                    overlap_slowdown=overlap_slowdown, comm_slowdown=comm_slowdown,
-                    launch_overhead_s=launch_overhead_s)
+        data.update(name=name, allreduce=fit.model_dump(), source=text, **measured)
         return _cluster(data)
     if fit.beta_s_per_byte <= 0:
         raise SchedoptError(FLAT_FIT, "beta_s_per_byte", fit.beta_s_per_byte)
@@ -242,9 +239,7 @@ def cluster_from_fit(
         "inter_link": inter,
         "collective": "ring",
         "allreduce": fit,
-        "overlap_slowdown": overlap_slowdown,
-        "comm_slowdown": comm_slowdown,
-        "launch_overhead_s": launch_overhead_s,
+        **measured,
     })
 
 

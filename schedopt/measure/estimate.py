@@ -947,6 +947,37 @@ def _torch_dtype(precision: str) -> Any:
             "bf16": torch.bfloat16}[precision]
 
 
+def _pricers(ts: TraceSpec, gpu: GPU) -> tuple[Pricer, str, CastPricer]:
+    """The operator pricer of ``ts.method``, the attention it prices (``flash`` or ``eager``)
+    and the price of one autocast cast.
+
+    Raises
+    ------
+    SchedoptError
+        The roofline profile of ``gpu`` has no figure for ``ts.precision``.
+    """
+    import torch
+
+    if ts.method == "roofline":
+        if ts.precision not in gpu.flops:
+            raise SchedoptError(f"the roofline profile of {gpu.name} has no {ts.precision}"
+                                " figure", "--dtype", ts.precision)
+        price = _roofline_pricer(gpu.flops[ts.precision], gpu.memory_Bps)
+
+        def roofline_cast(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
+            return price(torch.ops.aten._to_copy.default, (src,), {}, dst,
+                         float(dst.numel()), nbytes)  # backward: 2 x forward per layer
+
+        return price, gpu.attention, roofline_cast
+    opm = operator_model(gpu, ts.precision)
+
+    def operator_cast(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
+        # the backward of a cast is the cast of the gradient back to the source's dtype
+        return opm.memory_s(nbytes), opm.memory_s(nbytes) if _needs_grad(src) else 0.0
+
+    return _operator_pricer(opm), "flash" if opm.flash_fb else "eager", operator_cast
+
+
 def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
     """Build, price and describe one estimated trace.
 
@@ -967,25 +998,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
     spec = spec or MODELS[ts.model]
     gpu = get_gpu(ts.gpu)
     dtype = torch.float32 if ts.autocast else _torch_dtype(ts.precision)
-    cast_price: CastPricer
-    if ts.method == "roofline":
-        if ts.precision not in gpu.flops:
-            raise SchedoptError(f"the roofline profile of {gpu.name} has no {ts.precision}"
-                                " figure", "--dtype", ts.precision)
-        price = _roofline_pricer(gpu.flops[ts.precision], gpu.memory_Bps)
-        attention = gpu.attention
-
-        def cast_price(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
-            return price(torch.ops.aten._to_copy.default, (src,), {}, dst,
-                         float(dst.numel()), nbytes)  # backward: 2 x forward per layer
-    else:
-        opm = operator_model(gpu, ts.precision)
-        price = _operator_pricer(opm)
-        attention = "flash" if opm.flash_fb else "eager"
-
-        def cast_price(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
-            # the backward of a cast is the cast of the gradient back to the source's dtype
-            return opm.memory_s(nbytes), opm.memory_s(nbytes) if _needs_grad(src) else 0.0
+    price, attention, cast_price = _pricers(ts, gpu)
     autocast = _Autocast(_torch_dtype(ts.precision), cast_price) if ts.autocast else None
     model, run = _build(spec, attention, ts.batch, ts.seq, dtype)
     model.train()
@@ -1172,6 +1185,44 @@ def _check_int(value: Any, what: str, low: int, high: int) -> int:
     return value
 
 
+def _check_options(method: str, precision: str, autocast: object) -> None:
+    """One-line errors for an unknown method or precision, and an ``autocast`` that is not a
+    boolean or not to 16 bits."""
+    if method not in METHODS:
+        raise SchedoptError(f"unknown method; known: {', '.join(METHODS)}", "--method", method)
+    if precision not in PRECISIONS:
+        raise SchedoptError(f"unknown precision; known: {', '.join(PRECISIONS)}", "--dtype",
+                            precision)
+    if autocast not in (False, True):
+        raise SchedoptError("must be true or false", "--autocast", autocast)
+    if autocast and precision not in ("bf16", "fp16"):
+        raise SchedoptError("applies to --dtype bf16 or fp16 only (autocast to 16 bits)",
+                            "--autocast", precision)
+
+
+def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
+    """The sequence length to estimate ``spec`` at: 0 for image models (which refuse a
+    ``--seq``), else ``seq`` or the family's default, checked against the model's positions
+    and the token limit."""
+    if spec.kind in ("image", "torchvision"):
+        if seq not in (None, 0):
+            raise SchedoptError("applies to text models only", "--seq", seq)
+        if batch * 1000 > MAX_TOKENS:
+            raise SchedoptError(f"at most {MAX_TOKENS // 1000:,} images", "--batch", batch)
+        return 0
+    positions = spec.config.get("n_positions", spec.config.get("max_position_embeddings"))
+    if seq is None:
+        seq = min(DEFAULT_SEQ[spec.kind], positions or MAX_SEQ)
+    _check_int(seq, "--seq", 1, min(positions or MAX_SEQ, MAX_SEQ))
+    if spec.kind == "gpt2" and positions is None and seq > 1024:
+        raise SchedoptError("GPT-2 has 1024 positions unless n_positions says more",
+                            "--seq", seq)
+    if batch * seq > MAX_TOKENS:
+        raise SchedoptError(f"batch x seq = {batch * seq:,} tokens: more than"
+                            f" {MAX_TOKENS:,}", "--batch", batch)
+    return seq
+
+
 def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
              method: str = "operator", autocast: bool = False,
@@ -1218,40 +1269,14 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         For bad input: unknown model, GPU, precision or method, sizes out of range,
         ``autocast`` with a precision other than bf16 and fp16.
     """
-    if method not in METHODS:
-        raise SchedoptError(f"unknown method; known: {', '.join(METHODS)}", "--method", method)
-    if precision not in PRECISIONS:
-        raise SchedoptError(f"unknown precision; known: {', '.join(PRECISIONS)}", "--dtype",
-                            precision)
-    if autocast not in (False, True):
-        raise SchedoptError("must be true or false", "--autocast", autocast)
-    if autocast and precision not in ("bf16", "fp16"):
-        raise SchedoptError("applies to --dtype bf16 or fp16 only (autocast to 16 bits)",
-                            "--autocast", precision)
+    _check_options(method, precision, autocast)
     get_gpu(gpu)
     _check_int(batch, "--batch", 1, MAX_BATCH)
     _check_int(accumulate, "--accumulate", 1, 1024)
     spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
     if method == "operator":
         operator_model(gpu, precision)
-    text = spec.kind not in ("image", "torchvision")
-    if not text:
-        if seq not in (None, 0):
-            raise SchedoptError("applies to text models only", "--seq", seq)
-        seq = 0
-        if batch * 1000 > MAX_TOKENS:
-            raise SchedoptError(f"at most {MAX_TOKENS // 1000:,} images", "--batch", batch)
-    else:
-        positions = spec.config.get("n_positions", spec.config.get("max_position_embeddings"))
-        if seq is None:
-            seq = min(DEFAULT_SEQ[spec.kind], positions or MAX_SEQ)
-        _check_int(seq, "--seq", 1, min(positions or MAX_SEQ, MAX_SEQ))
-        if spec.kind == "gpt2" and positions is None and seq > 1024:
-            raise SchedoptError("GPT-2 has 1024 positions unless n_positions says more",
-                                "--seq", seq)
-        if batch * seq > MAX_TOKENS:
-            raise SchedoptError(f"batch x seq = {batch * seq:,} tokens: more than"
-                                f" {MAX_TOKENS:,}", "--batch", batch)
+    seq = _sequence(spec, batch, seq)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
     label = spec.key.removeprefix("config:").removesuffix(".json")
