@@ -545,3 +545,30 @@ def test_killed_sweep_leaves_no_worker(tmp_path: Path, sig: signal.Signals) -> N
             "interrupted: finished rows are stored; rerun to resume"], err
     with Store(db, readonly=True) as s:
         assert all(r["error"] is None for r in s.rows())
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM"), reason="needs SIGTERM")
+def test_signals_wait_until_the_workers_have_started() -> None:
+    """A signal during the pool's start (workers being handed their start-up data) is held
+    and delivered to the previous handler once the start is over: nothing raised inside."""
+    from schedopt.study.sweep.run import _held_signals
+
+    seen: list[str] = []
+
+    def handler(signum: int, _frame: object) -> None:
+        seen.append(f"handler {signum}")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        with _held_signals():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            seen.append("after the start")
+        seen.append("after the block")
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert seen == ["after the start", f"handler {int(signal.SIGTERM)}", "after the block"]
+    with pytest.raises(KeyboardInterrupt), _held_signals():  # Ctrl-C: held, then raised
+        signal.raise_signal(signal.SIGINT)
+        seen.append("still starting")
+    assert seen[-1] == "still starting"

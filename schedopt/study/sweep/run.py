@@ -121,14 +121,39 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
             proc.join(timeout=5.0)
 
 
+@contextmanager
+def _held_signals() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP (in the main thread) until the block ends, then deliver
+    the first that came to the handler it had before.
+
+    The pool starts its workers in ``submit``: the parent writes each worker's start-up data
+    down a pipe, and a signal that interrupts the writing leaves the worker to die on a short
+    read with a traceback on the shared stderr.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+    names = ("SIGINT", "SIGTERM", "SIGHUP")
+    sigs = [getattr(signal, name) for name in names if hasattr(signal, name)]
+    old = {sig: signal.signal(sig, lambda signum, _frame: got.append(signum)) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if got:
+            signal.raise_signal(got[0])
+
+
 def _run_local(rows: list[Row], workers: int, on_record: OnRecord, on_lost: OnLost) -> None:
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_setup,
                              initargs=(os.getpid(),)) as pool:
-        futures: dict[Future[dict[str, Any]], Row] = {
-            pool.submit(run_row, row.as_dict()): row for row in rows
-        }
+        futures: dict[Future[dict[str, Any]], Row] = {}
         try:
+            with _held_signals():  # the workers start here: none is cut off mid-start
+                futures = {pool.submit(run_row, row.as_dict()): row for row in rows}
             while futures:
                 done, _ = wait(futures, return_when=FIRST_COMPLETED)
                 for fut in done:
