@@ -978,6 +978,37 @@ def _pricers(ts: TraceSpec, gpu: GPU) -> tuple[Pricer, str, CastPricer]:
     return _operator_pricer(opm), "flash" if opm.flash_fb else "eager", operator_cast
 
 
+def _layer_records(ts: TraceSpec, costs: _Costs, owned: dict[str, list[Any]],
+                   name_of: dict[int, str]) -> list[dict[str, Any]]:
+    """The trace's layers in forward order from the priced ``costs``: the roofline's backward
+    is twice the forward, recomputation adds a forward to it, and with ``accumulate`` the
+    first K - 1 micro-batches are charged to the first layer's forward; ``owned`` gives each
+    layer's parameters, ``name_of`` their names."""
+    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
+    layers: list[dict[str, Any]] = []
+    extra = 0.0
+    for lname in costs.order:
+        fwd = costs.time[lname]
+        bwd = 2 * fwd if ts.method == "roofline" else costs.back[lname]
+        if ts.recompute:
+            bwd += fwd
+        extra += fwd + bwd
+        layers.append({
+            "name": lname,
+            "forward_s": fwd,
+            "backward_s": bwd,
+            "tensors": [
+                {"name": name_of[id(p)], "bytes": p.numel() * itemsize, "dtype": ts.grad_dtype}
+                for _, p in owned[lname]
+            ],
+        })
+    if ts.accumulate > 1:
+        layers[0]["forward_s"] += (ts.accumulate - 1) * extra
+    for la in layers:
+        la["forward_s"], la["backward_s"] = sig(la["forward_s"]), sig(la["backward_s"])
+    return layers
+
+
 def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
     """Build, price and describe one estimated trace.
 
@@ -1025,28 +1056,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
     missing = [m for m, _, _ in owners if m not in costs.time]
     if missing:
         raise RuntimeError(f"{ts.name}: layers never run: {missing[:3]}")
-    itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
-    layers: list[dict[str, Any]] = []
-    extra = 0.0
-    for lname in costs.order:
-        fwd = costs.time[lname]
-        bwd = 2 * fwd if ts.method == "roofline" else costs.back[lname]
-        if ts.recompute:
-            bwd += fwd
-        extra += fwd + bwd
-        layers.append({
-            "name": lname,
-            "forward_s": fwd,
-            "backward_s": bwd,
-            "tensors": [
-                {"name": name_of[id(p)], "bytes": p.numel() * itemsize, "dtype": ts.grad_dtype}
-                for _, p in by_name[lname]
-            ],
-        })
-    if ts.accumulate > 1:
-        layers[0]["forward_s"] += (ts.accumulate - 1) * extra
-    for la in layers:
-        la["forward_s"], la["backward_s"] = sig(la["forward_s"]), sig(la["backward_s"])
+    layers = _layer_records(ts, costs, by_name, name_of)
     if ts.method == "roofline":
         source = _describe(ts, spec, gpu, n_params, n_tensors, costs.ops)
     else:

@@ -358,6 +358,47 @@ class _Rank:
         else:
             self.grouping, enclosing = "autograd", []
 
+        layers, starts, layer_of_top = self._forward_layers(main, top, has_seq, enclosing)
+        if not layers:
+            raise SchedoptError("no forward ops in the step", "file", where)
+        # ops record the sequence number the next autograd node will take, so ops that make
+        # no node (an input's .to(device)) share it with the op that does: the last one
+        seq_layer: dict[int, int] = {}
+        for i, e in enumerate(main):
+            if e.seq is not None and e.ts < bwd_start:
+                li = layer_of_top.get(top_ancestor(i))
+                if li is not None:
+                    seq_layer[e.seq] = li
+        busy: list[tuple[float, float]] = []
+        for k, la in enumerate(layers):
+            end = starts[k + 1] if k + 1 < len(layers) else bwd_start
+            la.host_s = (end - starts[k]) * 1e-6
+            if not self.gpu:
+                la.forward_s = la.host_s
+        for i in top:
+            e = main[i]
+            if self.gpu:
+                layers[layer_of_top[i]].forward_s += self._gpu_time(e) * 1e-6
+            busy.append((e.ts, e.end))
+        self._backward(layers, bwd, by_tid, seq_layer, busy, where)
+        bwd_end = max(e.end for e, _, _ in bwd)
+        buckets = self._buckets(window, by_tid, bwd_start, s0, where)
+        roots = [e for i, e in enumerate(main) if mpar[i] < 0]
+        update, busy = self._update(roots, optim, (bwd_start, bwd_end), busy, (s0, s1))
+        io = (fwd_start - s0) * 1e-6 if not self.gpu else 0.0
+        union = _union(busy)
+        busy_s = sum(b - a for a, b in union) * 1e-6
+        exposed = _exposed([(b.start - self.offset, b.end - self.offset) for b in buckets], union)
+        return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed)
+
+    def _forward_layers(self, main: list[_Ev], top: list[int], has_seq: set[int],
+                        enclosing: list[_Ev]) -> tuple[list[_Layer], list[float], dict[int, int]]:
+        """The forward's layers from the main thread's top-level ops ``top`` (indices into
+        ``main``): consecutive ops in the same enclosing range (module or ``record_function``)
+        form one layer, and without a range a new layer starts at every op that records an
+        autograd node (``has_seq``). Returns the layers, their start times and the layer of
+        each top-level op."""
+
         def key_of(e: _Ev) -> str | None:
             best = None
             for r in enclosing:
@@ -390,50 +431,28 @@ class _Rank:
                 starts.append(e.ts)
             prev_key = key
             layer_of_top[i] = len(layers) - 1
-        if not layers:
-            raise SchedoptError("no forward ops in the step", "file", where)
-        # ops record the sequence number the next autograd node will take, so ops that make
-        # no node (an input's .to(device)) share it with the op that does: the last one
-        seq_layer: dict[int, int] = {}
-        for i, e in enumerate(main):
-            if e.seq is not None and e.ts < bwd_start:
-                li = layer_of_top.get(top_ancestor(i))
-                if li is not None:
-                    seq_layer[e.seq] = li
-        busy: list[tuple[float, float]] = []
-        for k, la in enumerate(layers):
-            end = starts[k + 1] if k + 1 < len(layers) else bwd_start
-            la.host_s = (end - starts[k]) * 1e-6
-            if not self.gpu:
-                la.forward_s = la.host_s
-        for i in top:
-            e = main[i]
-            if self.gpu:
-                layers[layer_of_top[i]].forward_s += self._gpu_time(e) * 1e-6
-            busy.append((e.ts, e.end))
-        self._backward(layers, bwd, by_tid, seq_layer, busy, where)
-        bwd_end = max(e.end for e, _, _ in bwd)
-        buckets = self._buckets(window, by_tid, bwd_start, s0, where)
-        after = [main[i] for i in range(len(main)) if mpar[i] < 0 and main[i].ts >= bwd_end
-                 and not any(a <= main[i].ts < b for a, b in optim)]
+        return layers, starts, layer_of_top
+
+    def _update(self, roots: list[_Ev], optim: list[tuple[float, float]],
+                backward: tuple[float, float], busy: list[tuple[float, float]],
+                step: tuple[float, float]) -> tuple[float, list[tuple[float, float]]]:
+        """The update's time (seconds) from the main thread's top-level ops ``roots`` and the
+        optimizer's ranges ``optim``, and the compute's busy intervals completed: on a GPU the
+        step's kernels but NCCL's, on a CPU ``busy`` plus the optimizer and what follows the
+        backward."""
+        bwd_start, bwd_end = backward
+        after = [e for e in roots if e.ts >= bwd_end
+                 and not any(a <= e.ts < b for a, b in optim)]
         if self.gpu:  # the kernels of the optimizer's ops and of those after the backward
-            stepping = [main[i] for i in range(len(main)) if mpar[i] < 0
-                        and any(a <= main[i].ts < b for a, b in optim if a >= bwd_start)]
+            stepping = [e for e in roots
+                        if any(a <= e.ts < b for a, b in optim if a >= bwd_start)]
             update = sum(self._gpu_time(e) for e in stepping + after) * 1e-6
-        else:
-            update = (sum(b - a for a, b in optim if a >= bwd_start)
-                      + sum(e.end - e.ts for e in after)) * 1e-6
-        io = (fwd_start - s0) * 1e-6 if not self.gpu else 0.0
-        if self.gpu:
-            busy = [(k.ts, k.end) for k in self.kernels if s0 <= k.ts < s1
-                    and "nccl" not in k.name.lower()]
-        else:
-            busy.extend((a, b) for a, b in optim if a >= bwd_end)
-            busy.extend((e.ts, e.end) for e in after)
-        union = _union(busy)
-        busy_s = sum(b - a for a, b in union) * 1e-6
-        exposed = _exposed([(b.start - self.offset, b.end - self.offset) for b in buckets], union)
-        return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed)
+            return update, [(k.ts, k.end) for k in self.kernels if step[0] <= k.ts < step[1]
+                            and "nccl" not in k.name.lower()]
+        update = (sum(b - a for a, b in optim if a >= bwd_start)
+                  + sum(e.end - e.ts for e in after)) * 1e-6
+        return update, [*busy, *((a, b) for a, b in optim if a >= bwd_end),
+                        *((e.ts, e.end) for e in after)]
 
     def _backward(self, layers: list[_Layer], bwd: list[tuple[_Ev, Any, int]],
                   by_tid: dict[Any, list[_Ev]], seq_layer: dict[int, int],
@@ -623,31 +642,15 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
             raise SchedoptError("no all-reduce (record_param_comms or c10d::allreduce_) during"
                                 " the backward: is the model wrapped in DistributedDataParallel?",
                                 "file", f"{files[0]}: ProfilerStep#{s.number}")
-    shapes = Counter(s.shape() for s in all_steps)
-    shape = shapes.most_common(1)[0][0]
+    shape = Counter(s.shape() for s in all_steps).most_common(1)[0][0]
     used = [s for s in all_steps if s.shape() == shape]
-    dropped = len(all_steps) - len(used)
-    ref = used[-1]
-    grouping = ranks[0].grouping
-    gpu = ranks[0].gpu
+    dropped, ref = len(all_steps) - len(used), used[-1]
+    grouping, gpu = ranks[0].grouping, ranks[0].gpu
 
     # tensors and buckets
     layer_names = _tensor_names(ref, names)
     buckets = _bucket_members(ref, layer_names)
 
-    def mean(values: list[float]) -> float:
-        return float(statistics.fmean(values))
-
-    layers_json = []
-    for k, la in enumerate(ref.layers):
-        tensors = [{"name": nm, "bytes": n * DTYPE_BYTES[d], "dtype": d}
-                   for nm, (n, d) in zip(layer_names[k], reversed(la.tensors), strict=True)]
-        layers_json.append({
-            "name": la.name,
-            "forward_s": mean([s.layers[k].forward_s for s in used]),
-            "backward_s": mean([s.layers[k].backward_s for s in used]),
-            "tensors": tensors,
-        })
     # per-bucket transfer: latest start across ranks
     multi = len(ranks) > 1
     by_step, transfer, points = _transfers(per_rank, shape, ref)
@@ -658,23 +661,13 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
               f" {len(ranks)} rank files)" if multi else
               "measured duration on the one rank given: an upper bound (it includes waiting for"
               " slower ranks)")
-    host = [mean([s.layers[k].host_s for s in used]) for k in range(len(ref.layers))]
+    host = [_mean([s.layers[k].host_s for s in used]) for k in range(len(ref.layers))]
     source = (f"torch.profiler trace {', '.join(Path(f).name for f in files)}: "
               f"{len(by_step)} steps x {len(ranks)} rank(s), layers grouped by {grouping}, "
               f"{'GPU kernel' if gpu else 'CPU op'} times (means); host time per layer (s): "
               + ", ".join(f"{h:.3g}" for h in host))
-    data = {
-        "name": name or Path(files[0]).name.split(".")[0],
-        "batch_size": batch_size,
-        "source": source,
-        "io_s": mean([s.io_s for s in used]),
-        "update_s": mean([s.update_s for s in used]),
-        "layers": layers_json,
-    }
-    try:
-        trace = Trace.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc, "imported trace") from None
+    trace = _trace(used, ref, layer_names, name or Path(files[0]).name.split(".")[0],
+                   batch_size, source)
     backend = ranks[0].backend
     concurrency = BACKEND_CONCURRENCY.get(backend or "", 1)
     header = {"files": [str(f) for f in files], "ranks": len(ranks),
@@ -684,6 +677,39 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
               "grouping": grouping, "steps": sorted(by_step), "steps_dropped": dropped}
     summary = _summary(header, method, trace, buckets, used, ref, transfer, host)
     return KinetoImport(trace, buckets, summary, points, world, concurrency)
+
+
+def _mean(values: list[float]) -> float:
+    return float(statistics.fmean(values))
+
+
+def _trace(used: list[_Step], ref: _Step, layer_names: list[list[str]], name: str,
+           batch_size: int, source: str) -> Trace:
+    """The imported trace: ``ref``'s layers and tensors (named ``layer_names``), each time the
+    mean over the steps ``used``.
+
+    Raises
+    ------
+    SchedoptError
+        A figure the trace format refuses (one line naming it).
+    """
+    layers = []
+    for k, la in enumerate(ref.layers):
+        tensors = [{"name": nm, "bytes": n * DTYPE_BYTES[d], "dtype": d}
+                   for nm, (n, d) in zip(layer_names[k], reversed(la.tensors), strict=True)]
+        layers.append({
+            "name": la.name,
+            "forward_s": _mean([s.layers[k].forward_s for s in used]),
+            "backward_s": _mean([s.layers[k].backward_s for s in used]),
+            "tensors": tensors,
+        })
+    data = {"name": name, "batch_size": batch_size, "source": source,
+            "io_s": _mean([s.io_s for s in used]), "update_s": _mean([s.update_s for s in used]),
+            "layers": layers}
+    try:
+        return Trace.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "imported trace") from None
 
 
 def _summary(header: dict[str, Any], method: str, trace: Trace, buckets: list[list[str]],

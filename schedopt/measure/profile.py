@@ -463,13 +463,7 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         log.warning("left out %d parameters that received no gradient: %s", len(unused),
                     ", ".join(unused[:5]))
     home = {**{j: k for j, k in owner.items() if j in fired_set}, **extra_owner}
-    tensors: list[list[dict[str, Any]]] = [[] for _ in range(n)]
-    for j, (pname, p) in enumerate(params):
-        if j in home:
-            tensors[home[j]].append({"name": pname, "bytes": p.numel() * p.element_size(),
-                                     "dtype": _dtype_name(p.dtype)})
-            if p.dim() > 1:  # the leading dimension, for partitioning policies
-                tensors[home[j]][-1]["rows"] = int(p.shape[0])
+    tensors = _layer_tensors(params, home, n)
     spread_warning([sum(col) for col in zip(*fwd_times, *bwd_times, strict=True)])
     fwd_scale, bwd_scale = _pass_scale(fwd_times), _pass_scale(bwd_times)
     frozen = _frozen(model, [candidates[i][1] for i in order])
@@ -495,8 +489,26 @@ def _build_trace(model: Any, name: str, batch_size: int, dev: Any, repeats: int,
         "host_update_s": statistics.median(r["host"]["update"] for r in runs) if host else 0.0,
         "layers": layers,
     }
+    return _with_ready_order(data, [params[j][0] for j in fired if j in home])
+
+
+def _layer_tensors(params: list, home: dict[int, int], n: int) -> list[list[dict[str, Any]]]:
+    """Each of the ``n`` layers' gradient tensors: the parameters ``params`` (name, tensor)
+    whose index ``home`` places in it."""
+    tensors: list[list[dict[str, Any]]] = [[] for _ in range(n)]
+    for j, (pname, p) in enumerate(params):
+        if j in home:
+            tensors[home[j]].append({"name": pname, "bytes": p.numel() * p.element_size(),
+                                     "dtype": _dtype_name(p.dtype)})
+            if p.dim() > 1:  # the leading dimension, for partitioning policies
+                tensors[home[j]][-1]["rows"] = int(p.shape[0])
+    return tensors
+
+
+def _with_ready_order(data: dict[str, Any], measured: list[str]) -> Trace:
+    """The trace of ``data`` with the gradient order ``measured`` where it differs from the
+    layers' (kept inside each layer only, with a warning when autograd interleaved layers)."""
     trace = Trace.model_validate(data)
-    measured = [params[j][0] for j in fired if j in home]
     if measured != [t.name for t in trace.ready_order]:
         layer_of = trace.tensor_layer_by_name
         consistent = sorted(measured, key=lambda m: -layer_of[m])  # stable: keeps order inside
