@@ -68,6 +68,9 @@ class Method(StrEnum):
     ENUMERATION = "enumeration"
     #: Sharded plans: units of the same number of tensor-holding layers, small depths.
     UNIFORM_UNITS = "uniform-units"
+    #: The host side (:mod:`.host_side`): the launching thread's work with the fewest buckets
+    #: a period allows, and its cycle with the device.
+    HOST_SIDE = "host-side"
 
 
 class BaselineRow(BaseModel):

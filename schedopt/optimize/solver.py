@@ -65,12 +65,14 @@ from schedopt.optimize.flowshop import (
     resource_bound,
 )
 from schedopt.optimize.heuristics import local_search, schrage_order
+from schedopt.optimize.host_side import host_bound, host_work
 from schedopt.optimize.instance import TICK_BUDGET, Instance, Segments, build_instance
 from schedopt.optimize.lns import windowed_lns
 from schedopt.optimize.model import CommModel, unimodal_order
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.relax import (
     MAX_DESCENT_EVALS,
+    Relaxation,
     contention_bound,
     count_candidates,
     host_free_period,
@@ -957,6 +959,22 @@ def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float,
     return best
 
 
+def _host_side_bound(search: SolveState, plan: Plan, sim: float, relax: Relaxation) -> float:
+    """The host side's bound (:mod:`.host_side`) on the class of ``plan``, at most ``sim``,
+    within the work left (each counting programme charged like a flow-shop programme)."""
+    work = host_work(search.trace, search.cluster, plan)
+    fine = search.fine
+    if work is None:
+        return 0.0
+    inst = fine if relax.factor == 1.0 else None
+    per_call = FLOW_BOUND_S * (inst.n ** 2 if inst is not None else 1)
+    stats: dict[str, int] = {}
+    out = host_bound(work, inst, sim, stats=stats,
+                     max_calls=min(64, int(search.work_left() / per_call)))
+    search.budget.spend(per_call * stats["calls"])
+    return out
+
+
 def _result(search: SolveState) -> SolveResult:
     """Simulate the best plan; fall back to the hint when it simulates better."""
     best, opts = search.best, search.opts
@@ -970,6 +988,7 @@ def _result(search: SolveState) -> SolveResult:
     value_s = best.value * tick
     method = best.method
     model_plan = plan
+    bound_method = best.bound_method
     relax = relaxation(cluster, trace=trace)
     slowed = cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0
     if relax is not None and (relax.host or slowed):  # what calls cost: plans with fewer
@@ -1013,6 +1032,12 @@ def _result(search: SolveState) -> SolveResult:
             free = host_free_period(trace, cluster, model_plan)
             if abs(best.value * tick - free) <= AGREE * free:
                 bound_s = max(bound_s, free)
+        if relax.host:
+            host_s = _host_side_bound(search, plan, sim, relax)
+            if host_s > bound_s:
+                notes.append(f"bound {host_s:.6g} s from the host side (the launching thread's "
+                             "work per step, and its cycle with the device)")
+                bound_s, bound_method = host_s, Method.HOST_SIDE
         bound_s = min(bound_s, sim)
         value_s, agree = sim, True  # the objective is the simulated period
         gap = max(0.0, (sim - bound_s) / sim) if sim > 0 else 0.0
@@ -1026,7 +1051,7 @@ def _result(search: SolveState) -> SolveResult:
     return SolveResult(
         status=status, plan=plan, objective_s=value_s, iteration_time_s=sim, bound_s=bound_s,
         gap=gap, solve_time_s=search.budget.elapsed(), method=method,
-        bound_method=best.bound_method, interrupted=search.control.interrupted,
+        bound_method=bound_method, interrupted=search.control.interrupted,
         wall_stop=search.wall_stop and not search.control.interrupted,
         work_s=search.budget.work_used_s,
         partition_gain_s=gain,

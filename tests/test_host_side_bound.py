@@ -1,0 +1,160 @@
+"""The host side's bound (:mod:`schedopt.optimize.host_side`): the launching thread's work with
+the fewest buckets a period allows, and its cycle with the device, checked against the
+simulator on every bucketing and launch order of small random instances, and ``solve``'s bound
+and OPTIMAL claims against the same brute force."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schedopt.model.cluster import Cluster
+from schedopt.model.trace import Trace
+from schedopt.optimize import SolveOptions, Status, solve
+from schedopt.optimize.host_side import host_bound, host_work
+from schedopt.optimize.instance import build_instance
+from schedopt.simulate.simulator import simulate
+
+from .strategies import comparable_layers
+
+#: Relative tolerance of the comparisons (the simulator's sums against the bound's).
+TOL = 1e-9
+
+
+@st.composite
+def host_cases(draw: st.DrawFn) -> tuple[Trace, Cluster]:
+    """1-3 layers of 1-2 tensors, host times from far below to above the device's, calls and
+    hooks from free to dearer than a bucket's communication, on one all-reduce stage or a
+    pipelined hierarchical all-reduce (three stages)."""
+    layers = draw(comparable_layers(2_000_000))
+    scale = draw(st.sampled_from([0.0, 0.3, 0.9, 1.1, 2.0]))
+    for layer in layers:
+        jitter = draw(st.floats(0.5, 1.5))
+        layer["host_forward_s"] = scale * jitter * layer["forward_s"]
+        layer["host_backward_s"] = scale * jitter * layer["backward_s"]
+    trace = Trace.model_validate({
+        "name": "h", "batch_size": 1, "layers": layers,
+        "update_s": draw(st.sampled_from([0.0, 5e-4])),
+        "host_update_s": draw(st.sampled_from([0.0, 3e-4, 2e-3]))})
+    doc = {"name": "h", "nodes": draw(st.integers(2, 4)), "gpus_per_node": 2,
+           "intra_link": {"bandwidth_Bps": draw(st.floats(2e9, 2e10))},
+           "inter_link": {"bandwidth_Bps": draw(st.floats(1e9, 1e10)),
+                          "latency_s": draw(st.sampled_from([0.0, 1e-5, 3e-4]))},
+           "launch_overhead_s": draw(st.sampled_from([0.0, 2e-5, 5e-4, 2e-3])),
+           "hook_overhead_s": draw(st.sampled_from([0.0, 1e-5, 2e-4]))}
+    if draw(st.booleans()):
+        doc.update(collective="hierarchical", pipelined_hierarchical=True)
+    return trace, Cluster.model_validate(doc)
+
+
+def every_plan(inst, reorder: bool):
+    """Every bucketing of ``inst``'s units, in every launch order with ``reorder``."""
+    for bits in itertools.product([False, True], repeat=inst.n - 1):
+        segs = inst.segments_from_cuts(np.array(bits, dtype=bool))
+        orders = itertools.permutations(range(len(segs))) if reorder else [range(len(segs))]
+        for perm in orders:
+            yield [segs[k] for k in perm]
+
+
+def _options(per_layer: bool, reorder: bool, **kw) -> SolveOptions:
+    return SolveOptions(next_forward="per-layer" if per_layer else "wait-for-all",
+                        reorder=reorder, merge_layers=False, **kw)
+
+
+def _knobs(opts: SolveOptions) -> dict:
+    return {"next_forward": opts.next_forward, "reorder": opts.reorder,
+            "partition_bytes": opts.partition_bytes}
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=host_cases(), per_layer=st.booleans(), reorder=st.booleans(),
+       accumulate=st.sampled_from([1, 1, 2]))
+def test_every_plan_pays_the_host_work_and_cycle(case: tuple[Trace, Cluster], per_layer: bool,
+                                                 reorder: bool, accumulate: int) -> None:
+    """Every plan of every bucketing and launch order simulates at or above the thread's work
+    for its own bucket count and the cycle bound; the bisected bound with the fewest buckets
+    a period allows stays at or below the best of them (plans of ``accumulate`` micro-batches,
+    which the host work lays out too). The work is the class's: every plan gives the same."""
+    trace, cluster = case
+    opts = _options(per_layer, reorder)
+    inst = build_instance(trace, cluster, opts, merge=False)
+    if inst.n > 5 or not inst.stages:
+        return
+    work = None
+    best = np.inf
+    for segs in every_plan(inst, reorder):
+        plan = inst.to_plan(segs, knobs=_knobs(opts))
+        if accumulate > 1:
+            plan = plan.model_copy(update={"accumulate": accumulate})
+        own = host_work(trace, cluster, plan)
+        if own is None:
+            return
+        if work is None:
+            work = own
+        # the class's work: the same whatever the plan's buckets and order
+        assert own.fixed_s == pytest.approx(work.fixed_s, rel=TOL, abs=1e-15)
+        assert own.cycle_s == pytest.approx(work.cycle_s, rel=TOL, abs=1e-15)
+        period = simulate(trace, cluster, plan).iteration_time_s
+        assert period >= work.bound(len(segs)) * (1 - TOL), (segs, period, work)
+        best = min(best, period)
+    assert work is not None
+    fine = inst if len(inst.stages) == 1 and accumulate == 1 else None
+    assert host_bound(work, fine, best) <= best * (1 + TOL)
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=host_cases(), per_layer=st.booleans())
+def test_solve_with_host_costs_never_claims_beyond_brute_force(case: tuple[Trace, Cluster],
+                                                               per_layer: bool) -> None:
+    """``solve``'s bound (now with the host side's) stays at or below the brute-force optimum
+    of its class, and OPTIMAL is claimed only at that optimum."""
+    trace, cluster = case
+    opts = _options(per_layer, True, time_limit_s=5, workers=1, seed=0)
+    inst = build_instance(trace, cluster, opts, merge=False)
+    if inst.n > 5 or not inst.stages:
+        return
+    brute = min(simulate(trace, cluster, inst.to_plan(segs, knobs=_knobs(opts))).iteration_time_s
+                for segs in every_plan(inst, True))
+    res = solve(trace, cluster, opts)
+    # without host costs the integer model's own rounding (the tick budget) is in the figures
+    tol = 1e-6 if cluster.has_host or trace.has_host else 1e-3
+    assert res.bound_s <= brute * (1 + tol)
+    if res.status == Status.OPTIMAL:
+        assert res.iteration_time_s <= brute * (1 + tol)
+
+
+def _resnet(host: float, mode: str) -> tuple[Trace, Cluster, SolveOptions]:
+    """ResNet-50 (V100) on one DGX-1 with host times ``host`` times the device's, 20 us per
+    call and 15 us per hook."""
+    from schedopt.files import load_cluster, load_trace
+
+    tr, cl = load_trace("resnet50-v100-b64"), load_cluster("dgx1-v100")
+    doc = tr.model_dump(mode="json", exclude_none=True)
+    for layer in doc["layers"]:
+        layer["host_forward_s"] = host * layer["forward_s"]
+        layer["host_backward_s"] = host * layer["backward_s"]
+    doc["host_update_s"] = host * doc["update_s"]
+    tr = Trace.model_validate(doc)
+    cl = Cluster.model_validate({**cl.model_dump(), "launch_overhead_s": 2e-5,
+                                 "hook_overhead_s": 1.5e-5})
+    opts = SolveOptions(next_forward=mode, reorder=mode == "per-layer", time_limit_s=10,
+                        workers=1, seed=0)
+    return tr, cl, opts
+
+
+@pytest.mark.parametrize("mode", ["wait-for-all", "per-layer"])
+def test_a_host_bound_resnet_is_proven(mode: str) -> None:
+    """With host times 1.5 times the device's the step is the host's: the plan's period meets
+    the host side's bound (the model without a host bounds it 34% lower)."""
+    tr, cl, opts = _resnet(1.5, mode)
+    res = solve(tr, cl, opts)
+    assert res.status == Status.OPTIMAL
+    assert res.bound_method == "host-side"
+    assert any("host side" in note for note in res.notes)
+    work = host_work(tr, cl, res.plan)
+    assert work is not None
+    assert res.iteration_time_s >= work.bound(len(res.plan.buckets)) * (1 - TOL)
