@@ -975,6 +975,37 @@ def _host_side_bound(search: SolveState, plan: Plan, sim: float, relax: Relaxati
     return out
 
 
+def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan: Plan,
+                   sim: float, notes: list[str]) -> tuple[float, Method]:
+    """The bound (s) where the model relaxes the cluster (:mod:`.relax`) and what proved it:
+    the model's bound times the relaxation's factor, the contention's cost, the model's own
+    optimum without a host (the period of ``model_plan`` without host costs), and the host
+    side's bound on the class of ``plan`` (simulated at ``sim``); notes name the bound
+    taken."""
+    best, opts, trace, cluster = search.best, search.opts, search.trace, search.cluster
+    assert best is not None
+    tick = best.inst.tick
+    notes.append(relax.note)
+    bound_s, method = best.bound * tick * relax.factor, best.bound_method
+    cost = contention_bound(trace, cluster, cluster.comm_stages(), mode=opts.next_forward,
+                            total_bytes=best.inst.total_bytes, factor=relax.factor)
+    if cost is not None and cost > bound_s:  # the time contention costs every plan
+        notes.append(f"bound {cost:.6g} s from the contention's cost (every iteration's "
+                     "compute and communication share its time)")
+        bound_s = cost
+    if relax.only_host and best.bound >= best.value:  # the optimum without a host
+        free = host_free_period(trace, cluster, model_plan)
+        if abs(best.value * tick - free) <= AGREE * free:
+            bound_s = max(bound_s, free)
+    if relax.host:
+        host_s = _host_side_bound(search, plan, sim, relax)
+        if host_s > bound_s:
+            notes.append(f"bound {host_s:.6g} s from the host side (the launching thread's "
+                         "work per step, and its cycle with the device)")
+            bound_s, method = host_s, Method.HOST_SIDE
+    return bound_s, method
+
+
 def _result(search: SolveState) -> SolveResult:
     """Simulate the best plan; fall back to the hint when it simulates better."""
     best, opts = search.best, search.opts
@@ -1020,24 +1051,7 @@ def _result(search: SolveState) -> SolveResult:
                          " prefetch)")
         gap = max(0.0, (value_s - bound_s) / value_s) if value_s > 0 else 0.0
     else:  # judged by the simulator; the model's bound relaxed to stay valid
-        notes.append(relax.note)
-        bound_s = best.bound * tick * relax.factor
-        cost = contention_bound(trace, cluster, cluster.comm_stages(), mode=opts.next_forward,
-                                total_bytes=inst.total_bytes, factor=relax.factor)
-        if cost is not None and cost > bound_s:  # the time contention costs every plan
-            notes.append(f"bound {cost:.6g} s from the contention's cost (every iteration's "
-                         "compute and communication share its time)")
-            bound_s = cost
-        if relax.only_host and best.bound >= best.value:  # the optimum without a host
-            free = host_free_period(trace, cluster, model_plan)
-            if abs(best.value * tick - free) <= AGREE * free:
-                bound_s = max(bound_s, free)
-        if relax.host:
-            host_s = _host_side_bound(search, plan, sim, relax)
-            if host_s > bound_s:
-                notes.append(f"bound {host_s:.6g} s from the host side (the launching thread's "
-                             "work per step, and its cycle with the device)")
-                bound_s, bound_method = host_s, Method.HOST_SIDE
+        bound_s, bound_method = _relaxed_bound(search, relax, plan, model_plan, sim, notes)
         bound_s = min(bound_s, sim)
         value_s, agree = sim, True  # the objective is the simulated period
         gap = max(0.0, (sim - bound_s) / sim) if sim > 0 else 0.0
