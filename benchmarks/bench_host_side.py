@@ -70,12 +70,15 @@ def run(name: str, trace_name: str, cluster_name: str, nodes: int | None, host: 
     mode: dict[str, Any] = {"next_forward": "per-layer", "reorder": True} if per_layer else {}
     res = solve(trace, cluster, SolveOptions(time_limit_s=limit, workers=1, seed=0, **mode))
     best = min((b.iteration_time_s for b in res.baselines if b.expressible), default=None)
-    return {"instance": name, "host": host, "plan_ms": res.iteration_time_s * 1e3,
+    row = {"instance": name, "host": host, "plan_ms": res.iteration_time_s * 1e3,
             "buckets": len(res.plan.buckets),
             "baseline_ms": None if best is None else best * 1e3,
             "baseline": res.hint_policy, "bound_ms": res.bound_s * 1e3, "gap": res.gap,
             "status": str(res.status), "solve_s": res.solve_time_s,
             "method": str(res.method), "bound_method": str(res.bound_method)}
+    print(f"# {name} host={host:g}: {row['plan_ms']:.3f} ms, bound {row['bound_ms']:.3f} ms, "
+          f"gap {row['gap'] * 100:.3f}%, {row['solve_s']:.1f} s", file=sys.stderr, flush=True)
+    return row
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
@@ -100,17 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-layer next forward with reordering (default: wait-for-all)")
     ap.add_argument("--json", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
-    rows = []
-    for name, trace_name, cluster_name, nodes in INSTANCES:
-        if args.only and args.only not in name:
-            continue
-        for host in args.hosts:
-            row = run(name, trace_name, cluster_name, nodes, host, args.time_limit,
-                      args.per_layer)
-            rows.append(row)
-            print(f"# {name} host={host:g}: {row['plan_ms']:.3f} ms, bound "
-                  f"{row['bound_ms']:.3f} ms, gap {row['gap'] * 100:.3f}%, "
-                  f"{row['solve_s']:.1f} s", file=sys.stderr, flush=True)
+    cases = [(case, host) for case in INSTANCES for host in args.hosts
+             if not args.only or args.only in case[0]]
+    rows = [run(*case, host, args.time_limit, args.per_layer) for case, host in cases]
     print_table(rows)
     if args.json:
         with open(args.json, "w") as fh:
