@@ -14,7 +14,8 @@ def estimate_cmd(
     model: Annotated[str, typer.Argument(
         help="A shipped model name (gpt2, bert, resnet50, vgg16, llama-7b ...), a Hugging Face"
              " config.json (GPT-2, Llama/Mistral, GPT-NeoX, BERT) or a torchvision model name.")],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU profile: k80, v100, a100, h100, h200.")],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU profile: k80, v100, a100,"
+                                   " a100-40gb, h100, h200.")],
     dtype: Annotated[str, typer.Option("--dtype", help="Compute precision: bf16, fp16, tf32,"
                                        " fp32.")],
     batch: Annotated[int, typer.Option("--batch", help="Per-GPU micro-batch (samples).")],

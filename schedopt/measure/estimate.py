@@ -58,11 +58,13 @@ __all__ = [
     "GemmModel",
     "ModelSpec",
     "OperatorModel",
+    "OperatorTotal",
     "TraceSpec",
     "estimate",
     "estimate_trace",
     "fit_gemm",
     "load_model_spec",
+    "operator_breakdown",
     "operator_model",
 ]
 
@@ -681,6 +683,9 @@ class _Costs:
         self.back: dict[str, float] = {}
         self.order: list[str] = []
         self.ops = 0
+        #: per-operator records ``(name, dtype, shape, flops, bytes, forward_s, backward_s)``
+        #: when not None (:func:`operator_breakdown`)
+        self.log: list[tuple[str, str, tuple[int, ...], float, float, float, float]] | None = None
 
     def enter(self, name: str) -> None:
         if name not in self.time:
@@ -819,7 +824,12 @@ def _autocast_args(func: Any, args: Any, kwargs: Any, ac: _Autocast,
         c = torch.ops.aten._to_copy.default(t, dtype=to)
         if t.requires_grad:
             c.requires_grad_(True)
-        costs.add(*ac.price(t, c, float(t.nbytes + c.nbytes)))
+        nbytes = float(t.nbytes + c.nbytes)
+        fwd, bwd = ac.price(t, c, nbytes)
+        costs.add(fwd, bwd)
+        if costs.log is not None:
+            costs.log.append(("autocast cast", str(to).removeprefix("torch."), tuple(c.shape),
+                              0.0, nbytes, fwd, bwd))
         return c
 
     return tree_map(cast, args), tree_map(cast, kwargs)
@@ -861,7 +871,11 @@ def _dispatch_mode(costs: _Costs, price: Pricer, autocast: _Autocast | None = No
                 flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
             else:
                 flops = float(sum(t.numel() for t in outs))
-            costs.add(*price(func, args, kwargs, out, flops, nbytes))
+            fwd, bwd = price(func, args, kwargs, out, flops, nbytes)
+            costs.add(fwd, bwd)
+            if costs.log is not None and outs:
+                costs.log.append((packet.__name__, str(outs[0].dtype).removeprefix("torch."),
+                                  tuple(outs[0].shape), flops, nbytes, fwd, bwd))
             return out
 
     return Mode()
@@ -1009,7 +1023,8 @@ def _layer_records(ts: TraceSpec, costs: _Costs, owned: dict[str, list[Any]],
     return layers
 
 
-def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
+def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
+                   log: list[Any] | None = None) -> Trace:
     """Build, price and describe one estimated trace.
 
     Parameters
@@ -1018,6 +1033,10 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
         What to estimate (model key, GPU, precision, batch, sequence, method ...).
     spec
         The model; default ``MODELS[ts.model]``.
+    log
+        When given, one record per priced operator is appended to it: ``(ATen name, output
+        dtype, output shape, FLOPs, bytes, forward_s, backward_s)``; autocast casts are
+        recorded as ``autocast cast``.
 
     Returns
     -------
@@ -1042,6 +1061,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None) -> Trace:
         raise SchedoptError(f"{n_params:,} parameters: more than {MAX_PARAMS:,}", "MODEL",
                             spec.key)
     costs = _Costs()
+    costs.log = log
     owners = []
     for mname, module in model.named_modules(remove_duplicate=False):
         own = list(module.named_parameters(recurse=False))
@@ -1236,7 +1256,7 @@ def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
 def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
              method: str = "operator", autocast: bool = False,
-             name: str | None = None) -> Trace:
+             name: str | None = None, log: list[Any] | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
     Parameters
@@ -1267,6 +1287,9 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     name
         Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
         ``autocast``).
+    log
+        When given, receives one record per priced operator (:func:`estimate_trace`;
+        :func:`operator_breakdown` sums them).
 
     Returns
     -------
@@ -1294,4 +1317,56 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}", spec.key,
                    gpu.lower(), precision, batch, seq, grad, method=method,
                    recompute=recompute, accumulate=accumulate, autocast=bool(autocast))
-    return estimate_trace(ts, spec)
+    return estimate_trace(ts, spec, log=log)
+
+
+@dataclass
+class OperatorTotal:
+    """Summed cost of the operators that share an ATen name, output dtype and output shape.
+
+    Attributes
+    ----------
+    count
+        Operators summed.
+    flops, nbytes
+        Their FLOPs and bytes moved in the forward pass (as priced).
+    forward_s, backward_s
+        Their priced forward and backward seconds.
+    """
+
+    count: int = 0
+    flops: float = 0.0
+    nbytes: float = 0.0
+    forward_s: float = 0.0
+    backward_s: float = 0.0
+
+
+def operator_breakdown(model: str | ModelSpec, gpu: str, precision: str, batch: int,
+                       seq: int | None = None, *, method: str = "operator",
+                       autocast: bool = False) -> dict[tuple[str, str, tuple[int, ...]],
+                                                       OperatorTotal]:
+    """Per-operator totals of one estimate (what each kind of kernel costs).
+
+    Parameters
+    ----------
+    model, gpu, precision, batch, seq, method, autocast
+        As :func:`estimate`.
+
+    Returns
+    -------
+    dict
+        ``(ATen name, output dtype, output shape)`` -> :class:`OperatorTotal`, most expensive
+        (forward + backward) first. With ``method="roofline"`` the backward is 0 here (that
+        method sets it per layer).
+    """
+    log: list[Any] = []
+    estimate(model, gpu, precision, batch, seq, method=method, autocast=autocast, log=log)
+    out: dict[tuple[str, str, tuple[int, ...]], OperatorTotal] = {}
+    for name, dtype, shape, flops, nbytes, fwd, bwd in log:
+        tot = out.setdefault((name, dtype, shape), OperatorTotal())
+        tot.count += 1
+        tot.flops += flops
+        tot.nbytes += nbytes
+        tot.forward_s += fwd
+        tot.backward_s += bwd
+    return dict(sorted(out.items(), key=lambda kv: -(kv[1].forward_s + kv[1].backward_s)))

@@ -217,6 +217,15 @@ GPUS["h200"] = replace(
     " MAMF table: 'H200 is the same')")
 
 
+#: The A100's processor with the 40 GB board's memory (HBM2 at 1,555 GB/s against the 80 GB
+#: board's HBM2e at 2,039 GB/s; the same 108 SMs and peaks, NVIDIA A100 datasheet).
+GPUS["a100-40gb"] = replace(
+    GPUS["a100"], name="A100 SXM4 40GB", memory_Bps=1213e9,
+    memory_basis="assumed 78% of 1,555 GB/s HBM2 (the 80 GB profile's fraction)",
+    hbm_Bps=1555e9, hbm_basis=f"1,555 GB/s HBM2 (NVIDIA A100 datasheet, 40 GB SXM4); {_MEM}",
+    gemm_basis=GPUS["a100"].gemm_basis + "; the 40 GB A100 has the 80 GB one's processor")
+
+
 def get_gpu(name: str) -> GPU:
     """The profile called ``name`` (case-insensitive).
 
