@@ -27,8 +27,8 @@ from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance
 from schedopt.optimize.options import SolveOptions
 from schedopt.optimize.period import BucketTails
 
-__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "stage_bound",
-           "stage_groups", "stage_heads", "stage_relaxation"]
+__all__ = ["bucketing_bound", "constant_bound", "jackson_bound", "lower_bound", "lower_tails",
+           "no_tails", "stage_bound", "stage_groups", "stage_heads", "stage_relaxation"]
 
 
 def constant_bound(inst: Instance) -> int:
@@ -82,25 +82,38 @@ def fewest_buckets(inst: Instance, tails: BucketTails | None, lam: int,
     p, a = (inst.p, inst.a) if machine is None else (machine.p, machine.a)
     p_suffix = np.r_[np.cumsum(p[::-1])[::-1], 0]
     if tails is None:  # no tails to credit: ``lam`` bounds the end of the communication
-        tails = BucketTails(np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
-                            np.zeros(n, np.int64), np.zeros(n, dtype=bool))
-    fwd, upd_before, first, last = tails.fwd, tails.upd_before, tails.first, tails.last
+        tails = no_tails(n)
     chain = _chains(inst) if machine is not None else None
     count = np.full(n + 1, big, dtype=np.int64)
     count[n] = 0
     for i in range(n - 1, -1, -1):
         j = np.arange(i, n)
         rest = count[i + 1:]
-        # update part of the tail: units before i when the bucket is the first of its layer
-        upd = np.where(first[j] >= i, upd_before[i], 0) + np.where(
-            last[j], upd_before[j + 1] - upd_before[i], 0)
-        term = p_suffix[i] + a * (1 + rest) + fwd[j] + upd + _head_tail(inst, machine, r, i, j)
+        tail = lower_tails(tails, i, j)
+        term = p_suffix[i] + a * (1 + rest) + tail + _head_tail(inst, machine, r, i, j)
         ok = (rest < big) & (term <= lam)
         if chain is not None:  # the bucket's own stages, one after the other, then its tail
-            ok &= r[j] + chain[1] + chain[0][j + 1] - chain[0][i] + fwd[j] + upd <= lam
+            ok &= r[j] + chain[1] + chain[0][j + 1] - chain[0][i] + tail <= lam
         if ok.any():
             count[i] = 1 + int(rest[ok].min())
     return bool(count[0] < big)
+
+
+def no_tails(n: int) -> BucketTails:
+    """Tails of zero for ``n`` units (nothing to credit: a bound on the end of the
+    communication)."""
+    return BucketTails(np.zeros(n, np.int64), np.zeros(n + 1, np.int64), np.zeros(n, np.int64),
+                       np.zeros(n, dtype=bool))
+
+
+def lower_tails(tails: BucketTails, i: int, j: np.ndarray) -> np.ndarray:
+    """The lower tails (ticks) of the buckets ``i..j`` for every ``j`` (:class:`.BucketTails`):
+    the forward from the gating layer on, the updates of the units before ``i`` when the bucket
+    is the first of its layer, and its own update share when it ends its layer. They grow with
+    readiness: every bucket after ``i..j`` has a true tail at least that of ``i..j``."""
+    upd = np.where(tails.first[j] >= i, tails.upd_before[i], 0) + np.where(
+        tails.last[j], tails.upd_before[j + 1] - tails.upd_before[i], 0)
+    return tails.fwd[j] + upd
 
 
 def _chains(inst: Instance) -> tuple[np.ndarray, int]:

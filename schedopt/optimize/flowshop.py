@@ -40,6 +40,10 @@ then its delivery tail (at least the forward from unit ``i``'s layer). With two 
 (push and pull of dedicated servers) this is the classical ``sum + longest`` of a two-machine
 flow shop: the largest bucket is paid twice, whatever the order.
 
+**The path view** (:mod:`.twomachine`): the same path between the first and the last stage
+over bucketings, a bucket released before the suffix as a possible pivot too, bisected like a
+resource view.
+
 In wait-for-all mode the
 same programme without delivery tails bounds the end of the communication, and the period's
 terms (:meth:`.period.PeriodTerms.bound`) turn it into a bound on the period.
@@ -59,6 +63,7 @@ from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
 from schedopt.optimize.heuristics import schrage_order
 from schedopt.optimize.instance import Instance, Segments, build_instance
 from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.twomachine import PathView
 
 __all__ = ["ENUMERATION_PLANS", "ResourceView", "bottleneck", "bottleneck_plans",
            "enumerate_plans", "flow_order", "pair_bound", "plan_count", "resource_bound",
@@ -94,6 +99,15 @@ class ResourceView:
         self.p_after = sp[last + 1:].sum(axis=0).astype(np.int64)
         self.a_after = int(sa[last + 1:].sum())
 
+    def fits(self, inst: Instance, lam: int) -> bool:
+        """Whether some bucketing meets every term of the view at ``lam``
+        (:func:`.bounds.fewest_buckets`)."""
+        return fewest_buckets(inst, inst.terms.bucket_tails, lam, self)
+
+
+#: A view bisected by the flow-shop bound: one resource, or the path of the first and last stage.
+View = ResourceView | PathView
+
 
 def resource_views(inst: Instance) -> list[ResourceView]:
     """One view per resource of the stages (resources held by the same stages share one)."""
@@ -103,7 +117,7 @@ def resource_views(inst: Instance) -> list[ResourceView]:
     return [ResourceView(inst, on) for on in groups]
 
 
-def _jackson_terms(inst: Instance, view: ResourceView) -> tuple[np.ndarray, np.ndarray]:
+def _jackson_terms(inst: Instance, view: View) -> tuple[np.ndarray, np.ndarray]:
     """Per layer's first unit: the preemptive end of the communication of the units from it
     on (one start-up cost; heads and tails of start-up costs only), and the unit."""
     p_suffix = np.cumsum(view.p[::-1])[::-1]
@@ -111,12 +125,12 @@ def _jackson_terms(inst: Instance, view: ResourceView) -> tuple[np.ndarray, np.n
     return inst.r[starts] + view.a_before + p_suffix[starts] + view.a + view.a_after, starts
 
 
-def _jackson_end(inst: Instance, view: ResourceView) -> int:
+def _jackson_end(inst: Instance, view: View) -> int:
     """The preemptive bound of ``view`` on the end of the communication (ticks)."""
     return int(_jackson_terms(inst, view)[0].max())
 
 
-def _jackson(inst: Instance, view: ResourceView) -> int:
+def _jackson(inst: Instance, view: View) -> int:
     """The preemptive bound of ``view`` on the period in per-layer mode (ticks)."""
     vals, starts = _jackson_terms(inst, view)
     return int((vals + inst.fwd_from[inst.layer[starts]]).max())
@@ -130,16 +144,16 @@ class _Calls:
         self.left = limit if limit is not None else 1 << 62
         self.used = 0
 
-    def feasible(self, inst: Instance, view: ResourceView, lam: int) -> bool | None:
-        """:func:`.bounds.fewest_buckets` on ``view``, or None once the calls are spent."""
+    def feasible(self, inst: Instance, view: View, lam: int) -> bool | None:
+        """``view``'s programme at ``lam`` (``view.fits``), or None once the calls are spent."""
         if self.left <= 0:
             return None
         self.left -= 1
         self.used += 1
-        return fewest_buckets(inst, inst.terms.bucket_tails, lam, view)
+        return view.fits(inst, lam)
 
 
-def _bisect(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
+def _bisect(inst: Instance, view: View, lo: int, hi: int, calls: _Calls) -> int:
     """The least ``lam`` in ``[lo, hi]`` that :func:`.bounds.fewest_buckets` meets, ``lo`` a known
     bound and ``hi`` feasible or a known value; once ``calls`` are spent, the largest ``lam``
     proven infeasible plus one (or ``lo``)."""
@@ -160,7 +174,7 @@ def _bisect(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls)
     return hi
 
 
-def _view_bound(inst: Instance, view: ResourceView, lo: int, hi: int, calls: _Calls) -> int:
+def _view_bound(inst: Instance, view: View, lo: int, hi: int, calls: _Calls) -> int:
     """The bound of one resource view (ticks), at least ``lo`` (a known bound) and at most
     ``hi`` (a known period), by bisection: on the period in per-layer mode, on the end of the
     communication in wait-for-all mode (the period's terms are increasing in it, and it is at
@@ -196,20 +210,22 @@ def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True,
                    max_calls: int | None = None, stats: dict[str, int] | None = None) -> int:
     """Lower bound on the period (ticks) of every plan of ``inst`` (several stages).
 
-    The best of the paths (:func:`pair_bound`, unless ``paths`` is false) and the resource
-    views (module docstring), at least ``lo`` (a known bound) and at most ``hi`` (a known
-    period). In per-layer mode every view first tries ``hi - 1``: a plan at ``hi`` is proven
-    optimal by one programme per view. ``max_calls`` caps the programmes run (each
-    ``O(n^2)``; a deterministic limit), ``stats["calls"]`` receives their number.
+    The best of the paths (:func:`pair_bound` and the path view of :mod:`.twomachine`,
+    unless ``paths`` is false) and the resource views (module docstring), at least ``lo`` (a
+    known bound) and at most ``hi`` (a known period). In per-layer mode every view first tries
+    ``hi - 1``: a plan at ``hi`` is proven optimal by one programme per view. ``max_calls``
+    caps the programmes run (each ``O(n^2)``; a deterministic limit), ``stats["calls"]``
+    receives their number.
     """
     calls = _Calls(max_calls)
     out = stats if stats is not None else {}
     out["calls"] = 0
-    views = resource_views(inst) if len(inst.stages) > 1 else []
+    views: list[View] = list(resource_views(inst)) if len(inst.stages) > 1 else []
     if not views or lo >= hi:
         return min(lo, hi)
     if paths:
         lo = max(lo, min(hi, pair_bound(inst)))
+        views.append(PathView(inst))
     if lo >= hi:
         return hi
     if inst.per_layer:
