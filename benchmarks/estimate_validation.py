@@ -17,7 +17,10 @@ full-padding estimate is an upper bound, checked, and left out of the mean |erro
 ``--breakdown`` prints instead what each kind of operator costs per token for BERT-large on the
 A100 at sequence 128 and 512 (:func:`~schedopt.measure.estimate.operator_breakdown`).
 The ResNet-50 H200 trace and the published "AMP" rows ran under automatic mixed precision and
-are estimated with ``autocast=True`` (float32 weights and gradients, docs/estimate.md).
+are estimated with ``autocast=True`` (float32 weights and gradients, docs/estimate.md), except
+the PyTorch BERT runs, which ran fp16 weights (:data:`HALF_WEIGHTS`). The
+published BERT rows are estimated with the attention their release ran (:data:`EAGER`, read from
+DeepLearningExamples' source), not with ``auto``.
 ``gpt2-1.5b-h200`` fits :data:`~schedopt.measure.estimate.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
@@ -44,42 +47,71 @@ MEASURED = {
 }
 FITTED = {"gpt2-1.5b-h200-bf16-measured"}
 
-#: (label, model, gpu, precision, batch, seq, samples per second, source); the "AMP" rows are
-#: automatic mixed precision runs (float32 weights, fp16 products) and are estimated with
-#: ``autocast=True``. The BERT 20.06 rows are those of the README before the January 2022
-#: release (DeepLearningExamples commit a9e2c1d5^): fixed-length HDF5 input, every sample padded
-#: to the sequence length; micro-batch = accumulated batch per GPU / accumulation steps
-#: (65232/1208, 65536/1024, 32768/4096, 32768/2048).
+#: Attention path of the published BERT runs, read from the source of each release in
+#: NVIDIA/DeepLearningExamples (docs/validation.md). Every one is eager: no fused attention kernel.
+#:
+#: - PyTorch BERT, pytorch:20.06 (commits f8b3a63f "Updating for Ampere and 20.06 container",
+#:   2020-07-04, and b2763ae2 "Update ampere perf params", 2020-07-07: modeling.py and
+#:   run_pretraining.py are the same at both; BertSelfAttention is the same up to a9e2c1d5^):
+#:   PyTorch/LanguageModeling/BERT/modeling.py, BertSelfAttention.forward takes torch.matmul of
+#:   the query and transposed key, divides by sqrt(head size), adds the mask, calls F.softmax,
+#:   dropout, and torch.matmul with the values;
+#: - PyTorch BERT, pytorch:21.11 (commit a9e2c1d5, the release whose Dockerfile is 21.11): the same
+#:   module with torch.bmm over [batch x heads, s, d] and F.softmax on [batch, heads, s, s];
+#: - TensorFlow BERT 20.06 (commit 96138d50): TensorFlow/LanguageModeling/BERT/modeling.py,
+#:   attention_layer is tf.matmul(query, key, transpose_b=True), tf.nn.softmax, tf.matmul.
+#:
+#: The ResNet-50 rows have no attention ("auto").
+EAGER = "eager"
+
+#: (label, model, gpu, precision, batch, seq, samples per second, attention, source); the "AMP"
+#: rows are mixed-precision runs and are estimated with ``autocast=True`` (float32 weights,
+#: fp16 products), except those of :data:`HALF_WEIGHTS`.
+#: The BERT 20.06 rows are those of the README before the January 2022 release
+#: (DeepLearningExamples commit a9e2c1d5^): fixed-length HDF5 input, every sample padded to the
+#: sequence length; micro-batch = accumulated batch per GPU / accumulation steps (65232/1208,
+#: 65536/1024, 32768/4096, 32768/2048).
 PUBLISHED = [
     ("bert-large A100-80GB TF32 b128 s128", "bert-large", "a100", "tf32", 128, 128, 317,
-     "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
+     EAGER, "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
     ("bert-large A100-80GB AMP b256 s128", "bert-large", "a100", "fp16", 256, 128, 580,
-     "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
+     EAGER, "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
     ("bert-large A100-80GB TF32 b16 s512", "bert-large", "a100", "tf32", 16, 512, 110,
-     "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
+     EAGER, "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
     ("bert-large A100-80GB AMP b32 s512", "bert-large", "a100", "fp16", 32, 512, 210,
-     "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
+     EAGER, "DLE PyTorch BERT README, pytorch:21.11, 1 GPU"),
     ("bert-large A100-40GB TF32 b54 s128", "bert-large", "a100-40gb", "tf32", 54, 128, 234,
-     "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
     ("bert-large A100-40GB AMP b64 s128", "bert-large", "a100-40gb", "fp16", 64, 128, 415,
-     "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
     ("bert-large A100-40GB TF32 b8 s512", "bert-large", "a100-40gb", "tf32", 8, 512, 41,
-     "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
     ("bert-large A100-40GB AMP b16 s512", "bert-large", "a100-40gb", "fp16", 16, 512, 78,
-     "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
     ("bert-large V100-32GB AMP b64 s128", "bert-large", "v100", "fp16", 64, 128, 168.63,
-     "DLE TensorFlow BERT README, 20.06, 1 GPU"),
+     EAGER, "DLE TensorFlow BERT README, 20.06, 1 GPU"),
     ("bert-large V100-32GB FP32 b32 s128", "bert-large", "v100", "fp32", 32, 128, 46.78,
-     "DLE TensorFlow BERT README, 20.06, 1 GPU"),
+     EAGER, "DLE TensorFlow BERT README, 20.06, 1 GPU"),
     ("resnet50 A100-80GB TF32 b256", "resnet50", "a100", "tf32", 256, None, 938,
-     "DLE PyTorch ResNet-50 v1.5 README, 21.03, 1 GPU"),
+     "auto", "DLE PyTorch ResNet-50 v1.5 README, 21.03, 1 GPU"),
     ("resnet50 A100-80GB AMP b256", "resnet50", "a100", "fp16", 256, None, 2470,
-     "DLE PyTorch ResNet-50 v1.5 README, 21.03, 1 GPU"),
+     "auto", "DLE PyTorch ResNet-50 v1.5 README, 21.03, 1 GPU"),
     ("resnet50 V100-16GB FP32 b128", "resnet50", "v100", "fp32", 128, None, 412,
-     "DLE TensorFlow ResNet-50 v1.5 README, 20.06 XLA, 1 GPU"),
+     "auto", "DLE TensorFlow ResNet-50 v1.5 README, 20.06 XLA, 1 GPU"),
     ("resnet50 V100-16GB AMP b256", "resnet50", "v100", "fp16", 256, None, 1270,
-     "DLE TensorFlow ResNet-50 v1.5 README, 20.06 XLA, 1 GPU"),
+     "auto", "DLE TensorFlow ResNet-50 v1.5 README, 20.06 XLA, 1 GPU"),
 ]
+#: Published "AMP" rows that ran 16-bit weights, not torch.autocast, estimated as ``--dtype fp16``
+#: without autocast: the PyTorch BERT runs. pytorch:20.06 ran apex ``amp.initialize(...,
+#: opt_level="O2")`` (run_pretraining.py at b2763ae2; O2 casts the model to fp16, keeps float32
+#: master weights in the optimizer and patches no functions, apex/amp/frontend.py) and
+#: pytorch:21.11 ran ``model.half()`` without autocast (run_pretraining.py at a9e2c1d5 with
+#: scripts/run_pretraining.sh's default allreduce_post_accumulation_fp16=true). TensorFlow's
+#: automatic mixed precision (the V100 rows) rewrites the graph's operators and keeps float32
+#: variables, and the ResNet-50 PyTorch 21.03 runs use torch.cuda.amp: both stay autocast.
+HALF_WEIGHTS = {"bert-large A100-80GB AMP b256 s128", "bert-large A100-80GB AMP b32 s512",
+                "bert-large A100-40GB AMP b64 s128", "bert-large A100-40GB AMP b16 s512"}
+
 #: Published rows whose samples were not all padded to ``seq``: the pytorch:21.11 phase-2 runs
 #: read LDDL data binned by length (bin size 64, scripts/run_pretraining.sh's default; README
 #: changelog "Binned pretraining for phase2 with LDDL using a bin size of 64") and LDDL pads each
@@ -127,19 +159,25 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
     binned: list[tuple[str, float]] = []
     print("| instance | method | estimated ms | measured ms | error | source |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for label, model, gpu, prec, batch, seq, rate, source in PUBLISHED:
+    for label, model, gpu, prec, batch, seq, rate, attention, source in PUBLISHED:
         m_step = batch / rate
+        if attention != "auto":
+            source += f"; {attention} attention"
+        if label in HALF_WEIGHTS:
+            source += "; fp16 weights (not autocast)"
+        if label in BINNED:
+            source += "; LDDL-binned (padded per batch): full padding is an upper bound"
         for method in METHODS:
             try:
                 est = estimate(model, gpu, prec, batch, seq, method=method,
-                               autocast=" AMP " in label)
+                               autocast=" AMP " in label and label not in HALF_WEIGHTS,
+                               attention=attention)
             except ValueError:
                 continue  # the roofline profiles have no TF32 / V100-fp16-image figure
             e_step = sum(la.forward_s + la.backward_s for la in est.layers) + est.update_s
             err = e_step / m_step - 1
             if label in BINNED:
                 binned.append((f"{label} ({method})", e_step / m_step))
-                source += "; LDDL-binned (padded per batch): full padding is an upper bound"
             else:
                 errors[method].append(abs(err))
             print(f"| {label} | {method} | {e_step * 1e3:.1f} | {m_step * 1e3:.1f} |"
@@ -147,10 +185,15 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
     return errors, binned
 
 
-#: Per-operator breakdown rows: (label, precision, batch, seq, autocast) of BERT-large on the
-#: 80 GB A100, the published rows' settings.
-BREAKDOWN = [("TF32 b128 s128", "tf32", 128, 128, False), ("TF32 b16 s512", "tf32", 16, 512, False),
-             ("AMP b256 s128", "fp16", 256, 128, True), ("AMP b32 s512", "fp16", 32, 512, True)]
+#: Per-operator breakdown rows: (label, precision, batch, seq, autocast, attention) of BERT-large
+#: on the 80 GB A100: the published rows' settings (eager attention, :data:`EAGER`; the AMP rows
+#: with fp16 weights, :data:`HALF_WEIGHTS`), and the AMP ones again with the fused flash kernel (what ``attention="auto"`` prices on the A100 at fp16).
+BREAKDOWN = [("TF32 b128 s128", "tf32", 128, 128, False, EAGER),
+             ("TF32 b16 s512", "tf32", 16, 512, False, EAGER),
+             ("AMP b256 s128", "fp16", 256, 128, False, EAGER),
+             ("AMP b32 s512", "fp16", 32, 512, False, EAGER),
+             ("AMP flash b256 s128", "fp16", 256, 128, False, "flash"),
+             ("AMP flash b32 s512", "fp16", 32, 512, False, "flash")]
 
 
 def _category(name: str, shape: tuple[int, ...], seq: int) -> str:
@@ -175,11 +218,12 @@ def breakdown() -> None:
     print("| setting | operators | count | fwd+bwd ms | us/token | fwd MFLOP/token |"
           " fwd MB/token |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for label, prec, batch, seq, autocast in BREAKDOWN:
+    for label, prec, batch, seq, autocast, attention in BREAKDOWN:
         tokens = batch * seq
         cats: dict[str, list[float]] = {}
         for (name, _, shape), tot in operator_breakdown("bert-large", "a100", prec, batch, seq,
-                                                        autocast=autocast).items():
+                                                        autocast=autocast,
+                                                        attention=attention).items():
             c = cats.setdefault(_category(name, shape, seq), [0, 0.0, 0.0, 0.0])
             c[0] += tot.count
             c[1] += tot.forward_s + tot.backward_s

@@ -33,6 +33,12 @@ def estimate_cmd(
     autocast: Annotated[bool, typer.Option("--autocast", help="Automatic mixed precision"
                                            " (torch.autocast to --dtype bf16 or fp16): float32"
                                            " parameters and gradients.")] = False,
+    attention: Annotated[str, typer.Option("--attention", help="Attention path of text models:"
+                                           " auto (the fused flash kernel where the GPU profile"
+                                           " has it at --dtype, else eager), flash (the fused"
+                                           " SDPA kernel: bf16 or fp16 on a profile with flash"
+                                           " figures) or eager (matmul + softmax kernels, an"
+                                           " s x s score tensor).")] = "auto",
     name: Annotated[str | None, typer.Option("--name", help="Trace name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -42,7 +48,7 @@ def estimate_cmd(
 
     with user_errors(), output_files({"--out": out}) as files:
         tr = estimate(model, gpu, dtype, batch, seq, recompute=recompute, accumulate=accumulate,
-                      method=method, autocast=autocast, name=name)
+                      method=method, autocast=autocast, attention=attention, name=name)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     fwd = sum(la.forward_s for la in tr.layers)
     bwd = sum(la.backward_s for la in tr.layers)

@@ -27,6 +27,13 @@ under a dispatch mode that sees every ATen operator with its tensors:
 passes run before the last micro-batch (whose backward overlaps the gradient communication, as
 DDP's ``no_sync``) and are charged to the first layer's forward (docs/estimate.md).
 
+``attention`` picks how the attention core of a text model is priced: ``"flash"`` the fused
+flash kernel (PyTorch SDPA routed to ``_scaled_dot_product_flash_attention``; bf16/fp16 on a
+profile with flash figures only), ``"eager"`` the matmul + softmax + dropout + matmul kernels of
+Hugging Face's ``attn_implementation="eager"`` (an ``s x s`` score tensor per head), ``"auto"``
+(default) the fused kernel where the profile has it at the precision, eager otherwise (the
+roofline method: the profile's ``attention``), as before the choice existed.
+
 ``autocast`` (bf16 or fp16 only) estimates ``torch.autocast`` training: float32 parameters and
 gradients; inside the dispatch mode the operators of torch's CUDA lower-precision list
 (:data:`AUTOCAST_LOWER`) cast their float32 inputs to 16 bits and those of its float32 list
@@ -51,6 +58,7 @@ from schedopt.model.limits import MAX_BATCH
 from schedopt.model.trace import Trace
 
 __all__ = [
+    "ATTENTIONS",
     "AUTOCAST_FP32",
     "AUTOCAST_LOWER",
     "METHODS",
@@ -60,6 +68,7 @@ __all__ = [
     "OperatorModel",
     "OperatorTotal",
     "TraceSpec",
+    "attention_path",
     "estimate",
     "estimate_trace",
     "fit_gemm",
@@ -69,6 +78,12 @@ __all__ = [
 ]
 
 METHODS = ("operator", "roofline")
+#: Attention paths ``schedopt estimate --attention`` takes (docs/estimate.md).
+ATTENTIONS = ("auto", "flash", "eager")
+#: Compute precisions with a fused flash-attention kernel.
+FLASH_PRECISIONS = ("bf16", "fp16")
+#: Model kinds without attention.
+IMAGE_KINDS = ("image", "torchvision")
 #: Tensor-core product with an even dimension that is not a multiple of 8: 272.7 against 398.4
 #: TFLOP/s for N = 10922 against 10944 (H100 fp16 bmm, ml-engineering training/performance).
 UNALIGNED = 0.685
@@ -284,8 +299,61 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None) -> 
                      k_half=64.0, bandwidth_Bps=g.hbm_Bps * g.memory_eff, kernel_s=g.kernel_s,
                      small_tile=1.0 if simt else 0.8, align=1 if simt else 8,
                      odd=odd if odd is not None else ODD)
-    flash = g.flash_fb if g.attention == "flash" and precision in ("bf16", "fp16") else {}
+    flash = g.flash_fb if _has_flash(g, precision) else {}
     return OperatorModel(gemm=gemm, flash_fb=flash)
+
+
+def _has_flash(gpu: GPU, precision: str) -> bool:
+    """Whether ``gpu`` has a fused flash-attention kernel (and its figures) at ``precision``."""
+    return gpu.attention == "flash" and precision in FLASH_PRECISIONS and bool(gpu.flash_fb)
+
+
+def attention_path(attention: str, gpu: GPU | str, precision: str, method: str = "operator",
+                   text: bool = True) -> str:
+    """The attention path an estimate prices: ``"flash"`` or ``"eager"``.
+
+    Parameters
+    ----------
+    attention
+        ``auto``, ``flash`` or ``eager`` (:data:`ATTENTIONS`).
+    gpu
+        A profile or its name.
+    precision
+        The compute precision.
+    method
+        ``operator`` or ``roofline``: ``auto`` is the fused kernel where the profile has it at
+        ``precision`` (operator) or the profile's ``attention`` (roofline, as the shipped
+        traces were made).
+    text
+        Whether the model has attention (``False`` for image models, which take ``auto`` only).
+
+    Returns
+    -------
+    str
+        ``flash`` or ``eager``.
+
+    Raises
+    ------
+    SchedoptError
+        For an unknown value, a choice for an image model, or ``flash`` where the profile has no
+        fused kernel at ``precision``.
+    """
+    if attention not in ATTENTIONS:
+        raise SchedoptError(f"unknown attention; known: {', '.join(ATTENTIONS)}", "--attention",
+                            attention)
+    if not text and attention != "auto":
+        raise SchedoptError("applies to text models only", "--attention", attention)
+    g = get_gpu(gpu) if isinstance(gpu, str) else gpu
+    if attention == "auto":
+        if method == "roofline":
+            return g.attention
+        return "flash" if _has_flash(g, precision) else "eager"
+    if attention == "flash" and not _has_flash(g, precision):
+        raise SchedoptError(f"no fused flash-attention kernel on {g.name} at {precision} (the"
+                            f" profile's attention is {g.attention}; flash needs"
+                            f" {' or '.join(FLASH_PRECISIONS)} on a profile with flash figures);"
+                            " use eager or auto", "--attention", attention)
+    return attention
 
 
 def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
@@ -656,7 +724,8 @@ def load_model_spec(model: str) -> ModelSpec:
 @dataclass(frozen=True)
 class TraceSpec:
     """One estimated trace: model, GPU, compute precision, per-GPU batch, sequence length, cost
-    method, activation recomputation and micro-batches per iteration."""
+    method, activation recomputation, micro-batches per iteration, autocast and attention path
+    (:func:`attention_path`)."""
 
     name: str
     model: str
@@ -669,7 +738,7 @@ class TraceSpec:
     recompute: bool = False
     accumulate: int = 1
     autocast: bool = False  # torch.autocast to ``precision`` over float32 parameters
-
+    attention: str = "auto"  # auto | flash | eager (attention_path)
 
 
 # ============================================================================ profiling
@@ -961,17 +1030,20 @@ def _torch_dtype(precision: str) -> Any:
             "bf16": torch.bfloat16}[precision]
 
 
-def _pricers(ts: TraceSpec, gpu: GPU) -> tuple[Pricer, str, CastPricer]:
-    """The operator pricer of ``ts.method``, the attention it prices (``flash`` or ``eager``)
-    and the price of one autocast cast.
+def _pricers(ts: TraceSpec, gpu: GPU, text: bool) -> tuple[Pricer, str, CastPricer]:
+    """The operator pricer of ``ts.method``, the attention it prices (``flash`` or ``eager``,
+    :func:`attention_path` of ``ts.attention``; ``text``: the model has attention) and the
+    price of one autocast cast.
 
     Raises
     ------
     SchedoptError
-        The roofline profile of ``gpu`` has no figure for ``ts.precision``.
+        The roofline profile of ``gpu`` has no figure for ``ts.precision``; a bad
+        ``ts.attention``.
     """
     import torch
 
+    path = attention_path(ts.attention, gpu, ts.precision, ts.method, text)
     if ts.method == "roofline":
         if ts.precision not in gpu.flops:
             raise SchedoptError(f"the roofline profile of {gpu.name} has no {ts.precision}"
@@ -982,14 +1054,14 @@ def _pricers(ts: TraceSpec, gpu: GPU) -> tuple[Pricer, str, CastPricer]:
             return price(torch.ops.aten._to_copy.default, (src,), {}, dst,
                          float(dst.numel()), nbytes)  # backward: 2 x forward per layer
 
-        return price, gpu.attention, roofline_cast
+        return price, path, roofline_cast
     opm = operator_model(gpu, ts.precision)
 
     def operator_cast(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
         # the backward of a cast is the cast of the gradient back to the source's dtype
         return opm.memory_s(nbytes), opm.memory_s(nbytes) if _needs_grad(src) else 0.0
 
-    return _operator_pricer(opm), "flash" if opm.flash_fb else "eager", operator_cast
+    return _operator_pricer(opm), path, operator_cast
 
 
 def _layer_records(ts: TraceSpec, costs: _Costs, owned: dict[str, list[Any]],
@@ -1048,7 +1120,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     spec = spec or MODELS[ts.model]
     gpu = get_gpu(ts.gpu)
     dtype = torch.float32 if ts.autocast else _torch_dtype(ts.precision)
-    price, attention, cast_price = _pricers(ts, gpu)
+    price, attention, cast_price = _pricers(ts, gpu, spec.kind not in IMAGE_KINDS)
     autocast = _Autocast(_torch_dtype(ts.precision), cast_price) if ts.autocast else None
     model, run = _build(spec, attention, ts.batch, ts.seq, dtype)
     model.train()
@@ -1077,10 +1149,8 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     if missing:
         raise RuntimeError(f"{ts.name}: layers never run: {missing[:3]}")
     layers = _layer_records(ts, costs, by_name, name_of)
-    if ts.method == "roofline":
-        source = _describe(ts, spec, gpu, n_params, n_tensors, costs.ops)
-    else:
-        source = _describe_operator(ts, spec, gpu, n_params, n_tensors, costs.ops)
+    describe = _describe if ts.method == "roofline" else _describe_operator
+    source = describe(ts, spec, gpu, n_params, n_tensors, costs.ops, attention)
     try:
         return Trace.model_validate({
             "name": ts.name,
@@ -1115,7 +1185,7 @@ def _iteration_costs(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int) ->
 
 
 def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
-              n_ops: int) -> str:
+              n_ops: int, path: str) -> str:
     costs = _iteration_costs(ts, spec, gpu, n_params)
     seq = f", sequence {ts.seq}" if ts.seq else ""
     if spec.kind == "image":
@@ -1141,9 +1211,7 @@ def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors
         spec.kind == "image" and ts.precision == "bf16") else ts.precision
     if ts.autocast:
         compute = _autocast_text(ts)
-    attention = "" if spec.kind == "image" else (
-        "; attention: fused flash kernel (SDPA)" if gpu.attention == "flash"
-        else "; attention: eager matmul + softmax kernels")
+    attention = "" if spec.kind == "image" else _attention_text(ts, gpu, path, "")
     return (
         f"ESTIMATE (not measured). {spec.description}; {n_params:,} parameters in {n_tensors}"
         f" tensors (exact shapes), {grads}; per-GPU batch {ts.batch}{seq}; {gpu.name},"
@@ -1158,6 +1226,23 @@ def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors
     )
 
 
+def _attention_text(ts: TraceSpec, gpu: GPU, path: str, flash_detail: str) -> str:
+    """The ``source`` clause naming the attention path priced; a path chosen explicitly (not
+    ``auto``) says so and what ``auto`` would have priced; eager attention under autocast says
+    that the scores' softmax ran on float32 casts (autocast's float32 list)."""
+    if path == "flash":
+        text = f"; attention: fused flash kernel (SDPA){flash_detail}"
+    else:
+        text = "; attention: eager matmul + softmax kernels"
+    if ts.attention == "auto":
+        return text  # as before the choice existed (the shipped traces)
+    if path == "eager" and ts.autocast:
+        text += (" (the [batch, heads, s, s] scores' softmax on float32 casts, autocast's float32"
+                 " list, and the probabilities cast back to 16 bits for the second product)")
+    auto = attention_path("auto", gpu, ts.precision, ts.method)
+    return f"{text}; attention={path} chosen (auto: {auto})"
+
+
 def _autocast_text(ts: TraceSpec) -> str:
     return (f"{ts.precision} autocast (torch.autocast to {_torch_dtype(ts.precision)} over"
             " float32 parameters and gradients; products, convolutions and attention on"
@@ -1167,17 +1252,14 @@ def _autocast_text(ts: TraceSpec) -> str:
 
 
 def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
-                       n_ops: int) -> str:
+                       n_ops: int, path: str) -> str:
     costs = _iteration_costs(ts, spec, gpu, n_params)
     opm = operator_model(gpu, ts.precision)
     g = opm.gemm
     seq = f", sequence {ts.seq}" if ts.seq else ""
-    attention = ""
-    if spec.kind not in ("image", "torchvision"):
-        attention = ("; attention: fused flash kernel (SDPA) at the FlashAttention-2"
-                     " forward+backward throughput of its sequence length and head size"
-                     " (Dao 2023, repository benchmark figures), backward 2.5 x forward"
-                     if opm.flash_fb else "; attention: eager matmul + softmax kernels")
+    attention = "" if spec.kind in IMAGE_KINDS else _attention_text(
+        ts, gpu, path, " at the FlashAttention-2 forward+backward throughput of its sequence"
+        " length and head size (Dao 2023, repository benchmark figures), backward 2.5 x forward")
     extras = []
     if ts.recompute:
         extras.append("full activation recomputation: each layer's backward includes its"
@@ -1255,7 +1337,7 @@ def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
 
 def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
-             method: str = "operator", autocast: bool = False,
+             method: str = "operator", autocast: bool = False, attention: str = "auto",
              name: str | None = None, log: list[Any] | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
@@ -1284,9 +1366,12 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         float32 parameters and gradients (4 bytes per element in the trace), the operators of
         torch's lower-precision list on 16-bit casts of their inputs, those of its float32 list
         on float32 casts, each cast charged as a memory-bound kernel (docs/estimate.md).
+    attention
+        Attention path of text models (:func:`attention_path`): ``auto`` (the fused flash
+        kernel where the profile has it at ``precision``, else eager), ``flash`` or ``eager``.
     name
         Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
-        ``autocast``).
+        ``autocast``, a ``-flash`` or ``-eager`` suffix with a chosen ``attention``).
     log
         When given, receives one record per priced operator (:func:`estimate_trace`;
         :func:`operator_breakdown` sums them).
@@ -1299,8 +1384,9 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     Raises
     ------
     SchedoptError
-        For bad input: unknown model, GPU, precision or method, sizes out of range,
-        ``autocast`` with a precision other than bf16 and fp16.
+        For bad input: unknown model, GPU, precision, method or attention, sizes out of range,
+        ``autocast`` with a precision other than bf16 and fp16, ``attention="flash"`` where the
+        profile has no fused kernel at ``precision``.
     """
     _check_options(method, precision, autocast)
     get_gpu(gpu)
@@ -1309,14 +1395,17 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     spec = model if isinstance(model, ModelSpec) else load_model_spec(model)
     if method == "operator":
         operator_model(gpu, precision)
+    attention_path(attention, gpu, precision, method, spec.kind not in IMAGE_KINDS)
     seq = _sequence(spec, batch, seq)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
     label = spec.key.removeprefix("config:").removesuffix(".json")
     mode = f"{precision}-autocast" if autocast else precision
-    ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}", spec.key,
+    path = "" if attention == "auto" else f"-{attention}"
+    ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}{path}", spec.key,
                    gpu.lower(), precision, batch, seq, grad, method=method,
-                   recompute=recompute, accumulate=accumulate, autocast=bool(autocast))
+                   recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
+                   attention=attention)
     return estimate_trace(ts, spec, log=log)
 
 
@@ -1343,13 +1432,13 @@ class OperatorTotal:
 
 def operator_breakdown(model: str | ModelSpec, gpu: str, precision: str, batch: int,
                        seq: int | None = None, *, method: str = "operator",
-                       autocast: bool = False) -> dict[tuple[str, str, tuple[int, ...]],
-                                                       OperatorTotal]:
+                       autocast: bool = False, attention: str = "auto",
+                       ) -> dict[tuple[str, str, tuple[int, ...]], OperatorTotal]:
     """Per-operator totals of one estimate (what each kind of kernel costs).
 
     Parameters
     ----------
-    model, gpu, precision, batch, seq, method, autocast
+    model, gpu, precision, batch, seq, method, autocast, attention
         As :func:`estimate`.
 
     Returns
@@ -1360,7 +1449,8 @@ def operator_breakdown(model: str | ModelSpec, gpu: str, precision: str, batch: 
         method sets it per layer).
     """
     log: list[Any] = []
-    estimate(model, gpu, precision, batch, seq, method=method, autocast=autocast, log=log)
+    estimate(model, gpu, precision, batch, seq, method=method, autocast=autocast,
+             attention=attention, log=log)
     out: dict[tuple[str, str, tuple[int, ...]], OperatorTotal] = {}
     for name, dtype, shape, flops, nbytes, fwd, bwd in log:
         tot = out.setdefault((name, dtype, shape), OperatorTotal())
