@@ -904,11 +904,15 @@ def _autocast_args(func: Any, args: Any, kwargs: Any, ac: _Autocast,
     return tree_map(cast, args), tree_map(cast, kwargs)
 
 
-def _dispatch_mode(costs: _Costs, price: Pricer, autocast: _Autocast | None = None) -> Any:
+def _dispatch_mode(costs: _Costs, price: Pricer, autocast: _Autocast | None = None, *,
+                   in_place: bool = True) -> Any:
     """A TorchDispatchMode that charges every operator to the current layer.
 
     With ``autocast``, the inputs of the operators of torch's autocast lists are cast first
-    (:func:`_autocast_args`).
+    (:func:`_autocast_args`). Views (outputs that alias an input without writing it) are free;
+    an in-place operator (``relu_``, ``add_``: its output aliases an input it writes) reads and
+    writes its tensor like any other kernel and is charged, unless ``in_place`` is False (the
+    roofline method as the shipped traces were made: it left them out).
     """
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -927,7 +931,8 @@ def _dispatch_mode(costs: _Costs, price: Pricer, autocast: _Autocast | None = No
             out = func(*args, **kwargs)
             packet = func._overloadpacket
             if packet.__name__ in free or any(
-                r.alias_info is not None for r in func._schema.returns
+                r.alias_info is not None and not (in_place and r.alias_info.is_write)
+                for r in func._schema.returns
             ):
                 return out
             ins = [t for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)]
@@ -972,6 +977,30 @@ def _flash_attention(causal: bool) -> Iterator[None]:
     finally:
         torch.nn.functional.scaled_dot_product_attention = original
 
+
+
+@contextlib.contextmanager
+def _fused_dropout() -> Iterator[None]:
+    """Route ``F.dropout`` in training to ``aten.native_dropout``, the one fused kernel CUDA runs
+    (``at::dropout`` takes it for CUDA tensors with ``0 < p < 1``): it reads the input and writes
+    the output and a boolean mask. On the meta device ``at::dropout`` decomposes instead into a
+    random mask (``bernoulli_``), its scaling (``div_``) and a product, which would be charged as
+    three kernels of full-size floating-point tensors.
+    """
+    import torch
+
+    original = torch.nn.functional.dropout
+
+    def dropout(x: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> Any:
+        if not training or not 0.0 < p < 1.0 or x.numel() == 0:
+            return original(x, p, training, inplace)
+        return torch.ops.aten.native_dropout(x, p, True)[0]
+
+    torch.nn.functional.dropout = dropout  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.nn.functional.dropout = original
 
 
 def _build(spec: ModelSpec, attention: str, batch: int, seq: int,
@@ -1142,7 +1171,9 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
             module.register_forward_pre_hook(lambda _m, _a, n=mname: costs.enter(n))
     causal = spec.kind in ("gpt2", "llama", "gpt_neox")
     ctx = _flash_attention(causal=causal) if attention == "flash" else contextlib.nullcontext()
-    with ctx, _dispatch_mode(costs, price, autocast):
+    as_cuda = ts.method != "roofline"  # the roofline method is kept as the shipped traces were
+    drop = _fused_dropout() if as_cuda else contextlib.nullcontext()
+    with ctx, drop, _dispatch_mode(costs, price, autocast, in_place=as_cuda):
         run()
     by_name = {m: own for m, _, own in owners}
     missing = [m for m, _, _ in owners if m not in costs.time]
