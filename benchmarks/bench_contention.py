@@ -22,10 +22,11 @@ that found the plan, the simulated iteration time of the plan and of the best ba
 bound, the gap, the status, the wall time to the final result and the deterministic work. The
 target of issue 40 is a gap within 2% in 60 s; the rows above it are marked. ``--per-layer``
 solves the per-layer next forward with reordering instead. The bound is the larger of the
-full-speed model's and the contention bound (``schedopt.optimize.relax.contention_bound``);
-the plan the best of the model's, the baselines' and plans with fewer calls judged by the
-simulator. Each mode's 20 rows take seconds (2026-12-06, 2-core machine): every row ends long
-before its time limit.
+full-speed model's and the contention bound (``schedopt.optimize.relax.contention_bound``,
+per-layer with the sides of whole tensors, ``per_layer_overlap``); the plan the best of the
+model's, the baselines' and plans with fewer calls judged by the simulator (per-layer, also
+plans that launch calls after the lowest layer's, ``split_candidates``). Each mode's 20 rows
+take seconds (2026-12-06, 2-core machine): every row ends long before its time limit.
 """
 
 from __future__ import annotations

@@ -28,7 +28,8 @@ launch cost counted as part of the bucket's start-up, judged by the simulator li
 
 With the slowdowns and one communication stage, :func:`contention_bound` adds a bound of its
 own, which the full-speed model cannot give: the time that contention costs every plan
-(docs/formulation.md, "Clusters beyond the model").
+(docs/formulation.md, "Clusters beyond the model"); per-layer, bucket by bucket
+(:func:`per_layer_overlap`), with :func:`split_candidates` the plans of that picture.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from schedopt.model.cluster import Cluster, CommStage
 from schedopt.model.trace import Trace
 
@@ -45,9 +48,11 @@ if TYPE_CHECKING:
     from schedopt.model.plan import Plan
     from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_DESCENT_EVALS", "PER_LAYER_MARGIN",
-           "Relaxation", "contention_bound", "count_candidates", "curve_ratio", "host_free_period",
-           "launch_candidates", "relaxation", "simulated_descent", "without_host"]
+__all__ = ["LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_DESCENT_EVALS", "MAX_SIDE_PIECES",
+           "MAX_WINDOW_LEVELS", "PER_LAYER_MARGIN", "SPLIT_HEAD_LAYERS", "SPLIT_LOW_LAYERS",
+           "Relaxation", "contention_bound", "count_candidates", "curve_ratio", "gradient_pieces",
+           "host_free_period", "launch_candidates", "per_layer_overlap", "relaxation",
+           "simulated_descent", "split_candidates", "without_host"]
 
 #: Multiples of the launch cost tried as extra start-up cost per bucket (:func:`launch_candidates`):
 #: a call delays its own start by one launch when the host runs ahead, and every later backward
@@ -156,9 +161,17 @@ def relaxation(cluster: Cluster, stages: Sequence[CommStage] | None = None, *,
 #: iteration's worth; 1/64 covers every window of 64 iterations or more.
 PER_LAYER_MARGIN = 1.0 / 64
 
+#: Most pieces of gradient (the largest) whose side of the lowest layer's bucket the per-layer
+#: contention bound tries one by one (``2**k`` sides); the others may split between the sides.
+MAX_SIDE_PIECES = 10
+
+#: Most window ends per side that the per-layer contention bound checks (fewer only lower it).
+MAX_WINDOW_LEVELS = 40
+
 
 def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage], *,
-                     mode: str, total_bytes: int, factor: float = 1.0) -> float | None:
+                     mode: str, total_bytes: int, factor: float = 1.0,
+                     pieces: int | str | None = None) -> float | None:
     r"""A lower bound (seconds) on every plan's period under the slowdowns, or None.
 
     It holds for one communication stage (each bucket one task, one at a time), in every
@@ -186,7 +199,8 @@ def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage]
     communication runs before it and the update waits for it all; per-layer: all of ``W``),
     and ``x/s_c <= Σc``. The resulting ``W + Σc - γ min(s W_o, s_c Σc)`` is non-decreasing in
     ``Σc`` (slope ``s_c (1 - 1/s) >= 0`` or 1), and every plan communicates every byte in at
-    least one call: ``Σc >= r (alpha + beta N)`` with the curve factor ``r``.
+    least one call: ``Σc >= r (alpha + beta N)`` with the curve factor ``r``. Per-layer,
+    :func:`per_layer_overlap` also bounds ``x`` bucket by bucket; the larger bound holds.
 
     Parameters
     ----------
@@ -200,6 +214,9 @@ def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage]
         The bytes every plan communicates (at most the trace's; fewer only lowers the bound).
     factor
         ``r`` of :func:`curve_ratio` (1 without a measured cost curve).
+    pieces
+        What the plans' buckets hold (per-layer): None, any share of a layer's bytes (every
+        plan); ``"tensors"``, whole tensors; an int, pieces of ``partition_bytes``.
 
     Returns
     -------
@@ -215,13 +232,15 @@ def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage]
     nbytes = min(int(total_bytes), int(trace.total_bytes))
     if nbytes <= 0:
         return None
-    comm = max(0.0, factor) * (stage.alpha_s + stage.beta_s_per_byte * nbytes)
+    full = max(0.0, factor) * (stage.alpha_s + stage.beta_s_per_byte * nbytes)
     fwd, bwd = trace.forward, trace.backward
     work = float(fwd.sum()) + float(bwd.sum()) + trace.update_s
+    gamma = 1.0 / s + 1.0 / s_c - 1.0
     if mode == "per-layer":
-        comm *= 1.0 - PER_LAYER_MARGIN
+        comm = full * (1.0 - PER_LAYER_MARGIN)
         overlappable = work
     else:
+        comm = full
         with_grads = [i for i, layer in enumerate(trace.layers) if layer.tensors]
         if not with_grads:
             return None
@@ -229,36 +248,235 @@ def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage]
         # of the last layer that holds a gradient ends (a tied weight belongs to an earlier
         # layer, so counting the later layers that name it only lowers the bound)
         overlappable = float(bwd[: max(with_grads)].sum())
-    gamma = 1.0 / s + 1.0 / s_c - 1.0
     if gamma <= 0.0:
         return work + comm
-    return work + comm - gamma * min(s * overlappable, s_c * comm)
+    bound = work + comm - gamma * min(s * overlappable, s_c * comm)
+    if mode == "per-layer" and nbytes == trace.total_bytes:
+        x = _trace_overlap(trace, stage, s, s_c * max(0.0, factor), pieces)
+        bound = max(bound, work + (1.0 - PER_LAYER_MARGIN) * (full - gamma * x))
+    return bound
 
 
-def count_candidates(inst: Instance) -> list[Segments]:
+def _trace_overlap(trace: Trace, stage: CommStage, s: float, scale: float,
+                   pieces: int | str | None) -> float:
+    """:func:`per_layer_overlap` of the pieces of ``trace`` (:func:`gradient_pieces`), each
+    overlapping at most ``scale`` (``s_c r``) times its share of the calls' cost, the one
+    start-up cost every plan pays given to a piece of the lowest layer (in ``b0``)."""
+    layer, nbytes, whole = gradient_pieces(trace, pieces)
+    u = scale * stage.beta_s_per_byte * nbytes.astype(float)
+    u[int(np.argmin(layer))] += scale * stage.alpha_s
+    return per_layer_overlap(layer, u, trace.forward, trace.backward, trace.update_s, s,
+                             MAX_SIDE_PIECES if whole else 0)
+
+
+def gradient_pieces(trace: Trace, pieces: int | str | None
+                    ) -> tuple[np.ndarray, np.ndarray, bool]:
+    """The owning layer and the bytes of every piece of gradient that a bucket holds whole.
+
+    Parameters
+    ----------
+    trace
+        The instance's trace.
+    pieces
+        None: any share of a layer's bytes (one piece per tensor, which may split);
+        ``"tensors"``: whole tensors; an int: tensors cut as ``partition_bytes`` cuts them.
+
+    Returns
+    -------
+    layer, nbytes, whole
+        Arrays in gradient-ready order, and whether a bucket holds each piece whole.
+    """
+    from schedopt.optimize.units import _base_pieces
+
+    if pieces is None or pieces == "tensors":
+        return trace.ready_layer, trace.ready_bytes, pieces is not None
+    if not isinstance(pieces, int) or isinstance(pieces, bool) or pieces <= 0:
+        raise ValueError(f"pieces must be None, 'tensors' or a positive int, not {pieces!r}")
+    tensor, _, nbytes = _base_pieces(trace.ready_order, pieces)
+    return trace.ready_layer[tensor], nbytes, True
+
+
+def per_layer_overlap(layer: np.ndarray, u: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
+                      update_s: float, s: float, k: int) -> float:
+    r"""An upper bound on ``x = |K ∩ C|`` of one iteration of every per-layer plan.
+
+    Let ``m0`` be the lowest layer that owns a piece of gradient and ``b0`` the last bucket in
+    launch order holding a piece of it. Bucket ``b`` (lowest layer ``m_b``) is released at the
+    end of ``m_b``'s backward and ends before the next forward of ``m_b`` (its update runs
+    first); it overlaps compute for at most ``x_b <= s_c c_b``. A bucket launched before ``b0``
+    (the *head*) ends before ``b0`` starts, one launched after it (the *tail*) starts after
+    ``b0`` ends, and ``b0`` runs between the end of ``m0``'s backward and the next forward of
+    ``m0``. So for layers ``a, b >= m0`` the head buckets with ``m_b <= a``, ``b0`` and the tail
+    buckets with ``m_b <= b`` all run within the end of ``a``'s backward and the start of the
+    next forward of ``b``, where the compute stream runs the backward below ``a``, the forward
+    below ``b`` and updates, at speed ``1/s`` at least:
+
+        H(a) + T(b) <= s (B_{<a} + F_{<b} + U).
+
+    Share each bucket's ``x_b`` among its pieces by bytes (a piece's layer is at least
+    ``m_b``, so each constraint counts no more of it) and give ``b0`` to the head: piece ``i``
+    overlaps at most ``u_i`` (``s_c`` times its share of ``c``) on its side. The
+    largest ``k`` pieces are tried on each side; the others may split between the sides (a
+    relaxation). For a choice of sides, the most overlap is a flow through the two chains of
+    constraints (``H(a) <= s B_{<a} + e``, ``T(b) <= s F_{<b} + s U - e`` for some ``e``),
+    whose minimum cut over ``e`` is
+
+        min(Σu, min_{a, b} s (B_{<a} + F_{<b} + U) + u(head > a) + u(tail > b)
+                                                   + u(split > min(a, b))),
+
+    with ``u(S > a)`` the ``u`` of the pieces of ``S`` above layer ``a``; the bound is its
+    largest value over the choices. Checking fewer layers ``a, b`` only raises it.
+
+    Parameters
+    ----------
+    layer, u
+        Owning layer and largest overlap (seconds) of every piece.
+    fwd, bwd
+        Forward and backward times of the layers (seconds).
+    update_s
+        The update of all buckets (seconds).
+    s
+        The overlap slowdown.
+    k
+        Most pieces tried on each side (0: every piece may split).
+
+    Returns
+    -------
+    float
+        The bound on ``x`` (seconds).
+    """
+    layer = np.asarray(layer, dtype=np.int64)
+    u = np.asarray(u, dtype=float)
+    big = np.argsort(-u, kind="stable")[: max(0, min(k, len(u)))]
+    levels = _window_levels(layer, big)
+    above = layer[:, None] > levels[None, :]
+    split = np.ones(len(u), dtype=bool)
+    split[big] = False
+    rest = (u[split, None] * above[split]).sum(axis=0)  # non-increasing in the level
+    idx = np.arange(len(levels))
+    rest_min = rest[np.minimum.outer(idx, idx)]
+    head_cap = s * np.r_[0.0, np.cumsum(bwd)][levels]
+    tail_cap = s * np.r_[0.0, np.cumsum(fwd)][levels]
+    big_above = u[big, None] * above[big]
+    sides = ((np.arange(2 ** len(big))[:, None] >> np.arange(len(big))) & 1).astype(float)
+    head = head_cap + sides @ big_above
+    tail = tail_cap + (1.0 - sides) @ big_above
+    cut = head[:, :, None] + tail[:, None, :] + (s * update_s + rest_min)[None]
+    return float(min(u.sum(), cut.min(axis=(1, 2)).max()))
+
+
+def _window_levels(layer: np.ndarray, big: np.ndarray) -> np.ndarray:
+    """The layers ``a, b`` that :func:`per_layer_overlap` checks: every layer owning a piece
+    (only these can be the tightest: between two of them the pieces above stay the same and the
+    compute below grows), or at most :data:`MAX_WINDOW_LEVELS` of them, the lowest and those of
+    the largest pieces first."""
+    owners = np.unique(layer)
+    if len(owners) <= MAX_WINDOW_LEVELS:
+        return owners
+    keep = np.unique(np.r_[owners[0], layer[big]])
+    others = np.setdiff1d(owners, keep)
+    room = max(0, MAX_WINDOW_LEVELS - len(keep))
+    picks = others[np.linspace(0, len(others) - 1, room).astype(np.int64)] if room else others[:0]
+    return np.unique(np.r_[keep, picks]).astype(np.int64)
+
+
+def count_candidates(inst: Instance, reorder: bool = False) -> list[Segments]:
     """The wait-for-all programme's best bucketing (cuts between layers) with at most ``c``
     buckets, for ``c = 1 ..`` :data:`MAX_COUNT_CANDIDATES`: plans with few calls, to simulate
     where the model leaves out what each call costs (the host side, or the slowdowns, under
-    which a call's overlap with compute is not free). Candidates, not optima.
+    which a call's overlap with compute is not free). With ``reorder``, then
+    :func:`split_candidates`. Candidates, not optima.
 
     Parameters
     ----------
     inst
         The instance of the search (its units, releases and costs in ticks).
+    reorder
+        Whether the plans' class has launch orders other than readiness order.
 
     Returns
     -------
     list of Segments
-        One plan per bucket count (none without communication).
+        One plan per bucket count (none without communication), then the split plans.
     """
     from schedopt.optimize.dp import min_makespan_by_count
 
     if not inst.stages:
         return []
     limit = min(inst.n, MAX_COUNT_CANDIDATES)
-    return [segs for segs in min_makespan_by_count(inst.r, inst.p, inst.a,
-                                                   inst.layer_first_unit,
-                                                   lambda count: count >= limit) if segs]
+    plans = [segs for segs in min_makespan_by_count(inst.r, inst.p, inst.a,
+                                                    inst.layer_first_unit,
+                                                    lambda count: count >= limit) if segs]
+    if reorder:
+        plans += split_candidates(inst)
+    return plans
+
+
+#: Numbers of layers (from the lowest) in the lowest bucket of :func:`split_candidates`.
+SPLIT_LOW_LAYERS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)
+
+#: Numbers of the largest other layers that :func:`split_candidates` launch before it.
+SPLIT_HEAD_LAYERS = (0, 1, 2, 3, 4, 6, 8)
+
+
+def split_candidates(inst: Instance) -> list[Segments]:
+    """Per-layer plans that launch some buckets after the lowest layer's (reordered).
+
+    Under the slowdowns a bucket's overlap with compute is not free, and the next forward
+    waits first for the lowest layers: the plans of :func:`per_layer_overlap`'s picture. The
+    lowest bucket holds the lowest :data:`SPLIT_LOW_LAYERS` layers; before it, in readiness
+    order, the buckets of the :data:`SPLIT_HEAD_LAYERS` largest other layers, one per layer
+    (they overlap the backward); after it the remaining layers in forward order (they overlap
+    the next forward, each needed later than the one before), one bucket per layer or one per
+    run of them. Candidates to simulate, not optima.
+
+    Parameters
+    ----------
+    inst
+        The instance of the search (per-layer mode).
+
+    Returns
+    -------
+    list of Segments
+        Distinct plans, by lowest bucket, then head, then the tail's grouping (none in
+        wait-for-all mode, whose next forward waits for every bucket).
+    """
+    if not inst.per_layer or not inst.stages:
+        return []
+    runs = inst.layer_runs  # ready order: the highest layer first
+    size = [int(inst.nbytes[lo:hi + 1].sum()) for lo, hi in runs]
+    plans: list[Segments] = []
+    seen: set[tuple[tuple[int, int], ...]] = set()
+    for low in SPLIT_LOW_LAYERS:
+        if low >= len(runs):
+            break
+        upper = len(runs) - low
+        lowest = (runs[upper][0], inst.n - 1)
+        by_size = sorted(range(upper), key=lambda r: (-size[r], r))
+        for heads in SPLIT_HEAD_LAYERS:
+            if heads > upper:
+                break
+            head = sorted(by_size[:heads])
+            rest = [r for r in range(upper) if r not in set(head)]
+            for grouped in (False, True):
+                segs = [*(runs[r] for r in head), lowest, *_tail_segments(runs, rest, grouped)]
+                key = tuple(segs)
+                if key not in seen:
+                    seen.add(key)
+                    plans.append(segs)
+    return plans
+
+
+def _tail_segments(runs: list[tuple[int, int]], rest: list[int], grouped: bool) -> Segments:
+    """The buckets of the layer runs ``rest`` (indices into ``runs``, ready order) in forward
+    order: one per run, or one per stretch of consecutive runs."""
+    groups: list[list[int]] = []
+    for r in rest:
+        if grouped and groups and groups[-1][-1] == r - 1:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return [(runs[g[0]][0], runs[g[-1]][1]) for g in reversed(groups)]
 
 
 def launch_candidates(inst: Instance) -> list[Segments]:

@@ -988,7 +988,8 @@ def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan
     notes.append(relax.note)
     bound_s, method = best.bound * tick * relax.factor, best.bound_method
     cost = contention_bound(trace, cluster, cluster.comm_stages(), mode=opts.next_forward,
-                            total_bytes=best.inst.total_bytes, factor=relax.factor)
+                            total_bytes=best.inst.total_bytes, factor=relax.factor,
+                            pieces=opts.partition_bytes or "tensors")
     if cost is not None and cost > bound_s:  # the time contention costs every plan
         notes.append(f"bound {cost:.6g} s from the contention's cost (every iteration's "
                      "compute and communication share its time)")
@@ -1025,7 +1026,7 @@ def _result(search: SolveState) -> SolveResult:
     if relax is not None and (relax.host or slowed):  # what calls cost: plans with fewer
         candidates = launch_candidates(inst) if relax.host else []
         if slowed and not candidates:  # overlap is not free: fewer, larger calls
-            candidates = count_candidates(inst)
+            candidates = count_candidates(inst, reorder=opts.reorder)
         found = _host_candidates(search, inst, plan, sim, candidates)
         if found is not None:
             plan, sim, method = found
