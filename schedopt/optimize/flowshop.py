@@ -44,6 +44,10 @@ flow shop: the largest bucket is paid twice, whatever the order.
 over bucketings, a bucket released before the suffix as a possible pivot too, bisected like a
 resource view.
 
+**The stage views** (:mod:`.pipeline`): one stage as a non-preemptive machine over
+bucketings, a suffix's first bucket in launch order paying its earlier stages and its last
+bucket its later stages, with the resource views' terms in the same programme.
+
 In wait-for-all mode the
 same programme without delivery tails bounds the end of the communication, and the period's
 terms (:meth:`.period.PeriodTerms.bound`) turn it into a bound on the period.
@@ -63,11 +67,12 @@ from schedopt.optimize.dp import solve_fifo_per_layer, solve_wait_for_all
 from schedopt.optimize.heuristics import schrage_order
 from schedopt.optimize.instance import Instance, Segments, build_instance
 from schedopt.optimize.options import SolveOptions
+from schedopt.optimize.pipeline import StageView
 from schedopt.optimize.twomachine import PathView
 
 __all__ = ["ENUMERATION_PLANS", "ResourceView", "bottleneck", "bottleneck_plans",
            "enumerate_plans", "flow_order", "pair_bound", "plan_count", "resource_bound",
-           "resource_views"]
+           "resource_views", "stage_views"]
 
 
 class ResourceView:
@@ -105,8 +110,9 @@ class ResourceView:
         return fewest_buckets(inst, inst.terms.bucket_tails, lam, self)
 
 
-#: A view bisected by the flow-shop bound: one resource, or the path of the first and last stage.
-View = ResourceView | PathView
+#: A view bisected by the flow-shop bound: one resource, the path of the first and last stage,
+#: or one stage as a non-preemptive machine.
+View = ResourceView | PathView | StageView
 
 
 def resource_views(inst: Instance) -> list[ResourceView]:
@@ -115,6 +121,14 @@ def resource_views(inst: Instance) -> list[ResourceView]:
     for res in dict.fromkeys(r for st in inst.stages for r in st.resources):
         groups[tuple(s for s, st in enumerate(inst.stages) if res in st.resources)] = None
     return [ResourceView(inst, on) for on in groups]
+
+
+def stage_views(inst: Instance, views: list[View]) -> list[StageView]:
+    """One non-preemptive view per stage (:mod:`.pipeline`), each with the preemptive terms of
+    the resource views among ``views``."""
+    machines = [v for v in views if isinstance(v, ResourceView)]
+    return [StageView(inst, s, ResourceView(inst, (s,)), machines)
+            for s in range(len(inst.stages))]
 
 
 def _jackson_terms(inst: Instance, view: View) -> tuple[np.ndarray, np.ndarray]:
@@ -138,7 +152,7 @@ def _jackson(inst: Instance, view: View) -> int:
 
 class _Calls:
     """The programmes a bound may still run (:func:`.bounds.fewest_buckets` calls), and those
-    run."""
+    run; a view with a ``calls`` attribute is charged that many per programme."""
 
     def __init__(self, limit: int | None) -> None:
         self.left = limit if limit is not None else 1 << 62
@@ -148,8 +162,9 @@ class _Calls:
         """``view``'s programme at ``lam`` (``view.fits``), or None once the calls are spent."""
         if self.left <= 0:
             return None
-        self.left -= 1
-        self.used += 1
+        cost = getattr(view, "calls", 1)
+        self.left -= cost
+        self.used += cost
         return view.fits(inst, lam)
 
 
@@ -210,8 +225,9 @@ def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True,
                    max_calls: int | None = None, stats: dict[str, int] | None = None) -> int:
     """Lower bound on the period (ticks) of every plan of ``inst`` (several stages).
 
-    The best of the paths (:func:`pair_bound` and the path view of :mod:`.twomachine`,
-    unless ``paths`` is false) and the resource views (module docstring), at least ``lo`` (a
+    The best of the paths (:func:`pair_bound`, the path view of :mod:`.twomachine` and the
+    stage views of :mod:`.pipeline`, unless ``paths`` is false) and the resource views (module
+    docstring), at least ``lo`` (a
     known bound) and at most ``hi`` (a known period). In per-layer mode every view first tries
     ``hi - 1``: a plan at ``hi`` is proven optimal by one programme per view. ``max_calls``
     caps the programmes run (each ``O(n^2)``; a deterministic limit), ``stats["calls"]``
@@ -225,6 +241,7 @@ def resource_bound(inst: Instance, hi: int, lo: int = 0, *, paths: bool = True,
         return min(lo, hi)
     if paths:
         lo = max(lo, min(hi, pair_bound(inst)))
+        views[:0] = stage_views(inst, views)  # first: on the pipelined layout the highest
         views.append(PathView(inst))
     if lo >= hi:
         return hi
