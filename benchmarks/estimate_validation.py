@@ -187,7 +187,8 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
 
 #: Per-operator breakdown rows: (label, precision, batch, seq, autocast, attention) of BERT-large
 #: on the 80 GB A100: the published rows' settings (eager attention, :data:`EAGER`; the AMP rows
-#: with fp16 weights, :data:`HALF_WEIGHTS`), and the AMP ones again with the fused flash kernel (what ``attention="auto"`` prices on the A100 at fp16).
+#: with fp16 weights, :data:`HALF_WEIGHTS`), and the AMP ones again with the fused flash kernel
+#: (what ``attention="auto"`` prices on the A100 at fp16).
 BREAKDOWN = [("TF32 b128 s128", "tf32", 128, 128, False, EAGER),
              ("TF32 b16 s512", "tf32", 16, 512, False, EAGER),
              ("AMP b256 s128", "fp16", 256, 128, False, EAGER),

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from schedopt.measure.estimate import operator_breakdown  # noqa: E402
+from schedopt.measure.estimate import operator_breakdown
 
 
 def _by_name(model: str, precision: str, batch: int, seq: int | None = None,
