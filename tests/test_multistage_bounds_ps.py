@@ -133,7 +133,7 @@ def test_path_view_lifts_the_bound() -> None:
     assert lifted >= 1
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0])
 def test_solve_on_benchmark_analogues_past_the_enumeration(seed: int) -> None:
     """Four layers (eight units: more plans than the enumeration takes): ``solve``'s bound
     stays below the brute-force optimum, and OPTIMAL only at it."""

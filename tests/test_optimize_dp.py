@@ -18,7 +18,7 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.dp import min_makespan, solve_fifo_per_layer, solve_wait_for_all
-from schedopt.optimize.instance import build_instance
+from schedopt.optimize.instance import TICK_BUDGET, build_instance
 from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters, traces
@@ -154,7 +154,9 @@ def test_wait_for_all_needs_no_reorder_nor_partition(trace: Trace, cluster: Clus
     inst = build_instance(trace, cluster, SolveOptions(prefetch=prefetch))
     _, segs = solve_wait_for_all(inst)
     got = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
-    assert got <= best * (1 + 1e-12) + 1e-15
+    # the programme is exact on the integer model, whose ticks round every time: within the
+    # tick budget of the simulator's seconds (a 1.7 ns backward beside 15.6 ms once tipped it)
+    assert got <= best * (1 + 1e-12) + TICK_BUDGET * inst.lower_bound_s
 
 
 @settings(max_examples=50, deadline=None)
