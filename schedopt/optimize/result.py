@@ -42,6 +42,8 @@ class Method(StrEnum):
     LIST_SCHEDULING = "list-scheduling"
     #: The local search over cuts.
     LOCAL_SEARCH = "local-search"
+    #: Simulated annealing over bucketings and launch orders (:mod:`.anneal`).
+    ANNEAL = "anneal"
     #: The unimodal programme (exact without an update step; a bound otherwise).
     UNIMODAL = "unimodal"
     #: The windowed large-neighbourhood search (CP-SAT on coarse windows).
