@@ -168,6 +168,9 @@ STAGE_EVAL_S = 5e-6
 #: Deterministic charge (s) of one annealing evaluation per unit and stage (measured: 0.23 and
 #: 0.29 ms for 120 and 180 units on two stages, 0.8-1.0 us per unit and stage).
 ANNEAL_EVAL_S = 1e-6
+#: Most annealing evaluations per unit (the search space grows with the units; small instances
+#: need few: the enumeration's optimum of six units takes under 4,000).
+ANNEAL_EVALS_PER_UNIT = 1000
 
 #: Deterministic charge (s) of the one-stage programmes of the bottleneck plans, per squared
 #: unit and stage (measured: 0.07 s for 580 units and 3 stages).
@@ -909,11 +912,12 @@ def _stages_programmes(search: SolveState, inst: Instance) -> None:
 def _stages_anneal(search: SolveState, inst: Instance) -> None:
     """Simulated annealing (:mod:`.anneal`) from the best plan, over bucketings and launch
     orders judged by the exact multi-stage period, within :data:`STAGES_ANNEAL` of the work
-    left (:data:`ANNEAL_EVAL_S` per evaluation, unit and stage)."""
+    left (:data:`ANNEAL_EVAL_S` per evaluation, unit and stage) and at most
+    :data:`ANNEAL_EVALS_PER_UNIT` evaluations per unit."""
     best = search.best
     assert best is not None
     per_eval = ANNEAL_EVAL_S * inst.n * len(inst.stages)
-    evals = int(search.budget.work(STAGES_ANNEAL) / per_eval)
+    evals = min(int(search.budget.work(STAGES_ANNEAL) / per_eval), ANNEAL_EVALS_PER_UNIT * inst.n)
     if evals < 2:
         return
     stats: dict[str, int] = {}
