@@ -17,7 +17,7 @@ from schedopt.optimize.flowshop import enumerate_plans
 from schedopt.optimize.instance import Instance, build_instance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_multistage  # noqa: E402
+import bench_multistage
 
 
 def _instance(layout: str, seed: int, layers: int = 3) -> Instance:

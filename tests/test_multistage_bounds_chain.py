@@ -15,6 +15,8 @@ below the brute-force optimum.
 from __future__ import annotations
 
 import itertools
+import sys
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -52,6 +54,17 @@ def random_trace(seed: int, layers: int = 3) -> Trace:
             {"name": f"l{i}.b", "bytes": 4 * int(rng.integers(256, 4_096))}]})
     return Trace.model_validate({"name": f"chain-{seed}", "batch_size": 8, "layers": docs,
                                  "update_s": float(rng.uniform(0.0, 2e-4))})
+
+
+def bench_instance(layout: str, seed: int, mode: str = "per-layer", layers: int = 3
+                   ) -> tuple[Trace, Cluster, SolveOptions]:
+    """A small instance of ``benchmarks/bench_multistage.py``'s generator: ``layers`` layers of
+    two tensors on the benchmark's ``layout`` cluster, with :func:`options` of ``mode``."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_multistage
+
+    cluster = bench_multistage.layout_cluster(layout)
+    return bench_multistage.random_trace(seed, 2, cluster, layers=layers), cluster, options(mode)
 
 
 def layout_cluster(layout: str) -> Cluster:

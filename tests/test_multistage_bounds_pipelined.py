@@ -16,8 +16,6 @@ a bound below the brute-force optimum and claims OPTIMAL only at it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -41,9 +39,7 @@ from .test_multistage_bounds_chain import (
     options,
     random_trace,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_multistage
+from .test_multistage_bounds_chain import bench_instance as chain_bench_instance
 
 BENCH_SEEDS = range(4)  # three-layer analogues of the benchmark's instances
 
@@ -51,8 +47,7 @@ BENCH_SEEDS = range(4)  # three-layer analogues of the benchmark's instances
 def bench_instance(seed: int, mode: str = "per-layer", layers: int = 3
                    ) -> tuple[Trace, Cluster, SolveOptions]:
     """A ``pipelined`` instance of the benchmark's generator (two units per layer)."""
-    cluster = bench_multistage.layout_cluster("pipelined")
-    return bench_multistage.random_trace(seed, 2, cluster, layers=layers), cluster, options(mode)
+    return chain_bench_instance("pipelined", seed, mode, layers)
 
 
 def stage_terms(inst: Instance, segs: list[tuple[int, int]], s: int) -> int:

@@ -15,9 +15,6 @@ the brute-force optimum and claims OPTIMAL only at it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -40,17 +37,15 @@ from .test_multistage_bounds_chain import (
     options,
     random_trace,
 )
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import bench_multistage
+from .test_multistage_bounds_chain import bench_instance as chain_bench_instance
 
 BENCH_SEEDS = range(4)  # three-layer analogues of the benchmark's instances
 
 
-def bench_instance(seed: int, mode: str = "per-layer") -> tuple[Trace, Cluster, SolveOptions]:
-    """A three-layer ``ps-dedicated`` instance of the benchmark's generator (six units)."""
-    cluster = bench_multistage.layout_cluster("ps-dedicated")
-    return bench_multistage.random_trace(seed, 2, cluster, layers=3), cluster, options(mode)
+def bench_instance(seed: int, mode: str = "per-layer", layers: int = 3
+                   ) -> tuple[Trace, Cluster, SolveOptions]:
+    """A ``ps-dedicated`` instance of the benchmark's generator (two units per layer)."""
+    return chain_bench_instance("ps-dedicated", seed, mode, layers)
 
 
 def path_terms(inst: Instance, segs: list[tuple[int, int]]) -> int:
@@ -137,8 +132,7 @@ def test_path_view_lifts_the_bound() -> None:
 def test_solve_on_benchmark_analogues_past_the_enumeration(seed: int) -> None:
     """Four layers (eight units: more plans than the enumeration takes): ``solve``'s bound
     stays below the brute-force optimum, and OPTIMAL only at it."""
-    cluster = bench_multistage.layout_cluster("ps-dedicated")
-    trace = bench_multistage.random_trace(seed, 2, cluster, layers=4)
+    trace, cluster, _ = bench_instance(seed, layers=4)
     opts = options("per-layer").model_copy(update={"time_limit_s": 60.0, "work_limit_s": 1.0})
     inst = build_instance(trace, cluster, opts, merge=False)
     assert inst.n == 8
