@@ -78,15 +78,18 @@ def test_a_plan_no_move_applies_to_ends() -> None:
     inst = build_instance(trace, cluster, opts, merge=True)  # the one layer is one unit
     assert inst.n == 1
     stats: dict[str, int] = {}
-    t0 = time.perf_counter()
     val, segs = anneal(inst, [(0, 0)], max_evals=1000, seed=0, stats=stats)
     assert segs == [(0, 0)] and val == int(inst.evaluate([(0, 0)]).period)
-    assert stats["evals"] == 1 and time.perf_counter() - t0 < 5.0
+    assert stats["evals"] == 1
 
 
 def test_the_deadline_is_a_safety_stop() -> None:
+    """A deadline already passed stops the search at its first look at the clock (every 64
+    draws), with the start kept: no timing of this machine is involved."""
     inst = _instance("pipelined", 0, layers=6)
+    start = _one_per_unit_backwards(inst)
     stats: dict[str, int] = {}
-    anneal(inst, _one_per_unit_backwards(inst), max_evals=10**9, seed=0,
-           deadline=time.perf_counter() + 0.2, stats=stats)
-    assert stats["wall_stop"] == 1 and stats["evals"] < 10**9
+    val, segs = anneal(inst, start, max_evals=10**9, seed=0,
+                       deadline=time.perf_counter() - 1.0, stats=stats)
+    assert stats["wall_stop"] == 1 and stats["evals"] <= 64
+    assert _covers(inst, segs) and val <= int(inst.evaluate(start).period)

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import numpy as np
@@ -28,7 +30,7 @@ from schedopt.optimize import SolveOptions, solve
 from schedopt.optimize import bounds as bounds_mod
 from schedopt.optimize.bounds import fewest_buckets
 from schedopt.optimize.flowshop import resource_bound, resource_views
-from schedopt.optimize.instance import TICK_BUDGET, build_instance
+from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance
 from schedopt.simulate.simulator import simulate
 
 SEEDS = range(2)  # every plan of each instance is enumerated and simulated
@@ -98,6 +100,48 @@ def every_plan(n: int, cuts_of) -> list[list[tuple[int, int]]]:
     return plans
 
 
+def solve_past_the_enumeration(trace: Trace, cluster: Cluster) -> tuple[Any, Instance, int]:
+    """``solve`` (per-layer with reordering, 1 s of work) on an instance of eight units, more
+    plans than the enumeration takes: its bound stays below the best period over every
+    bucketing and launch order, and its plan at or above its bound. The result, the instance
+    and that best period (ticks)."""
+    opts = options("per-layer").model_copy(update={"time_limit_s": 60.0, "work_limit_s": 1.0})
+    inst = build_instance(trace, cluster, opts, merge=False)
+    assert inst.n == 8
+    best = min(int(inst.evaluate(s).period) for s in every_plan(inst.n, inst.segments_from_cuts))
+    res = solve(trace, cluster, opts)
+    assert res.bound_s <= best * inst.tick + TICK_BUDGET * inst.lower_bound_s
+    assert res.iteration_time_s >= res.bound_s * (1 - TOL)
+    return res, inst, best
+
+
+def check_plans(trace: Trace, cluster: Cluster, opts: SolveOptions,
+                make_check: Callable[[Instance], Callable[[list[tuple[int, int]], int], None]]
+                ) -> tuple[Instance, int, float]:
+    """Every plan of the instance, simulated: the model's period within the tick budget of the
+    simulator's (per-layer), ``make_check(inst)(segs, lam)`` with ``lam`` the plan's own period
+    (per-layer) or the end of its communication (wait-for-all), and the flow-shop bound below
+    the best plan. The instance and the best period over every plan (ticks, seconds)."""
+    inst = build_instance(trace, cluster, opts, merge=False)
+    check = make_check(inst)
+    knobs = {"next_forward": opts.next_forward, "reorder": True, "partition_bytes": None}
+    best_s, best_t = np.inf, np.iinfo(np.int64).max
+    for segs in every_plan(inst.n, inst.segments_from_cuts):
+        sim = simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
+        ev = inst.evaluate(segs)
+        period = int(ev.period)
+        best_s, best_t = min(best_s, sim), min(best_t, period)
+        assert ev.stage_times is not None
+        lam = period if inst.per_layer else int(ev.stage_times[1][-1].max())
+        check(segs, lam)
+        if inst.per_layer:  # the model's period is the simulator's, within the tick budget
+            assert lam * inst.tick <= sim * (1 + TOL) + TICK_BUDGET * inst.lower_bound_s
+    bound = resource_bound(inst, 10 * best_t)
+    assert bound <= best_t
+    assert bound * inst.tick <= best_s + TICK_BUDGET * inst.lower_bound_s
+    return inst, best_t, best_s
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("seed", SEEDS)
@@ -155,11 +199,4 @@ def test_chain_lifts_the_bound() -> None:
 def test_solve_bound_below_brute_force_past_the_enumeration(layout: str) -> None:
     """Eight units (more plans than the enumeration takes): ``solve``'s bound stays below
     the best period over every bucketing and launch order, and its plan is that period's."""
-    trace, cluster = random_trace(7, layers=4), layout_cluster(layout)
-    opts = options("per-layer").model_copy(update={"time_limit_s": 60.0, "work_limit_s": 1.0})
-    inst = build_instance(trace, cluster, opts, merge=False)
-    assert inst.n == 8
-    best = min(int(inst.evaluate(s).period) for s in every_plan(inst.n, inst.segments_from_cuts))
-    res = solve(trace, cluster, opts)
-    assert res.bound_s <= best * inst.tick + TICK_BUDGET * inst.lower_bound_s
-    assert res.iteration_time_s >= res.bound_s * (1 - TOL)
+    solve_past_the_enumeration(random_trace(7, layers=4), layout_cluster(layout))

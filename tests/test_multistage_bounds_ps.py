@@ -15,27 +15,29 @@ the brute-force optimum and claims OPTIMAL only at it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
-from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize import SolveOptions
 from schedopt.optimize.bounds import lower_tails, no_tails
 from schedopt.optimize.flowshop import enumerate_plans, pair_bound, resource_bound
 from schedopt.optimize.instance import TICK_BUDGET, Instance, build_instance
 from schedopt.optimize.twomachine import PathView, path_fits
-from schedopt.simulate.simulator import simulate
 
 from .test_multistage_bounds_chain import (
     LAYOUTS,
     MODES,
     SEEDS,
     TOL,
-    every_plan,
+    check_plans,
     layout_cluster,
     options,
     random_trace,
+    solve_past_the_enumeration,
 )
 from .test_multistage_bounds_chain import bench_instance as chain_bench_instance
 
@@ -72,25 +74,18 @@ def path_terms(inst: Instance, segs: list[tuple[int, int]]) -> int:
 
 def check_every_plan(trace: Trace, cluster: Cluster, opts: SolveOptions) -> tuple[int, float]:
     """Every plan against the view; the best period over every plan (ticks, seconds)."""
-    inst = build_instance(trace, cluster, opts, merge=False)
-    assert len(inst.stages) > 1
-    knobs = {"next_forward": opts.next_forward, "reorder": True, "partition_bytes": None}
-    view = PathView(inst)
-    best_s, best_t = np.inf, np.iinfo(np.int64).max
-    for segs in every_plan(inst.n, inst.segments_from_cuts):
-        sim = simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
-        ev = inst.evaluate(segs)
-        period = int(ev.period)
-        best_s, best_t = min(best_s, sim), min(best_t, period)
-        assert ev.stage_times is not None
-        lam = period if inst.per_layer else int(ev.stage_times[1][-1].max())
-        assert path_terms(inst, segs) <= lam, segs
-        assert path_fits(inst, view, lam), segs
-        if inst.per_layer:  # the model's period is the simulator's, within the tick budget
-            assert lam * inst.tick <= sim * (1 + TOL) + TICK_BUDGET * inst.lower_bound_s
-    bound = resource_bound(inst, 10 * best_t)
-    assert bound <= best_t
-    assert bound * inst.tick <= best_s + TICK_BUDGET * inst.lower_bound_s
+
+    def make_check(inst: Instance) -> Callable[[list[tuple[int, int]], int], None]:
+        assert len(inst.stages) > 1
+        view = PathView(inst)
+
+        def check(segs: list[tuple[int, int]], lam: int) -> None:
+            assert path_terms(inst, segs) <= lam, segs
+            assert path_fits(inst, view, lam), segs
+
+        return check
+
+    _, best_t, best_s = check_plans(trace, cluster, opts, make_check)
     return best_t, best_s
 
 
@@ -133,13 +128,7 @@ def test_solve_on_benchmark_analogues_past_the_enumeration(seed: int) -> None:
     """Four layers (eight units: more plans than the enumeration takes): ``solve``'s bound
     stays below the brute-force optimum, and OPTIMAL only at it."""
     trace, cluster, _ = bench_instance(seed, layers=4)
-    opts = options("per-layer").model_copy(update={"time_limit_s": 60.0, "work_limit_s": 1.0})
-    inst = build_instance(trace, cluster, opts, merge=False)
-    assert inst.n == 8
-    best, _ = enumerate_plans(inst, True)
-    res = solve(trace, cluster, opts)
-    assert res.bound_s <= best * inst.tick + TICK_BUDGET * inst.lower_bound_s
-    assert res.iteration_time_s >= res.bound_s * (1 - TOL)
+    res, inst, best = solve_past_the_enumeration(trace, cluster)
     if str(res.status) == "OPTIMAL":
         assert res.iteration_time_s <= best * inst.tick * (1 + TOL) + TICK_BUDGET * (
             inst.lower_bound_s)

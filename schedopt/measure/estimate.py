@@ -401,8 +401,8 @@ def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
 
 
 # ============================================================================ CNN definitions
-def _cnn_modules() -> dict[str, Callable[[], Any]]:
-    """Builders of the torchvision-layout CNNs (imported lazily: torch is optional)."""
+def _plain_cnns() -> tuple[type, type]:
+    """torchvision's AlexNet and VGG-16 classes (torch imported lazily: it is optional)."""
     import torch
     from torch import nn
 
@@ -455,6 +455,14 @@ def _cnn_modules() -> dict[str, Callable[[], Any]]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             x = self.avgpool(self.features(x))
             return self.classifier(torch.flatten(x, 1))
+
+    return AlexNet, VGG16
+
+
+def _resnet() -> type:
+    """torchvision's ResNet class with Bottleneck blocks (torch imported lazily)."""
+    import torch
+    from torch import nn
 
     class Bottleneck(nn.Module):
         """torchvision's Bottleneck (ResNet v1.5: the stride sits on the 3x3 convolution)."""
@@ -514,11 +522,18 @@ def _cnn_modules() -> dict[str, Callable[[], Any]]:
             x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
             return self.fc(torch.flatten(self.avgpool(x), 1))
 
+    return ResNet
+
+
+def _cnn_modules() -> dict[str, Callable[[], Any]]:
+    """Builders of the torchvision-layout CNNs (imported lazily: torch is optional)."""
+    alexnet, vgg16 = _plain_cnns()
+    resnet = _resnet()
     return {
-        "alexnet": AlexNet,
-        "vgg16": VGG16,
-        "resnet50": lambda: ResNet([3, 4, 6, 3]),
-        "resnet152": lambda: ResNet([3, 8, 36, 3]),
+        "alexnet": alexnet,
+        "vgg16": vgg16,
+        "resnet50": lambda: resnet([3, 4, 6, 3]),
+        "resnet152": lambda: resnet([3, 8, 36, 3]),
     }
 
 

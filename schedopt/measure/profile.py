@@ -186,10 +186,9 @@ def profile_model(
     host
         Record the host side: per layer, the CPU time of the thread that launched its forward
         and backward (``host_forward_s``, ``host_backward_s``) and the optimizer step's
-        (``host_update_s``), docs/model.md "Host side". Default: on a GPU only. On a CPU the
-        launching thread runs the kernels itself, so its time is the compute time and no
-        separate launch precedes it: recorded only when asked, and then capped at the layer's
-        time.
+        (``host_update_s``), docs/model.md "Host side". Default: on a GPU only (on a CPU the
+        launching thread runs the kernels itself: recorded only when asked, capped at the
+        layer's time).
 
     Returns
     -------
@@ -210,19 +209,27 @@ def profile_model(
     torch = _torch()
     _check_counts(name, repeats, warmup)
     dev = _place(model, device)
+    params, opt, copies = _trainable(model, optimizer, grad_copy, grad_view)
+    candidates = _layers(model)
+    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn or _default_loss,
+                    opt, warmup + repeats, warmup, copies)
+    trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
+                         torch.__version__, dev.type == "cuda" if host is None else host)
+    return trace if copies is None else copies.noted(trace, warmup + repeats)
+
+
+def _trainable(model: Any, optimizer: Any, grad_copy: bool, grad_view: bool
+               ) -> tuple[list[tuple[str, Any]], Any, _GradCopies | None]:
+    """The parameters that need gradients, the optimizer to time (``"sgd"``: SGD at learning
+    rate 0) and the gradient copies (with ``grad_copy`` or ``grad_view``)."""
+    torch = _torch()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
         raise SchedoptError("the model has no parameters that need gradients", "model",
                             type(model).__name__)
-    loss_fn = loss_fn or _default_loss
     opt = torch.optim.SGD([p for _, p in params], lr=0.0) if optimizer == "sgd" else optimizer
-    candidates = _layers(model)
     copies = _GradCopies(params, view=grad_view) if grad_copy or grad_view else None
-    runs = _measure(model, example_inputs, dev, params, candidates, loss_fn, opt,
-                    warmup + repeats, warmup, copies)
-    trace = _build_trace(model, name, batch_size, dev, repeats, candidates, params, runs,
-                         torch.__version__, dev.type == "cuda" if host is None else host)
-    return trace if copies is None else copies.noted(trace, warmup + repeats)
+    return params, opt, copies
 
 
 def _check_counts(name: str, repeats: int, warmup: int) -> None:

@@ -233,21 +233,12 @@ def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage]
     if nbytes <= 0:
         return None
     full = max(0.0, factor) * (stage.alpha_s + stage.beta_s_per_byte * nbytes)
-    fwd, bwd = trace.forward, trace.backward
-    work = float(fwd.sum()) + float(bwd.sum()) + trace.update_s
+    work = float(trace.forward.sum()) + float(trace.backward.sum()) + trace.update_s
     gamma = 1.0 / s + 1.0 / s_c - 1.0
-    if mode == "per-layer":
-        comm = full * (1.0 - PER_LAYER_MARGIN)
-        overlappable = work
-    else:
-        comm = full
-        with_grads = [i for i, layer in enumerate(trace.layers) if layer.tensors]
-        if not with_grads:
-            return None
-        # the backward runs from the last layer down: no bucket is ready before the backward
-        # of the last layer that holds a gradient ends (a tied weight belongs to an earlier
-        # layer, so counting the later layers that name it only lowers the bound)
-        overlappable = float(bwd[: max(with_grads)].sum())
+    comm = full * (1.0 - PER_LAYER_MARGIN) if mode == "per-layer" else full
+    overlappable = work if mode == "per-layer" else _after_first_gradient(trace)
+    if overlappable is None:
+        return None
     if gamma <= 0.0:
         return work + comm
     bound = work + comm - gamma * min(s * overlappable, s_c * comm)
@@ -255,6 +246,19 @@ def contention_bound(trace: Trace, cluster: Cluster, stages: Sequence[CommStage]
         x = _trace_overlap(trace, stage, s, s_c * max(0.0, factor), pieces)
         bound = max(bound, work + (1.0 - PER_LAYER_MARGIN) * (full - gamma * x))
     return bound
+
+
+def _after_first_gradient(trace: Trace) -> float | None:
+    """Wait-for-all: the backward that can run beside communication (None without gradients).
+
+    The backward runs from the last layer down: no bucket is ready before the backward of the
+    last layer that holds a gradient ends (a tied weight belongs to an earlier layer, so
+    counting the later layers that name it only lowers the bound).
+    """
+    with_grads = [i for i, layer in enumerate(trace.layers) if layer.tensors]
+    if not with_grads:
+        return None
+    return float(trace.backward[: max(with_grads)].sum())
 
 
 def _trace_overlap(trace: Trace, stage: CommStage, s: float, scale: float,
