@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -84,19 +85,42 @@ def fewest_buckets(inst: Instance, tails: BucketTails | None, lam: int,
     if tails is None:  # no tails to credit: ``lam`` bounds the end of the communication
         tails = no_tails(n)
     chain = _chains(inst) if machine is not None else None
-    count = np.full(n + 1, big, dtype=np.int64)
+
+    def accepts(i: int, j: np.ndarray, rest: np.ndarray) -> np.ndarray:
+        tail = lower_tails(tails, i, j)
+        term = p_suffix[i] + a * (1 + rest) + tail + _head_tail(inst, machine, r, i, j)
+        ok = term <= lam
+        if chain is not None:  # the bucket's own stages, one after the other, then its tail
+            ok &= r[j] + chain[1] + chain[0][j + 1] - chain[0][i] + tail <= lam
+        return ok
+
+    return fewest_count(n, accepts) is not None
+
+
+#: Bucket counts the right-to-left programme has not reached (:func:`fewest_count`).
+UNREACHED = np.iinfo(np.int64).max // 4
+
+
+def fewest_count(n: int, accepts: Callable[[int, np.ndarray, np.ndarray], np.ndarray]
+                 ) -> int | None:
+    """The right-to-left programme of the bucketing relaxations: the fewest buckets of a
+    bucketing of ``n`` units in which every bucket ``i..j`` is accepted, or None when none is.
+
+    ``accepts(i, j, rest)`` tells, for the buckets ``i..j`` (``j`` an array of ``i..n-1``)
+    followed by the fewest buckets ``rest`` of the units after them, which are accepted;
+    entries whose ``rest`` is :data:`UNREACHED` are ignored. The fewest buckets of the units
+    from ``i`` on keep the terms on their left smallest when each term grows with the count
+    after it; ``O(n^2)``.
+    """
+    count = np.full(n + 1, UNREACHED, dtype=np.int64)
     count[n] = 0
     for i in range(n - 1, -1, -1):
         j = np.arange(i, n)
         rest = count[i + 1:]
-        tail = lower_tails(tails, i, j)
-        term = p_suffix[i] + a * (1 + rest) + tail + _head_tail(inst, machine, r, i, j)
-        ok = (rest < big) & (term <= lam)
-        if chain is not None:  # the bucket's own stages, one after the other, then its tail
-            ok &= r[j] + chain[1] + chain[0][j + 1] - chain[0][i] + tail <= lam
+        ok = (rest < UNREACHED) & accepts(i, j, rest)
         if ok.any():
             count[i] = 1 + int(rest[ok].min())
-    return bool(count[0] < big)
+    return int(count[0]) if count[0] < UNREACHED else None
 
 
 def no_tails(n: int) -> BucketTails:

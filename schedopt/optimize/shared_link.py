@@ -37,10 +37,11 @@ from typing import Any
 
 import numpy as np
 
+from schedopt.optimize.bounds import fewest_count, lower_tails, no_tails
 from schedopt.optimize.heuristics import schrage_order
 from schedopt.optimize.instance import Instance, Segments
 from schedopt.optimize.model import unimodal_order
-from schedopt.optimize.period import BucketTails, PeriodTerms
+from schedopt.optimize.period import PeriodTerms
 
 __all__ = ["MAX_UNITS", "PLAN_S_PER_UNIT", "fewer_buckets", "fewest_bucket_count", "link_work",
            "shared_link_applies", "shared_link_bound"]
@@ -75,26 +76,14 @@ def fewest_bucket_count(inst: Instance, lam: int) -> int | None:
     none in wait-for-all mode). Right to left, the fewest buckets of units ``i..n-1`` keep the
     terms on the left smallest, as each term grows with the count after it; ``O(n^2)``.
     """
-    n = inst.n
-    big = np.iinfo(np.int64).max // 4
-    tails = inst.terms.bucket_tails
-    if tails is None:
-        tails = BucketTails(np.zeros(n, np.int64), np.zeros(n + 1, np.int64),
-                            np.zeros(n, np.int64), np.zeros(n, dtype=bool))
+    tails = inst.terms.bucket_tails or no_tails(inst.n)
     r = inst.r.astype(np.int64)
     p_suffix = np.r_[np.cumsum(inst.p[::-1])[::-1], 0].astype(np.int64)
-    count = np.full(n + 1, big, dtype=np.int64)
-    count[n] = 0
-    for i in range(n - 1, -1, -1):
-        j = np.arange(i, n)
-        rest = count[i + 1:]
-        upd = np.where(tails.first[j] >= i, tails.upd_before[i], 0) + np.where(
-            tails.last[j], tails.upd_before[j + 1] - tails.upd_before[i], 0)
-        term = r[j] + p_suffix[i] + inst.a * (1 + rest) + tails.fwd[j] + upd
-        ok = (rest < big) & (term <= lam)
-        if ok.any():
-            count[i] = 1 + int(rest[ok].min())
-    return int(count[0]) if count[0] < big else None
+
+    def accepts(i: int, j: np.ndarray, rest: np.ndarray) -> np.ndarray:
+        return r[j] + p_suffix[i] + inst.a * (1 + rest) + lower_tails(tails, i, j) <= lam
+
+    return fewest_count(inst.n, accepts)
 
 
 def _passes(inst: Instance, lam: int) -> bool:

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schedopt.optimize.bounds import lower_tails, no_tails
+from schedopt.optimize.bounds import fewest_count, lower_tails, no_tails
 from schedopt.optimize.instance import Instance
 
 __all__ = ["PathView", "path_fits"]
@@ -114,18 +114,14 @@ def path_fits(inst: Instance, view: PathView, lam: int) -> bool:
     tails = inst.terms.bucket_tails
     if tails is None:
         tails = no_tails(n)
-    big = np.iinfo(np.int64).max // 4
     r = inst.r.astype(np.int64)
     q = tails.fwd.astype(np.int64)
     p_suffix = np.r_[np.cumsum(view.p[::-1])[::-1], 0]
     units = np.arange(n)
     extra_suffix = np.maximum.accumulate(view.extra(units, units)[::-1])[::-1]
     fronts = _fronts(inst, view, q)
-    count = np.full(n + 1, big, dtype=np.int64)
-    count[n] = 0
-    for i in range(n - 1, -1, -1):
-        j = np.arange(i, n)
-        rest = count[i + 1:]
+
+    def accepts(i: int, j: np.ndarray, rest: np.ndarray) -> np.ndarray:
         tail = lower_tails(tails, i, j)
         base = p_suffix[i] + view.a * (1 + rest)
         term = r[j] + np.maximum(view.extra(i, j), extra_suffix[i]) + tail
@@ -133,7 +129,6 @@ def path_fits(inst: Instance, view: PathView, lam: int) -> bool:
         if len(u):  # a pivot released before unit i
             before = np.minimum(u[None, :] + tail[:, None], w[None, :] + r[j][:, None])
             term = np.maximum(term, before.max(axis=1))
-        ok = (rest < big) & (base + term <= lam) & (r[j] + view.chain(i, j) + tail <= lam)
-        if ok.any():
-            count[i] = 1 + int(rest[ok].min())
-    return bool(count[0] < big)
+        return (base + term <= lam) & (r[j] + view.chain(i, j) + tail <= lam)
+
+    return fewest_count(n, accepts) is not None
