@@ -62,8 +62,14 @@ HOST_BOUND_IDLE = 0.2
 
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _EVAL = "autograd::engine::evaluate_function: "
+#: Runtime calls that wait for the device by design (their whole time is a wait, not host work)
+_SYNC = re.compile(r"Synchronize|^cudaMemcpy$|^cuMemcpyDtoH|EventQuery$")
 _ACC = "torch::autograd::AccumulateGrad"
 _MODULE = "nn.Module: "
+#: DDP's copy of an all-reduced bucket back into one gradient (torch >= 1.10 ``reducer.cpp``,
+#: ``finalize_bucket_dense``; absent with ``gradient_as_bucket_view=True``): one device copy
+#: per gradient, buckets in launch order, each bucket's gradients in the order they became ready
+_COPY_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 _KEEP_CATS = {"cpu_op", "user_annotation", "kernel", "cuda_runtime", "cuda_driver",
               "gpu_memcpy", "gpu_memset"}
 _COMM_PREFIXES = ("c10d::", "record_param_comms", "nccl:", "gloo:")
@@ -154,7 +160,8 @@ class _Keeper:
             args.get("Input Dims") if keep_dims else None,
             args.get("Input type") if keep_dims else None,
             {k: args[k] for k in ("Collective name", "In msg nelems", "dtype", "Group size")
-             if k in args} if name == "record_param_comms" else None,
+             if k in args} if name == "record_param_comms"
+            else {"bytes": args.get("bytes")} if cat == "gpu_memcpy" else None,
         ))
 
 
@@ -165,6 +172,8 @@ class _Layer:
     forward_s: float = 0.0
     backward_s: float = 0.0
     host_s: float = 0.0
+    host_forward_s: float = 0.0
+    host_backward_s: float = 0.0
     tensors: list[tuple[int, str]] = field(default_factory=list)  # accumulate order
 
 
@@ -189,6 +198,7 @@ class _Step:
     update_s: float
     busy_s: float
     exposed: list[float]  # per bucket, seconds
+    host_update_s: float = 0.0
 
     def shape(self) -> tuple:
         return (tuple((la.name, tuple(la.tensors)) for la in self.layers),
@@ -278,12 +288,14 @@ class _Rank:
         self.kernels = [e for e in evs if e.cat == "kernel"]
         self.gpu = bool(self.kernels)
         self.kernel_of = {e.corr: e for e in self.kernels if e.corr is not None}
+        self.memcpy_of = {e.corr: e for e in evs if e.cat == "gpu_memcpy" and e.corr is not None}
         self.runtime = [e for e in evs if e.cat in ("cuda_runtime", "cuda_driver")
                         and e.corr is not None]
         self.cpu = [e for e in evs if e.cat in ("cpu_op", "user_annotation", "python_function")]
         self.cpu_ts = [e.ts for e in self.cpu]
         self.gloo = [e for e in evs if e.cat == "user_annotation" and e.name.startswith("gloo:all")]
         self.grouping = "autograd"
+        self.sizes_from = "record_shapes"
 
     # ---------------------------------------------------------------- helpers
     def _window(self, s0: float, s1: float) -> list[_Ev]:
@@ -302,9 +314,26 @@ class _Rank:
                     total += k.end - k.ts
         return total
 
+    def _waits(self, tid: Any, t0: float, t1: float) -> float:
+        """Time (µs) the thread ``tid`` spent in ``[t0, t1)`` waiting on the device inside
+        runtime calls: a synchronising call's whole duration, and what any other call took
+        beyond its median in the trace (a launch blocks while the device's queue is full)."""
+        total = 0.0
+        for r in self.runtime[bisect.bisect_left(self._rt_ts, t0):]:
+            if r.ts >= t1:
+                break
+            if r.tid == tid:
+                dur = min(r.end, t1) - r.ts
+                total += dur if _SYNC.search(r.name) else max(0.0, dur - self._typical[r.name])
+        return total
+
     def analyse(self, wanted: tuple[int | None, int | None]) -> list[_Step]:
         self.runtime.sort(key=lambda e: e.ts)
         self._rt_ts = [e.ts for e in self.runtime]
+        durations: dict[str, list[float]] = {}
+        for r in self.runtime:
+            durations.setdefault(r.name, []).append(r.end - r.ts)
+        self._typical = {k: statistics.median(v) for k, v in durations.items()}
         lo, hi = wanted
         chosen = [(n, e) for n, e in self.steps if (lo is None or n >= lo)
                   and (hi is None or n < hi)]
@@ -372,24 +401,33 @@ class _Rank:
         busy: list[tuple[float, float]] = []
         for k, la in enumerate(layers):
             end = starts[k + 1] if k + 1 < len(layers) else bwd_start
-            la.host_s = (end - starts[k]) * 1e-6
-            if not self.gpu:
-                la.forward_s = la.host_s
+            if self.gpu:  # the thread's own work: its waits on the device are not host time
+                la.host_forward_s = la.host_s = (
+                    end - starts[k] - self._waits(self.main, starts[k], end)) * 1e-6
+            else:
+                la.forward_s = la.host_s = (end - starts[k]) * 1e-6
+        if self.gpu:  # the launching thread's work before the forward (DDP's buffer sync, ...)
+            layers[0].host_forward_s += (fwd_start - s0 - self._waits(self.main, s0, fwd_start)
+                                         ) * 1e-6
         for i in top:
             e = main[i]
             if self.gpu:
                 layers[layer_of_top[i]].forward_s += self._gpu_time(e) * 1e-6
             busy.append((e.ts, e.end))
-        self._backward(layers, bwd, by_tid, seq_layer, busy, where)
+        accumulated = self._backward(layers, bwd, by_tid, seq_layer, busy, where)
         bwd_end = max(e.end for e, _, _ in bwd)
         buckets = self._buckets(window, by_tid, bwd_start, s0, where)
+        if any(n < 0 for la in layers for n, _ in la.tensors):
+            self._sizes_from_copies(layers, accumulated, buckets, window, where)
         roots = [e for i, e in enumerate(main) if mpar[i] < 0]
         update, busy = self._update(roots, optim, (bwd_start, bwd_end), busy, (s0, s1))
+        host_update = self._host_update(roots, optim, by_tid, (bwd_start, bwd_end))
         io = (fwd_start - s0) * 1e-6 if not self.gpu else 0.0
         union = _union(busy)
         busy_s = sum(b - a for a, b in union) * 1e-6
         exposed = _exposed([(b.start - self.offset, b.end - self.offset) for b in buckets], union)
-        return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed)
+        return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed,
+                     host_update)
 
     def _forward_layers(self, main: list[_Ev], top: list[int], has_seq: set[int],
                         enclosing: list[_Ev]) -> tuple[list[_Layer], list[float], dict[int, int]]:
@@ -456,29 +494,105 @@ class _Rank:
 
     def _backward(self, layers: list[_Layer], bwd: list[tuple[_Ev, Any, int]],
                   by_tid: dict[Any, list[_Ev]], seq_layer: dict[int, int],
-                  busy: list[tuple[float, float]], where: str) -> None:
+                  busy: list[tuple[float, float]], where: str) -> list[tuple[int, int]]:
         """Charge the backward nodes to their layers (the forward op with the node's sequence
-        number; an ``AccumulateGrad`` adds a gradient to the current layer), in start order."""
+        number; an ``AccumulateGrad`` adds a gradient to the current layer), in start order.
+
+        A node's host time runs to the next node's start on its thread (the engine's work
+        between nodes included). A gradient without a shape (no ``record_shapes``) is entered
+        with numel -1, for :meth:`_sizes_from_copies`. Returns every gradient as (layer, index
+        in the layer's ``tensors``), in the order they became ready."""
         current = len(layers) - 1
-        for e, tid, i in bwd:
+        accumulated: list[tuple[int, int]] = []
+        later: dict[int, float] = {}  # node -> the next node's start on its thread
+        last_on: dict[Any, int] = {}
+        for n, (e, tid, _) in enumerate(bwd):
+            if tid in last_on:
+                later[last_on[tid]] = e.ts
+            last_on[tid] = n
+        for n, (e, tid, i) in enumerate(bwd):
             node = e.name[len(_EVAL):]
             if node.startswith(_ACC):
                 v = by_tid[tid]
                 child = next((c for c in v[i + 1:i + 8] if c.name == _ACC), None)
-                if child is None or not child.dims or not isinstance(child.dims[0], list):
+                if child is None:
                     raise SchedoptError("gradient shapes are missing: profile with"
                                         " record_shapes=True", "file", where)
-                itype = child.itype[0] if child.itype else "float"
-                layers[current].tensors.append((_numel(child.dims[0]),
+                shaped = bool(child.dims) and isinstance(child.dims[0], list)
+                itype = child.itype[0] if shaped and child.itype else "float"
+                accumulated.append((current, len(layers[current].tensors)))
+                layers[current].tensors.append((_numel(child.dims[0]) if shaped else -1,
                                                 _dtype(itype, f"{where}: {_ACC}")))
             elif e.seq is not None and e.seq in seq_layer:
                 current = seq_layer[e.seq]
-            layers[current].host_s += (e.end - e.ts) * 1e-6
+            end = max(e.end, later.get(n, e.end))
+            host = (end - e.ts - (self._waits(tid, e.ts, end) if self.gpu else 0.0)) * 1e-6
+            layers[current].host_s += host
+            layers[current].host_backward_s += host
             if self.gpu:
                 layers[current].backward_s += self._gpu_time(e) * 1e-6
             else:
                 layers[current].backward_s += (e.end - e.ts) * 1e-6
                 busy.append((e.ts, e.end))
+        return accumulated
+
+    def _sizes_from_copies(self, layers: list[_Layer], accumulated: list[tuple[int, int]],
+                           buckets: list[_Bucket], window: list[_Ev], where: str) -> None:
+        """Gradient sizes of a trace without shapes, from DDP's copies of the all-reduced
+        buckets back into the gradients (:data:`_COPY_BACK`, one device copy each, whose
+        ``bytes`` the trace records): the i-th copy is the i-th gradient to become ready, and
+        the copies must add up to every bucket exactly."""
+        missing = SchedoptError("gradient shapes are missing: profile with record_shapes=True"
+                                " (or keep DDP's copy_bucket_to_grad:"
+                                " gradient_as_bucket_view=False)", "file", where)
+        copies = [e for e in window if e.name == _COPY_BACK and e.cat == "cpu_op"]
+        if not self.gpu or len(copies) != len(accumulated):
+            raise missing
+        self.sizes_from = "DDP's copies back into the gradients (no record_shapes)"
+        sizes: list[int] = []
+        for c in copies:
+            got = 0
+            for r in self.runtime[bisect.bisect_left(self._rt_ts, c.ts):]:
+                if r.ts > c.end:
+                    break
+                m = self.memcpy_of.get(r.corr) if r.tid == c.tid and r.corr is not None else None
+                if m is not None and m.args and isinstance(m.args.get("bytes"), int):
+                    got += m.args["bytes"]
+            if not got:
+                raise missing
+            sizes.append(got)
+        pos = 0
+        for k, b in enumerate(buckets):
+            width, total = DTYPE_BYTES[b.dtype], 0
+            while pos < len(sizes) and total < b.numel * width:
+                li, ti = accumulated[pos]
+                layers[li].tensors[ti] = (sizes[pos] // width, b.dtype)
+                total += sizes[pos]
+                pos += 1
+            if total != b.numel * width:
+                raise SchedoptError("DDP's copies into the gradients do not add up to the"
+                                    " bucket", f"{where}: bucket {k} bytes", total)
+
+    def _host_update(self, roots: list[_Ev], optim: list[tuple[float, float]],
+                     by_tid: dict[Any, list[_Ev]], backward: tuple[float, float]) -> float:
+        """Host time (s) after the backward on a GPU: the optimizer's ranges, the main thread's
+        other top-level ops after the backward, and the top-level ops the other threads run
+        after it (DDP's finalisation: the copies back into the gradients). 0 on a CPU, whose
+        update is the compute itself."""
+        if not self.gpu:
+            return 0.0
+        bwd_start, bwd_end = backward
+        spans = [(self.main, a, b) for a, b in optim if a >= bwd_start]
+        spans += [(self.main, e.ts, e.end) for e in roots if e.ts >= bwd_end
+                  and not any(a <= e.ts < b for a, b in optim)]
+        for tid, v in by_tid.items():
+            if tid != self.main:
+                end = -math.inf
+                for e in v:
+                    if e.ts >= max(bwd_end, end):
+                        spans.append((tid, e.ts, e.end))
+                        end = e.end
+        return sum(b - a - self._waits(tid, a, b) for tid, a, b in spans) * 1e-6
 
     def _buckets(self, window: list[_Ev], by_tid: dict[Any, list[_Ev]], bwd_start: float,
                  s0: float, where: str) -> list[_Bucket]:
@@ -662,19 +776,22 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
               "measured duration on the one rank given: an upper bound (it includes waiting for"
               " slower ranks)")
     host = [_mean([s.layers[k].host_s for s in used]) for k in range(len(ref.layers))]
-    source = (f"torch.profiler trace {', '.join(Path(f).name for f in files)}: "
+    source = (f"MEASURED by torch.profiler: trace {', '.join(Path(f).name for f in files)}: "
               f"{len(by_step)} steps x {len(ranks)} rank(s), layers grouped by {grouping}, "
-              f"{'GPU kernel' if gpu else 'CPU op'} times (means); host time per layer (s): "
-              + ", ".join(f"{h:.3g}" for h in host))
+              + ("GPU kernel times and the launching threads' host times, their waits on the"
+                 f" device removed (means); gradient sizes from {ranks[0].sizes_from}" if gpu
+                 else "CPU op times (means); host time per layer (s): "
+                 + ", ".join(f"{h:.3g}" for h in host)))
     trace = _trace(used, ref, layer_names, name or Path(files[0]).name.split(".")[0],
-                   batch_size, source)
+                   batch_size, source, host=gpu)
     backend = ranks[0].backend
     concurrency = BACKEND_CONCURRENCY.get(backend or "", 1)
     header = {"files": [str(f) for f in files], "ranks": len(ranks),
               "process_group_size": world, "device": "gpu" if gpu else "cpu",
               "backend": backend, "comm_concurrency": concurrency,
               "collectives_in_flight_max": _in_flight(used),
-              "grouping": grouping, "steps": sorted(by_step), "steps_dropped": dropped}
+              "grouping": grouping, "gradient_sizes": ranks[0].sizes_from,
+              "steps": sorted(by_step), "steps_dropped": dropped}
     summary = _summary(header, method, trace, buckets, used, ref, transfer, host)
     return KinetoImport(trace, buckets, summary, points, world, concurrency)
 
@@ -684,9 +801,10 @@ def _mean(values: list[float]) -> float:
 
 
 def _trace(used: list[_Step], ref: _Step, layer_names: list[list[str]], name: str,
-           batch_size: int, source: str) -> Trace:
+           batch_size: int, source: str, *, host: bool) -> Trace:
     """The imported trace: ``ref``'s layers and tensors (named ``layer_names``), each time the
-    mean over the steps ``used``.
+    mean over the steps ``used``; with ``host`` (GPU traces) the launching threads' times too
+    (``host_forward_s``, ``host_backward_s``, ``host_update_s``: docs/model.md, "Host side").
 
     Raises
     ------
@@ -703,9 +821,14 @@ def _trace(used: list[_Step], ref: _Step, layer_names: list[list[str]], name: st
             "backward_s": _mean([s.layers[k].backward_s for s in used]),
             "tensors": tensors,
         })
+        if host:
+            layers[-1]["host_forward_s"] = _mean([s.layers[k].host_forward_s for s in used])
+            layers[-1]["host_backward_s"] = _mean([s.layers[k].host_backward_s for s in used])
     data = {"name": name, "batch_size": batch_size, "source": source,
             "io_s": _mean([s.io_s for s in used]), "update_s": _mean([s.update_s for s in used]),
             "layers": layers}
+    if host:
+        data["host_update_s"] = _mean([s.host_update_s for s in used])
     try:
         return Trace.model_validate(data)
     except ValidationError as exc:
