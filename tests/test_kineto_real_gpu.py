@@ -35,6 +35,8 @@ V100 = SAMPLES / "kineto-resnet50-v100-rank0.json.gz"
 A100_BUCKETS = [2_049_000, 7_875_584, 6_563_840, 6_637_568, 2_431_040]
 #: torchvision resnet50(): parameters and tensors (reference/FACTS.md, "Parameter counts")
 RESNET50 = (25_557_032, 161)
+#: the runs' per-GPU batch (test_the_batch_is_32)
+BATCH = 32
 
 
 def one_gpu_cluster() -> Cluster:
@@ -126,12 +128,22 @@ def test_shipped_instances_are_the_import(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     t, c = tmp_path / "kineto-resnet50-a100-nccl-measured.json", tmp_path / "C.json"
     assert run(["import", "kineto", str(A100), "--out-trace", str(t), "--out-cluster",
-                str(c)]) == 0
+                str(c), "--batch-size", str(BATCH)]) == 0
     capsys.readouterr()
     shipped = load_trace("kineto-resnet50-a100-nccl-measured")
     assert json.loads(t.read_text()) == shipped.model_dump(mode="json", exclude_none=True)
     written = (instances_dir() / "clusters" / "kineto-a100-2gpu-nccl-measured.json").read_text()
     assert json.loads(c.read_text()) == {**json.loads(written), "name": "C"}
+
+
+@pytest.mark.parametrize("sample", [A100, V100])
+def test_the_batch_is_32(sample: Path) -> None:
+    # the traces do not record shapes; the batch is read off the stem's kernels: the max-pool
+    # kernel runs one thread per output element, B x 64 x 56 x 56 (docs/instances.md)
+    events = json.loads(gzip.decompress(sample.read_bytes()))["traceEvents"]
+    pools = {(e["args"]["grid"][0], e["args"]["block"][0]) for e in events
+             if e.get("cat") == "kernel" and "max_pool_forward" in e.get("name", "")}
+    assert {g * b for g, b in pools} == {BATCH * 64 * 56 * 56}
 
 
 def _rewrite(tmp_path: Path, change: Any) -> Path:
