@@ -21,20 +21,24 @@ are estimated with ``autocast=True`` (float32 weights and gradients, docs/estima
 the PyTorch BERT runs, which ran fp16 weights (:data:`HALF_WEIGHTS`). The
 published BERT rows are estimated with the attention their release ran (:data:`EAGER`, read from
 DeepLearningExamples' source), not with ``auto``.
-``gpt2-1.5b-h200`` fits :data:`~schedopt.measure.estimate.ODD` and is left out of the mean
+Then the traces imported from public torch.profiler traces (:data:`IMPORTED`), with the time
+of cuDNN's layout transposes in their samples. ``gpt2-1.5b-h200`` fits
+:data:`~schedopt.measure.estimate.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import json
 import statistics
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from schedopt.files import load_trace
+from schedopt.files import instances_dir, load_trace
 from schedopt.measure.estimate import METHODS, estimate
 
 #: measured trace -> (model, precision, batch, sequence, autocast); the ResNet-50 trace ran under
@@ -152,6 +156,52 @@ def measured_rows() -> dict[str, list[float]]:
     return errors
 
 
+#: Traces imported from public torch.profiler traces (instances/traces/kineto-*, docs/instances.md):
+#: (model, GPU profile, precision, batch). Both ran torchvision ResNet-50 in float32, NCHW, at
+#: batch 32; the A100 (PG509-200, 40 GB) ran its convolutions in TF32 (torch's default
+#: ``cudnn.allow_tf32``). Their per-step compute is the GPU kernel time of the forward and the
+#: backward. Not used in any fit.
+IMPORTED = {
+    "kineto-resnet50-v100-measured": ("resnet50", "v100", "fp32", 32),
+    "kineto-resnet50-a100-nccl-measured": ("resnet50", "a100-40gb", "tf32", 32),
+}
+#: the sample each imported trace was read from (instances/samples/)
+SAMPLE = {"kineto-resnet50-v100-measured": "kineto-resnet50-v100-rank0",
+          "kineto-resnet50-a100-nccl-measured": "kineto-resnet50-a100-nccl-rank0"}
+
+
+def _transposes_ms(name: str) -> float:
+    """Mean time per profiled step (ms) of cuDNN's layout transposes (``nchwToNhwc`` and
+    ``nhwcToNchw`` kernels) in the sample an imported trace was read from."""
+    events = json.loads(gzip.decompress(
+        (instances_dir() / "samples" / f"{SAMPLE[name]}.json.gz").read_bytes()))["traceEvents"]
+    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    total = sum(e["dur"] for e in events if e.get("cat") == "kernel"
+                and ("nchwToNhwc" in e["name"] or "nhwcToNchw" in e["name"]))
+    return total / steps / 1e3
+
+
+def imported_rows() -> dict[str, list[float]]:
+    """Print the rows of :data:`IMPORTED`; return the |errors| per method."""
+    errors: dict[str, list[float]] = {m: [] for m in METHODS}
+    print("| instance | method | estimated ms | measured ms | error | layout transposes ms |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, (model, gpu, prec, batch) in IMPORTED.items():
+        meas = load_trace(name)
+        m_step = sum(la.forward_s + la.backward_s for la in meas.layers)
+        transposes = _transposes_ms(name)
+        for method in METHODS:
+            try:
+                est = estimate(model, gpu, prec, batch, None, method=method)
+            except ValueError:
+                continue  # the roofline profiles have no TF32 figure
+            e_step = sum(la.forward_s + la.backward_s for la in est.layers)
+            errors[method].append(abs(e_step / m_step - 1))
+            print(f"| {name} | {method} | {e_step * 1e3:.1f} | {m_step * 1e3:.1f} |"
+                  f" {e_step / m_step - 1:+.1%} | {transposes:.1f} |")
+    return errors
+
+
 def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
     """Print the published-throughput rows; return |errors| per method (rows of
     :data:`BINNED` left out) and ``(label, estimated / measured)`` of the binned rows."""
@@ -251,6 +301,11 @@ def main(argv: list[str] | None = None) -> int:
     for method, errs in held.items():
         print(f"H200 per-step mean |error|, {method}, {len(errs)} traces not used in the fit:"
               f" {statistics.mean(errs):.1%}")
+    print()
+    for method, errs in imported_rows().items():
+        if errs:
+            print(f"imported per-step mean |error|, {method}, {len(errs)} traces:"
+                  f" {statistics.mean(errs):.1%}")
     if not args.quick:
         print()
         pub, binned = published_rows()
