@@ -399,16 +399,7 @@ class _Rank:
                 if li is not None:
                     seq_layer[e.seq] = li
         busy: list[tuple[float, float]] = []
-        for k, la in enumerate(layers):
-            end = starts[k + 1] if k + 1 < len(layers) else bwd_start
-            if self.gpu:  # the thread's own work: its waits on the device are not host time
-                la.host_forward_s = la.host_s = (
-                    end - starts[k] - self._waits(self.main, starts[k], end)) * 1e-6
-            else:
-                la.forward_s = la.host_s = (end - starts[k]) * 1e-6
-        if self.gpu:  # the launching thread's work before the forward (DDP's buffer sync, ...)
-            layers[0].host_forward_s += (fwd_start - s0 - self._waits(self.main, s0, fwd_start)
-                                         ) * 1e-6
+        self._forward_spans(layers, [s0, *starts, bwd_start], fwd_start)
         for i in top:
             e = main[i]
             if self.gpu:
@@ -428,6 +419,23 @@ class _Rank:
         exposed = _exposed([(b.start - self.offset, b.end - self.offset) for b in buckets], union)
         return _Step(number, (s1 - s0) * 1e-6, layers, buckets, io, update, busy_s, exposed,
                      host_update)
+
+    def _forward_spans(self, layers: list[_Layer], marks: list[float], fwd_start: float
+                       ) -> None:
+        """Each forward layer's span on the main thread (``marks``: the step's start, every
+        layer's start, the backward's start): its host time, and on a CPU its forward time. On
+        a GPU the thread's waits on the device are taken out, and the work before the forward
+        (DDP's buffer broadcast, ...) is charged to the first layer's host time."""
+        s0, starts = marks[0], marks[1:]
+        for k, la in enumerate(layers):
+            a, b = starts[k], starts[k + 1]
+            if self.gpu:
+                la.host_forward_s = la.host_s = (b - a - self._waits(self.main, a, b)) * 1e-6
+            else:
+                la.forward_s = la.host_s = (b - a) * 1e-6
+        if self.gpu:
+            layers[0].host_forward_s += (fwd_start - s0 - self._waits(self.main, s0, fwd_start)
+                                         ) * 1e-6
 
     def _forward_layers(self, main: list[_Ev], top: list[int], has_seq: set[int],
                         enclosing: list[_Ev]) -> tuple[list[_Layer], list[float], dict[int, int]]:
@@ -776,12 +784,7 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
               "measured duration on the one rank given: an upper bound (it includes waiting for"
               " slower ranks)")
     host = [_mean([s.layers[k].host_s for s in used]) for k in range(len(ref.layers))]
-    source = (f"MEASURED by torch.profiler: trace {', '.join(Path(f).name for f in files)}: "
-              f"{len(by_step)} steps x {len(ranks)} rank(s), layers grouped by {grouping}, "
-              + ("GPU kernel times and the launching threads' host times, their waits on the"
-                 f" device removed (means); gradient sizes from {ranks[0].sizes_from}" if gpu
-                 else "CPU op times (means); host time per layer (s): "
-                 + ", ".join(f"{h:.3g}" for h in host)))
+    source = _source(files, len(by_step), ranks, host)
     trace = _trace(used, ref, layer_names, name or Path(files[0]).name.split(".")[0],
                    batch_size, source, host=gpu)
     backend = ranks[0].backend
@@ -794,6 +797,18 @@ def import_kineto(files: Sequence[str | Path], *, steps: str | None = None,
               "steps": sorted(by_step), "steps_dropped": dropped}
     summary = _summary(header, method, trace, buckets, used, ref, transfer, host)
     return KinetoImport(trace, buckets, summary, points, world, concurrency)
+
+
+def _source(files: Sequence[str | Path], steps: int, ranks: list[_Rank], host: list[float]
+            ) -> str:
+    """The imported trace's ``source``: the files, steps, grouping and what the times are."""
+    r = ranks[0]
+    return (f"MEASURED by torch.profiler: trace {', '.join(Path(f).name for f in files)}: "
+            f"{steps} steps x {len(ranks)} rank(s), layers grouped by {r.grouping}, "
+            + ("GPU kernel times and the launching threads' host times, their waits on the"
+               f" device removed (means); gradient sizes from {r.sizes_from}" if r.gpu
+               else "CPU op times (means); host time per layer (s): "
+               + ", ".join(f"{h:.3g}" for h in host)))
 
 
 def _mean(values: list[float]) -> float:
