@@ -157,24 +157,24 @@ def measured_rows() -> dict[str, list[float]]:
 
 
 #: Traces imported from public torch.profiler traces (instances/traces/kineto-*, docs/instances.md):
-#: (model, GPU profile, precision, batch). Both ran torchvision ResNet-50 in float32, NCHW, at
+#: (model, GPU profile, precision, batch, the sample it was read from in instances/samples/).
+#: Both ran torchvision ResNet-50 in float32, NCHW, at
 #: batch 32; the A100 (PG509-200, 40 GB) ran its convolutions in TF32 (torch's default
 #: ``cudnn.allow_tf32``). Their per-step compute is the GPU kernel time of the forward and the
 #: backward. Not used in any fit.
 IMPORTED = {
-    "kineto-resnet50-v100-measured": ("resnet50", "v100", "fp32", 32),
-    "kineto-resnet50-a100-nccl-measured": ("resnet50", "a100-40gb", "tf32", 32),
+    "kineto-resnet50-v100-measured": ("resnet50", "v100", "fp32", 32,
+                                      "kineto-resnet50-v100-rank0"),
+    "kineto-resnet50-a100-nccl-measured": ("resnet50", "a100-40gb", "tf32", 32,
+                                           "kineto-resnet50-a100-nccl-rank0"),
 }
-#: the sample each imported trace was read from (instances/samples/)
-SAMPLE = {"kineto-resnet50-v100-measured": "kineto-resnet50-v100-rank0",
-          "kineto-resnet50-a100-nccl-measured": "kineto-resnet50-a100-nccl-rank0"}
 
 
-def _transposes_ms(name: str) -> float:
+def _transposes_ms(sample: str) -> float:
     """Mean time per profiled step (ms) of cuDNN's layout transposes (``nchwToNhwc`` and
-    ``nhwcToNchw`` kernels) in the sample an imported trace was read from."""
+    ``nhwcToNchw`` kernels) in a torch.profiler sample of instances/samples/."""
     events = json.loads(gzip.decompress(
-        (instances_dir() / "samples" / f"{SAMPLE[name]}.json.gz").read_bytes()))["traceEvents"]
+        (instances_dir() / "samples" / f"{sample}.json.gz").read_bytes()))["traceEvents"]
     steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
     total = sum(e["dur"] for e in events if e.get("cat") == "kernel"
                 and ("nchwToNhwc" in e["name"] or "nhwcToNchw" in e["name"]))
@@ -186,10 +186,10 @@ def imported_rows() -> dict[str, list[float]]:
     errors: dict[str, list[float]] = {m: [] for m in METHODS}
     print("| instance | method | estimated ms | measured ms | error | layout transposes ms |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for name, (model, gpu, prec, batch) in IMPORTED.items():
+    for name, (model, gpu, prec, batch, sample) in IMPORTED.items():
         meas = load_trace(name)
         m_step = sum(la.forward_s + la.backward_s for la in meas.layers)
-        transposes = _transposes_ms(name)
+        transposes = _transposes_ms(sample)
         for method in METHODS:
             try:
                 est = estimate(model, gpu, prec, batch, None, method=method)

@@ -171,10 +171,14 @@ class _Layer:
     name: str
     forward_s: float = 0.0
     backward_s: float = 0.0
-    host_s: float = 0.0
     host_forward_s: float = 0.0
     host_backward_s: float = 0.0
     tensors: list[tuple[int, str]] = field(default_factory=list)  # accumulate order
+
+    @property
+    def host_s(self) -> float:
+        """The launching thread's time for the layer, forward and backward."""
+        return self.host_forward_s + self.host_backward_s
 
 
 @dataclass
@@ -430,9 +434,9 @@ class _Rank:
         for k, la in enumerate(layers):
             a, b = starts[k], starts[k + 1]
             if self.gpu:
-                la.host_forward_s = la.host_s = (b - a - self._waits(self.main, a, b)) * 1e-6
+                la.host_forward_s = (b - a - self._waits(self.main, a, b)) * 1e-6
             else:
-                la.forward_s = la.host_s = (b - a) * 1e-6
+                la.forward_s = la.host_forward_s = (b - a) * 1e-6
         if self.gpu:
             layers[0].host_forward_s += (fwd_start - s0 - self._waits(self.main, s0, fwd_start)
                                          ) * 1e-6
@@ -535,7 +539,6 @@ class _Rank:
                 current = seq_layer[e.seq]
             end = max(e.end, later.get(n, e.end))
             host = (end - e.ts - (self._waits(tid, e.ts, end) if self.gpu else 0.0)) * 1e-6
-            layers[current].host_s += host
             layers[current].host_backward_s += host
             if self.gpu:
                 layers[current].backward_s += self._gpu_time(e) * 1e-6
