@@ -113,6 +113,14 @@ PUBLISHED = [
 #: scripts/run_pretraining.sh's default allreduce_post_accumulation_fp16=true). TensorFlow's
 #: automatic mixed precision (the V100 rows) rewrites the graph's operators and keeps float32
 #: variables, and the ResNet-50 PyTorch 21.03 runs use torch.cuda.amp: both stay autocast.
+#: Published rows that ran NCHW activations, estimated with ``memory_format="nchw"`` (the others:
+#: channels_last, or text models): the PyTorch ResNet-50 TF32 run. DeepLearningExamples
+#: PyTorch/Classification/ConvNets/configs.yml (commit 097c7ff9) sets ``memory_format: nhwc``
+#: for resnet50 DGXA100 AMP and nothing for TF32, and main.py's ``--memory-format`` defaults to
+#: ``nchw`` (commit 0107cf27). The TensorFlow rows are left at channels_last (XLA chooses
+#: its layouts; not read here).
+NCHW = {"resnet50 A100-80GB TF32 b256"}
+
 HALF_WEIGHTS = {"bert-large A100-80GB AMP b256 s128", "bert-large A100-80GB AMP b32 s512",
                 "bert-large A100-40GB AMP b64 s128", "bert-large A100-40GB AMP b16 s512"}
 
@@ -161,7 +169,9 @@ def measured_rows() -> dict[str, list[float]]:
 #: Both ran torchvision ResNet-50 in float32, NCHW, at
 #: batch 32; the A100 (PG509-200, 40 GB) ran its convolutions in TF32 (torch's default
 #: ``cudnn.allow_tf32``). Their per-step compute is the GPU kernel time of the forward and the
-#: backward. Not used in any fit.
+#: backward. The operator method estimates them with ``memory_format="nchw"`` (the roofline has
+#: no layout), and the table prints the layout transposes modelled (the difference to
+#: channels_last) beside those measured. Not used in any fit.
 IMPORTED = {
     "kineto-resnet50-v100-measured": ("resnet50", "v100", "fp32", 32,
                                       "kineto-resnet50-v100-rank0"),
@@ -170,36 +180,57 @@ IMPORTED = {
 }
 
 
-def _transposes_ms(sample: str) -> float:
+def _transposes_ms(sample: str) -> tuple[float, float]:
     """Mean time per profiled step (ms) of cuDNN's layout transposes (``nchwToNhwc`` and
-    ``nhwcToNchw`` kernels) in a torch.profiler sample of instances/samples/."""
+    ``nhwcToNchw`` kernels) in a torch.profiler sample of instances/samples/, forward and
+    backward: a kernel launched from ``aten::convolution_backward`` (its ``External id``) is
+    backward, any other forward."""
     events = json.loads(gzip.decompress(
         (instances_dir() / "samples" / f"{sample}.json.gz").read_bytes()))["traceEvents"]
     steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
-    total = sum(e["dur"] for e in events if e.get("cat") == "kernel"
-                and ("nchwToNhwc" in e["name"] or "nhwcToNchw" in e["name"]))
-    return total / steps / 1e3
+    backward = {e["args"].get("External id") for e in events if e.get("cat") == "cpu_op"
+                and e["name"] == "aten::convolution_backward"}
+    out = [0.0, 0.0]
+    for e in events:
+        if e.get("cat") == "kernel" and ("nchwToNhwc" in e["name"] or "nhwcToNchw" in e["name"]):
+            out[e["args"].get("External id") in backward] += e["dur"]
+    return out[0] / steps / 1e3, out[1] / steps / 1e3
 
 
 def imported_rows() -> dict[str, list[float]]:
     """Print the rows of :data:`IMPORTED`; return the |errors| per method."""
     errors: dict[str, list[float]] = {m: [] for m in METHODS}
-    print("| instance | method | estimated ms | measured ms | error | layout transposes ms |")
+    print("| instance | method | estimated ms | measured ms | error | layout transposes ms,"
+          " forward + backward, modelled / measured |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, (model, gpu, prec, batch, sample) in IMPORTED.items():
         meas = load_trace(name)
-        m_step = sum(la.forward_s + la.backward_s for la in meas.layers)
-        transposes = _transposes_ms(sample)
+        m_step = _step_s(meas)
+        t_fwd, t_bwd = _transposes_ms(sample)
         for method in METHODS:
+            layout = "nchw" if method == "operator" else "channels_last"
             try:
-                est = estimate(model, gpu, prec, batch, None, method=method)
+                est = estimate(model, gpu, prec, batch, None, method=method,
+                               memory_format=layout)
             except ValueError:
                 continue  # the roofline profiles have no TF32 figure
-            e_step = sum(la.forward_s + la.backward_s for la in est.layers)
+            e_step = _step_s(est)
+            modelled = "-"
+            if layout == "nchw":
+                base = estimate(model, gpu, prec, batch)
+                fwd = sum(la.forward_s for la in est.layers) - sum(la.forward_s
+                                                                  for la in base.layers)
+                bwd = e_step - _step_s(base) - fwd
+                modelled = f"{fwd * 1e3:.2f} + {bwd * 1e3:.2f}"
             errors[method].append(abs(e_step / m_step - 1))
             print(f"| {name} | {method} | {e_step * 1e3:.1f} | {m_step * 1e3:.1f} |"
-                  f" {e_step / m_step - 1:+.1%} | {transposes:.1f} |")
+                  f" {e_step / m_step - 1:+.1%} | {modelled} / {t_fwd:.2f} + {t_bwd:.2f} |")
     return errors
+
+
+def _step_s(trace: object) -> float:
+    """Forward + backward compute of one step (s)."""
+    return sum(la.forward_s + la.backward_s for la in trace.layers)  # type: ignore[attr-defined]
 
 
 def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
@@ -217,11 +248,14 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
             source += "; fp16 weights (not autocast)"
         if label in BINNED:
             source += "; LDDL-binned (padded per batch): full padding is an upper bound"
+        if label in NCHW:
+            source += "; NCHW (operator: cuDNN layout transposes priced)"
         for method in METHODS:
+            layout = "nchw" if label in NCHW and method == "operator" else "channels_last"
             try:
                 est = estimate(model, gpu, prec, batch, seq, method=method,
                                autocast=" AMP " in label and label not in HALF_WEIGHTS,
-                               attention=attention)
+                               attention=attention, memory_format=layout)
             except ValueError:
                 continue  # the roofline profiles have no TF32 / V100-fp16-image figure
             e_step = sum(la.forward_s + la.backward_s for la in est.layers) + est.update_s

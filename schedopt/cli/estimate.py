@@ -39,6 +39,11 @@ def estimate_cmd(
                                            " SDPA kernel: bf16 or fp16 on a profile with flash"
                                            " figures) or eager (matmul + softmax kernels, an"
                                            " s x s score tensor).")] = "auto",
+    memory_format: Annotated[str, typer.Option("--memory-format", help="Activation layout of"
+                                               " image models: channels_last (NHWC) or nchw"
+                                               " (torch's default: cuDNN transposes around"
+                                               " its tensor-core convolutions; operator"
+                                               " method).")] = "channels_last",
     name: Annotated[str | None, typer.Option("--name", help="Trace name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -48,7 +53,8 @@ def estimate_cmd(
 
     with user_errors(), output_files({"--out": out}) as files:
         tr = estimate(model, gpu, dtype, batch, seq, recompute=recompute, accumulate=accumulate,
-                      method=method, autocast=autocast, attention=attention, name=name)
+                      method=method, autocast=autocast, attention=attention,
+                      memory_format=memory_format, name=name)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     fwd = sum(la.forward_s for la in tr.layers)
     bwd = sum(la.backward_s for la in tr.layers)

@@ -80,6 +80,10 @@ __all__ = [
 METHODS = ("operator", "roofline")
 #: Attention paths ``schedopt estimate --attention`` takes (docs/estimate.md).
 ATTENTIONS = ("auto", "flash", "eager")
+#: Activation memory formats of image models: ``channels_last`` (NHWC, what tensor-core
+#: convolution kernels read) and ``nchw`` (torch's default layout, transposed by cuDNN around its
+#: tensor-core kernels: :class:`OperatorModel`, ``nchw_transposes``)
+MEMORY_FORMATS = ("channels_last", "nchw")
 #: Compute precisions with a fused flash-attention kernel.
 FLASH_PRECISIONS = ("bf16", "fp16")
 #: Model kinds without attention.
@@ -248,14 +252,38 @@ class OperatorModel:
     flash_fb
         FlashAttention-2 forward+backward TFLOP/s per ``(causal, head_dim)`` at
         :data:`~schedopt.measure.gpus.FLASH_SEQ` (empty: no fused attention).
+    nchw_transposes
+        Activations in NCHW on a tensor-core precision: every convolution that is not a
+        pointwise product (1 x 1, stride 1, no padding, one group) also pays the layout
+        transposes of :meth:`conv_transposes_s`.
     """
 
     gemm: GemmModel
     flash_fb: Mapping[tuple[bool, int], tuple[float, ...]] = field(default_factory=dict)
+    nchw_transposes: bool = False
 
     def memory_s(self, nbytes: float) -> float:
         """Time of a memory-bound operator moving ``nbytes``."""
         return max(nbytes / self.gemm.bandwidth_Bps, self.gemm.kernel_s)
+
+    def conv_transposes_s(self, x_bytes: float, w_bytes: float, y_bytes: float,
+                          data_grad: bool, weight_grad: bool) -> tuple[float, float]:
+        """Forward and backward time of cuDNN's NCHW <-> NHWC transposes around one tensor-core
+        convolution of input, weight and output bytes ``x_bytes``, ``w_bytes``, ``y_bytes``.
+
+        Each transpose reads and writes its tensor once (a memory-bound kernel). Forward: the
+        input and the weight to NHWC, the output back. Data gradient: the output gradient and
+        the weight in, the input gradient back. Weight gradient: the output gradient and the
+        input in, the weight gradient back. The kernels are those of a ResNet-50 TF32 step on
+        an A100 (cuDNN ``nchwToNhwcKernel`` / ``nhwcToNchwKernel``; docs/estimate.md).
+        """
+        def t(nbytes: float) -> float:
+            return self.memory_s(2.0 * nbytes)
+
+        fwd = t(x_bytes) + t(w_bytes) + t(y_bytes)
+        bwd = (t(y_bytes) + t(w_bytes) + t(x_bytes) if data_grad else 0.0) + (
+            t(y_bytes) + t(x_bytes) + t(w_bytes) if weight_grad else 0.0)
+        return fwd, bwd
 
     def flash_rate(self, seq: int, head_dim: int, causal: bool) -> float:
         """FlashAttention-2 FLOP/s at ``seq`` (log-linear between the table's lengths)."""
@@ -268,7 +296,8 @@ class OperatorModel:
         return rate * 1e12 * (head_dim / d if head_dim < d else 1.0)
 
 
-def operator_model(gpu: GPU | str, precision: str, odd: float | None = None) -> OperatorModel:
+def operator_model(gpu: GPU | str, precision: str, odd: float | None = None,
+                   memory_format: str = "channels_last") -> OperatorModel:
     """The operator cost model of a GPU profile at a compute precision.
 
     Parameters
@@ -279,6 +308,9 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None) -> 
         ``bf16``, ``fp16``, ``tf32`` or ``fp32``.
     odd
         Efficiency factor of products with an odd dimension (default :data:`ODD`).
+    memory_format
+        Activation layout of convolutions (:data:`MEMORY_FORMATS`): ``nchw`` prices cuDNN's
+        layout transposes at every precision but ``fp32`` (whose SIMT kernels read NCHW).
 
     Returns
     -------
@@ -300,7 +332,8 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None) -> 
                      small_tile=1.0 if simt else 0.8, align=1 if simt else 8,
                      odd=odd if odd is not None else ODD)
     flash = g.flash_fb if _has_flash(g, precision) else {}
-    return OperatorModel(gemm=gemm, flash_fb=flash)
+    return OperatorModel(gemm=gemm, flash_fb=flash,
+                         nchw_transposes=memory_format == "nchw" and not simt)
 
 
 def _has_flash(gpu: GPU, precision: str) -> bool:
@@ -754,6 +787,7 @@ class TraceSpec:
     accumulate: int = 1
     autocast: bool = False  # torch.autocast to ``precision`` over float32 parameters
     attention: str = "auto"  # auto | flash | eager (attention_path)
+    memory_format: str = "channels_last"  # image models' activation layout (MEMORY_FORMATS)
 
 
 # ============================================================================ profiling
@@ -841,6 +875,12 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
                              item)
         if _needs_grad(w):  # weight gradient: [C_out, N Ho Wo] @ [N Ho Wo, C_in K]
             bwd += g.seconds(groups, n, k, m, item)
+        pointwise = (ks == 1 and groups == 1 and all(int(v) == 1 for v in args[3])
+                     and all(int(v) == 0 for v in args[4]))
+        if model.nchw_transposes and not pointwise:
+            tf, tb = model.conv_transposes_s(x.nbytes, w.nbytes, out.nbytes, _needs_grad(x),
+                                             _needs_grad(w))
+            fwd, bwd = fwd + tf, bwd + tb
         return fwd, bwd
 
     def price(func: Any, args: Any, kwargs: Any, out: Any, flops: float,
@@ -1099,7 +1139,7 @@ def _pricers(ts: TraceSpec, gpu: GPU, text: bool) -> tuple[Pricer, str, CastPric
                          float(dst.numel()), nbytes)  # backward: 2 x forward per layer
 
         return price, path, roofline_cast
-    opm = operator_model(gpu, ts.precision)
+    opm = operator_model(gpu, ts.precision, memory_format=ts.memory_format)
 
     def operator_cast(src: Any, dst: Any, nbytes: float) -> tuple[float, float]:
         # the backward of a cast is the cast of the gradient back to the source's dtype
@@ -1300,7 +1340,7 @@ def _autocast_text(ts: TraceSpec) -> str:
 def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
                        n_ops: int, path: str) -> str:
     costs = _iteration_costs(ts, spec, gpu, n_params)
-    opm = operator_model(gpu, ts.precision)
+    opm = operator_model(gpu, ts.precision, memory_format=ts.memory_format)
     g = opm.gemm
     seq = f", sequence {ts.seq}" if ts.seq else ""
     attention = "" if spec.kind in IMAGE_KINDS else _attention_text(
@@ -1314,6 +1354,12 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
         extras.append(f"{ts.accumulate} micro-batches per iteration: the first"
                       f" {ts.accumulate - 1} forward and backward passes are charged to the"
                       " first layer's forward, io and h2d are per iteration")
+    if ts.memory_format == "nchw":
+        extras.append("NCHW activations: " + (
+            "cuDNN's layout transposes around every convolution that is not a pointwise"
+            " product, each a memory-bound read and write of its tensor (forward: input, weight,"
+            " output; each gradient product: its two inputs and its result)"
+            if opm.nchw_transposes else "fp32 convolutions read NCHW, no layout transposes"))
     more = "".join(f"; {e}" for e in extras)
     compute = _autocast_text(ts) if ts.autocast else ts.precision
     update = (" (float32 parameters, gradients and optimizer state)" if ts.autocast else "")
@@ -1358,6 +1404,20 @@ def _check_options(method: str, precision: str, autocast: object) -> None:
                             "--autocast", precision)
 
 
+def _check_memory_format(memory_format: object, method: str, spec: ModelSpec) -> None:
+    """One-line errors for an unknown layout, and ``nchw`` where it prices nothing: the
+    roofline method (no per-operator backward) or a model without convolutions."""
+    if memory_format not in MEMORY_FORMATS:
+        raise SchedoptError(f"unknown memory format; known: {', '.join(MEMORY_FORMATS)}",
+                            "--memory-format", memory_format)
+    if memory_format == "nchw" and method != "operator":
+        raise SchedoptError("applies to --method operator only", "--memory-format",
+                            memory_format)
+    if memory_format == "nchw" and spec.kind not in IMAGE_KINDS:
+        raise SchedoptError("applies to image models only (convolutions)", "--memory-format",
+                            memory_format)
+
+
 def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
     """The sequence length to estimate ``spec`` at: 0 for image models (which refuse a
     ``--seq``), else ``seq`` or the family's default, checked against the model's positions
@@ -1384,7 +1444,8 @@ def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
 def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
              method: str = "operator", autocast: bool = False, attention: str = "auto",
-             name: str | None = None, log: list[Any] | None = None) -> Trace:
+             memory_format: str = "channels_last", name: str | None = None,
+             log: list[Any] | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
     Parameters
@@ -1432,7 +1493,8 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     SchedoptError
         For bad input: unknown model, GPU, precision, method or attention, sizes out of range,
         ``autocast`` with a precision other than bf16 and fp16, ``attention="flash"`` where the
-        profile has no fused kernel at ``precision``.
+        profile has no fused kernel at ``precision``, ``memory_format`` unknown, with the
+        roofline method or for a text model.
     """
     _check_options(method, precision, autocast)
     get_gpu(gpu)
@@ -1442,16 +1504,18 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     if method == "operator":
         operator_model(gpu, precision)
     attention_path(attention, gpu, precision, method, spec.kind not in IMAGE_KINDS)
+    _check_memory_format(memory_format, method, spec)
     seq = _sequence(spec, batch, seq)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
     label = spec.key.removeprefix("config:").removesuffix(".json")
     mode = f"{precision}-autocast" if autocast else precision
     path = "" if attention == "auto" else f"-{attention}"
+    path += "-nchw" if memory_format == "nchw" else ""
     ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}{path}", spec.key,
                    gpu.lower(), precision, batch, seq, grad, method=method,
                    recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
-                   attention=attention)
+                   attention=attention, memory_format=memory_format)
     return estimate_trace(ts, spec, log=log)
 
 
