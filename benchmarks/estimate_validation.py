@@ -22,7 +22,8 @@ the PyTorch BERT runs, which ran fp16 weights (:data:`HALF_WEIGHTS`). The
 published BERT rows are estimated with the attention their release ran (:data:`EAGER`, read from
 DeepLearningExamples' source), not with ``auto``.
 Then the traces imported from public torch.profiler traces (:data:`IMPORTED`), with the time
-of cuDNN's layout transposes in their samples. ``gpt2-1.5b-h200`` fits
+of cuDNN's layout transposes in their samples, and where their error lies: convolutions
+(one by one) and the other operators. ``gpt2-1.5b-h200`` fits
 :data:`~schedopt.measure.estimate.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
@@ -228,6 +229,45 @@ def imported_rows() -> dict[str, list[float]]:
     return errors
 
 
+def _is_conv(name: str, imported: bool) -> bool:
+    """Whether a layer is a convolution: ``conv2d_I`` in an imported trace (one layer per
+    operator), a ``conv`` or ``downsample.0`` module in an estimate (whose parameter-free
+    operators are charged to the batch norm after each convolution)."""
+    if imported:
+        return name.startswith("conv2d_")
+    return "conv" in name or name.endswith("downsample.0")
+
+
+def imported_split() -> None:
+    """Print, per imported trace, the operator method's convolutions (the i-th estimated
+    convolution against the trace's ``conv2d_i``) and its other operators against the measured
+    ones, in ms, with the median per-convolution ratio."""
+    print("| instance | convolutions, forward | convolutions, backward | median ratio per"
+          " convolution, forward / backward | other operators, forward + backward |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, (model, gpu, prec, batch, _) in IMPORTED.items():
+        meas = load_trace(name).layers
+        est = estimate(model, gpu, prec, batch, None, memory_format="nchw").layers
+        mc = [la for la in meas if _is_conv(la.name, True)]
+        ec = [la for la in est if _is_conv(la.name, False)]
+        if len(mc) != len(ec):
+            raise RuntimeError(f"{name}: {len(mc)} measured and {len(ec)} estimated convolutions")
+        fwd = statistics.median(e.forward_s / m.forward_s for e, m in zip(ec, mc, strict=True))
+        bwd = statistics.median(e.backward_s / m.backward_s
+                                for e, m in zip(ec, mc, strict=True) if m.backward_s > 0)
+
+        def ms(layers: list, attr: str) -> float:
+            return sum(getattr(la, attr) for la in layers) * 1e3
+
+        other_e = sum(la.forward_s + la.backward_s for la in est if la not in ec) * 1e3
+        other_m = sum(la.forward_s + la.backward_s for la in meas if la not in mc) * 1e3
+        print(f"| {name} | {ms(ec, 'forward_s'):.2f} / {ms(mc, 'forward_s'):.2f}"
+              f" ({ms(ec, 'forward_s') / ms(mc, 'forward_s') - 1:+.0%}) |"
+              f" {ms(ec, 'backward_s'):.2f} / {ms(mc, 'backward_s'):.2f}"
+              f" ({ms(ec, 'backward_s') / ms(mc, 'backward_s') - 1:+.0%}) | {fwd:.2f} / {bwd:.2f} |"
+              f" {other_e:.2f} / {other_m:.2f} ({other_e / other_m - 1:+.0%}) |")
+
+
 def _step_s(trace: object) -> float:
     """Forward + backward compute of one step (s)."""
     return sum(la.forward_s + la.backward_s for la in trace.layers)  # type: ignore[attr-defined]
@@ -340,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         if errs:
             print(f"imported per-step mean |error|, {method}, {len(errs)} traces:"
                   f" {statistics.mean(errs):.1%}")
+    print()
+    imported_split()
     if not args.quick:
         print()
         pub, binned = published_rows()
