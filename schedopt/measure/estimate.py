@@ -61,6 +61,7 @@ __all__ = [
     "ATTENTIONS",
     "AUTOCAST_FP32",
     "AUTOCAST_LOWER",
+    "MEMORY_FORMATS",
     "METHODS",
     "MODELS",
     "GemmModel",
