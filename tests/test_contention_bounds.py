@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -46,23 +46,32 @@ SEEDS = range(4)
 TOL = 1e-9  # relative: the simulator's floating-point rounding
 
 
+def _trace(name: str, rng: np.random.Generator, n_layers: int, owners: list[int],
+           size: Callable[[int], int]) -> Trace:
+    """Layers of 0.2-2 ms forward and 1-3 times that backward, tensor ``k`` in layer
+    ``owners[k]`` of ``4 * size(k)`` bytes (drawn in that order), and random update, io and
+    host-to-device times."""
+    layers = []
+    for i in range(n_layers):
+        fwd = float(rng.uniform(0.2e-3, 2e-3))
+        tensors = [{"name": f"l{i}.t{k}", "bytes": 4 * size(k)}
+                   for k, o in enumerate(owners) if o == i]
+        layers.append({"name": f"l{i}", "forward_s": fwd,
+                       "backward_s": fwd * float(rng.uniform(1.0, 3.0)), "tensors": tensors})
+    return Trace.model_validate({
+        "name": name, "batch_size": 8, "layers": layers,
+        "update_s": float(rng.uniform(0.0, 1e-3)), "io_s": float(rng.uniform(0.0, 2e-3)),
+        "h2d_s": float(rng.uniform(0.0, 1e-3))})
+
+
 def random_trace(seed: int) -> Trace:
     """Three or four layers, four gradient tensors (a layer may hold none), times and sizes
     spread so that communication is from a tenth to twice the compute."""
     rng = np.random.default_rng([40, seed])
     n_layers = int(rng.integers(3, 5))
     owners = sorted(int(x) for x in rng.integers(0, n_layers, size=4))
-    layers = []
-    for i in range(n_layers):
-        fwd = float(rng.uniform(0.2e-3, 2e-3))
-        tensors = [{"name": f"l{i}.t{k}", "bytes": 4 * int(rng.integers(2_500, 750_000))}
-                   for k, o in enumerate(owners) if o == i]
-        layers.append({"name": f"l{i}", "forward_s": fwd,
-                       "backward_s": fwd * float(rng.uniform(1.0, 3.0)), "tensors": tensors})
-    return Trace.model_validate({
-        "name": f"rand-{seed}", "batch_size": 8, "layers": layers,
-        "update_s": float(rng.uniform(0.0, 1e-3)), "io_s": float(rng.uniform(0.0, 2e-3)),
-        "h2d_s": float(rng.uniform(0.0, 1e-3))})
+    return _trace(f"rand-{seed}", rng, n_layers, owners,
+                  lambda _k: int(rng.integers(2_500, 750_000)))
 
 
 def split_trace(seed: int) -> Trace:
@@ -75,17 +84,7 @@ def split_trace(seed: int) -> Trace:
               int(rng.integers(n_layers - 2, n_layers))]
     sizes = [int(rng.integers(2_500, 50_000)), *(int(x) for x in rng.integers(2_500, 500_000, 2)),
              int(rng.integers(750_000, 2_000_000))]
-    layers = []
-    for i in range(n_layers):
-        fwd = float(rng.uniform(0.2e-3, 2e-3))
-        tensors = [{"name": f"l{i}.t{k}", "bytes": 4 * sizes[k]}
-                   for k, o in enumerate(owners) if o == i]
-        layers.append({"name": f"l{i}", "forward_s": fwd,
-                       "backward_s": fwd * float(rng.uniform(1.0, 3.0)), "tensors": tensors})
-    return Trace.model_validate({
-        "name": f"split-{seed}", "batch_size": 8, "layers": layers,
-        "update_s": float(rng.uniform(0.0, 1e-3)), "io_s": float(rng.uniform(0.0, 2e-3)),
-        "h2d_s": float(rng.uniform(0.0, 1e-3))})
+    return _trace(f"split-{seed}", rng, n_layers, owners, lambda k: sizes[k])
 
 
 TRACES = {"random": random_trace, "split": split_trace}
