@@ -150,10 +150,10 @@ def measured_rows() -> dict[str, list[float]]:
     print("| --- | --- | --- | --- | --- | --- |")
     for name, (model, prec, batch, seq, autocast) in MEASURED.items():
         meas = load_trace(name)
-        m_step = sum(la.forward_s + la.backward_s for la in meas.layers)
+        m_step = _step_s(meas)
         for method in METHODS:
             est = estimate(model, "h200", prec, batch, seq, method=method, autocast=autocast)
-            e_step = sum(la.forward_s + la.backward_s for la in est.layers)
+            e_step = _step_s(est)
             err = e_step / m_step - 1
             mb, eb = _blocks(meas), _blocks(est)
             ratio = statistics.median(eb[k] / mb[k] for k in mb if mb[k] > 0 and k in eb)
@@ -298,7 +298,7 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
                                attention=attention, memory_format=layout)
             except ValueError:
                 continue  # the roofline profiles have no TF32 / V100-fp16-image figure
-            e_step = sum(la.forward_s + la.backward_s for la in est.layers) + est.update_s
+            e_step = _step_s(est) + est.update_s
             err = e_step / m_step - 1
             if label in BINNED:
                 binned.append((f"{label} ({method})", e_step / m_step))
