@@ -23,7 +23,8 @@ published BERT rows are estimated with the attention their release ran (:data:`E
 DeepLearningExamples' source), not with ``auto``.
 Then the traces imported from public torch.profiler traces (:data:`IMPORTED`), with the time
 of cuDNN's layout transposes in their samples, and where their error lies: convolutions
-(one by one) and the other operators. ``gpt2-1.5b-h200`` fits
+(one by one) and the other operators, and the memory-bound kinds of :data:`KINDS` against their
+kernels. ``gpt2-1.5b-h200`` fits
 :data:`~schedopt.measure.estimate.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
@@ -40,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedopt.files import instances_dir, load_trace
-from schedopt.measure.estimate import METHODS, estimate
+from schedopt.measure.estimate import METHODS, estimate, operator_breakdown
 
 #: measured trace -> (model, precision, batch, sequence, autocast); the ResNet-50 trace ran under
 #: bf16 autocast with float32 weights (its ``source``), the others with bfloat16 weights
@@ -268,6 +269,56 @@ def imported_split() -> None:
               f" {other_e:.2f} / {other_m:.2f} ({other_e / other_m - 1:+.0%}) |")
 
 
+#: Memory-bound kinds of the imported ResNet-50 steps: name -> (the estimate's ATen operator,
+#: the profiler's forward operators, its backward operators). A residual addition's backward is
+#: the gradient sum of its fork (an ``add_`` on the backward thread); BatchNorm's int64
+#: ``num_batches_tracked.add_(1)`` is left out of the additions.
+KINDS = {
+    "batch norm": ("native_batch_norm", ("aten::cudnn_batch_norm", "aten::native_batch_norm"),
+                   ("aten::cudnn_batch_norm_backward", "aten::native_batch_norm_backward")),
+    "ReLU": ("relu_", ("aten::clamp_min_", "aten::relu_"), ("aten::threshold_backward",)),
+    "residual addition": ("add", ("aten::add_", "aten::add"), ("aten::add_", "aten::add")),
+    "max pooling": ("max_pool2d_with_indices", ("aten::max_pool2d_with_indices",),
+                    ("aten::max_pool2d_with_indices_backward",)),
+}
+
+
+def _kinds_ms(sample: str) -> dict[str, list[float]]:
+    """Measured forward and backward ms per step of each :data:`KINDS` in a torch.profiler
+    sample: a kernel counts for the operator that launched it (its ``External id``), forward
+    when that operator ran on the thread of the ``ProfilerStep`` spans, backward otherwise."""
+    events = json.loads(gzip.decompress(
+        (instances_dir() / "samples" / f"{sample}.json.gz").read_bytes()))["traceEvents"]
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    ops = {e["args"].get("External id"): e for e in events if e.get("cat") == "cpu_op"}
+    out = {kind: [0.0, 0.0] for kind in KINDS}
+    for e in events:
+        op = ops.get(e.get("args", {}).get("External id"))
+        if e.get("cat") != "kernel" or op is None or "<long>" in e["name"]:
+            continue
+        backward = op["tid"] != steps[0]["tid"]
+        for kind, (_, fwd, bwd) in KINDS.items():
+            if op["name"] in (bwd if backward else fwd):
+                out[kind][backward] += e["dur"] / len(steps) / 1e3
+    return out
+
+
+def imported_kinds() -> None:
+    """Print, per imported trace, the memory-bound kinds of :data:`KINDS`: estimated (operator
+    method, as :func:`imported_split`) against measured ms, forward and backward."""
+    print("| instance | kind | forward, estimated / measured | backward, estimated / measured |")
+    print("| --- | --- | --- | --- |")
+    for name, (model, gpu, prec, batch, sample) in IMPORTED.items():
+        est = operator_breakdown(model, gpu, prec, batch)
+        meas = _kinds_ms(sample)
+        for kind, (aten, _, _) in KINDS.items():
+            ef = sum(t.forward_s for k, t in est.items() if k[0] == aten) * 1e3
+            eb = sum(t.backward_s for k, t in est.items() if k[0] == aten) * 1e3
+            mf, mb = meas[kind]
+            print(f"| {name} | {kind} | {ef:.2f} / {mf:.2f} ({ef / mf:.2f}x) |"
+                  f" {eb:.2f} / {mb:.2f} ({eb / mb:.2f}x) |")
+
+
 def _step_s(trace: object) -> float:
     """Forward + backward compute of one step (s)."""
     return sum(la.forward_s + la.backward_s for la in trace.layers)  # type: ignore[attr-defined]
@@ -382,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                   f" {statistics.mean(errs):.1%}")
     print()
     imported_split()
+    print()
+    imported_kinds()
     if not args.quick:
         print()
         pub, binned = published_rows()

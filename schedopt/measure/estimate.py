@@ -16,7 +16,10 @@ under a dispatch mode that sees every ATen operator with its tensors:
       of its sequence length and head size, every other operator at the achievable memory
       bandwidth, each at least the per-kernel floor; the backward of a product is its two
       gradient products (only for inputs that need a gradient), that of attention 2.5 x its
-      forward FLOPs, that of a memory-bound operator 1.5 x its traffic;
+      forward FLOPs, that of a memory-bound operator 1.5 x its traffic, except the operators
+      whose kernels sweep their tensors more often (batch and layer norms, residual additions,
+      max pooling: :func:`_memory_passes`); at fp32, a 3 x 3 stride-1 convolution costs the
+      cheaper of the implicit GEMM and cuDNN's Winograd (:meth:`OperatorModel.winograd_s`);
   ``"roofline"``
       ``max(FLOPs / F, bytes / B, 2 us)`` per operator with one achieved F and B per GPU and
       backward = 2 x forward (the method of the shipped estimated traces, kept so that they can
@@ -257,11 +260,15 @@ class OperatorModel:
         Activations in NCHW on a tensor-core precision: every convolution that is not a
         pointwise product (1 x 1, stride 1, no padding, one group) also pays the layout
         transposes of :meth:`conv_transposes_s`.
+    winograd
+        SIMT (fp32) convolutions: a 3 x 3 stride-1 convolution costs the cheaper of its implicit
+        GEMM and :meth:`winograd_s` (cuDNN picks the faster algorithm).
     """
 
     gemm: GemmModel
     flash_fb: Mapping[tuple[bool, int], tuple[float, ...]] = field(default_factory=dict)
     nchw_transposes: bool = False
+    winograd: bool = False
 
     def memory_s(self, nbytes: float) -> float:
         """Time of a memory-bound operator moving ``nbytes``."""
@@ -285,6 +292,35 @@ class OperatorModel:
         bwd = (t(y_bytes) + t(w_bytes) + t(x_bytes) if data_grad else 0.0) + (
             t(y_bytes) + t(x_bytes) + t(w_bytes) if weight_grad else 0.0)
         return fwd, bwd
+
+    def winograd_s(self, x: Any, w: Any, y: Any) -> tuple[float, float, float]:
+        """Forward, data-gradient and weight-gradient time of a 3 x 3 stride-1 convolution of
+        input ``x``, weight ``w`` and output ``y`` as cuDNN's non-fused Winograd F(4x4, 3x3)
+        (``winogradForwardData4x4`` / ``winogradForwardOutput4x4`` / ``winogradWgrad*4x4``).
+
+        One 6 x 6 tile per 4 x 4 output patch. Forward: a data transform (read the input,
+        write 36/16 of it), 36 products ``[tiles, C_in] @ [C_in, C_out]`` and an output
+        transform (read 36/16 of the output, write it). Data gradient: the same with the
+        channels swapped. Weight gradient: the input and the output gradient transformed, 36
+        products ``[C_out, tiles] @ [tiles, C_in]``, and their 36/9 of the weight transformed
+        back.
+        """
+        g = self.gemm
+        item = x.element_size()
+        tiles = x.shape[0] * math.ceil(y.shape[2] / 4) * math.ceil(y.shape[3] / 4)
+        c_in, c_out = w.shape[1], w.shape[0]
+        xb, yb, wb = float(x.nbytes), float(y.nbytes), float(w.nbytes)
+
+        def transform(nbytes: float, ratio: float) -> float:
+            return self.memory_s(nbytes * (1.0 + ratio))
+
+        fwd = transform(xb, 36 / 16) + g.seconds(36, tiles, c_out, c_in, item) + transform(
+            yb, 36 / 16)
+        dgrad = transform(yb, 36 / 16) + g.seconds(36, tiles, c_in, c_out, item) + transform(
+            xb, 36 / 16)
+        wgrad = (transform(xb, 36 / 16) + transform(yb, 36 / 16)
+                 + g.seconds(36, c_out, c_in, tiles, item) + transform(wb, 36 / 9))
+        return fwd, dgrad, wgrad
 
     def flash_rate(self, seq: int, head_dim: int, causal: bool) -> float:
         """FlashAttention-2 FLOP/s at ``seq`` (log-linear between the table's lengths)."""
@@ -334,7 +370,7 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None,
                      odd=odd if odd is not None else ODD)
     flash = g.flash_fb if _has_flash(g, precision) else {}
     return OperatorModel(gemm=gemm, flash_fb=flash,
-                         nchw_transposes=memory_format == "nchw" and not simt)
+                         nchw_transposes=memory_format == "nchw" and not simt, winograd=simt)
 
 
 def _has_flash(gpu: GPU, precision: str) -> bool:
@@ -870,12 +906,14 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
         ks = math.prod(w.shape[2:])
         m, n, k = out.shape[0] * math.prod(out.shape[2:]), w.shape[0] // groups, w.shape[1] * ks
         fwd = g.seconds(groups, m, n, k, item)
-        bwd = 0.0
-        if _needs_grad(x):  # data gradient: [N H W, C_out K] @ [C_out K, C_in]
-            bwd += g.seconds(groups, x.shape[0] * math.prod(x.shape[2:]), w.shape[1], n * ks,
-                             item)
-        if _needs_grad(w):  # weight gradient: [C_out, N Ho Wo] @ [N Ho Wo, C_in K]
-            bwd += g.seconds(groups, n, k, m, item)
+        # data gradient: [N H W, C_out K] @ [C_out K, C_in]; weight: [C_out, N Ho Wo] @ [.., C_in K]
+        dgrad = g.seconds(groups, x.shape[0] * math.prod(x.shape[2:]), w.shape[1], n * ks, item)
+        wgrad = g.seconds(groups, n, k, m, item)
+        if model.winograd and w.shape[2:] == (3, 3) and groups == 1 and all(
+                int(v) == 1 for v in (*args[3], *args[5])):
+            fwd, dgrad, wgrad = (min(a, b) for a, b in zip(
+                (fwd, dgrad, wgrad), model.winograd_s(x, w, out), strict=True))
+        bwd = (dgrad if _needs_grad(x) else 0.0) + (wgrad if _needs_grad(w) else 0.0)
         pointwise = (ks == 1 and groups == 1 and all(int(v) == 1 for v in args[3])
                      and all(int(v) == 0 for v in args[4]))
         if model.nchw_transposes and not pointwise:
@@ -902,10 +940,63 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
             w = args[0]
             return (model.memory_s(nbytes),
                     model.memory_s(2 * w.nbytes + nbytes) if _needs_grad(w) else 0.0)
+        passes = _memory_passes(func, args, out)
+        if passes is not None:
+            bwd = model.memory_s(passes[1]) if grad and passes[1] > 0 else 0.0
+            return model.memory_s(passes[0]), bwd
         fwd = model.memory_s(nbytes)
         return fwd, model.memory_s(1.5 * nbytes) if grad else 0.0
 
     return price
+
+
+def _memory_passes(func: Any, args: Any, out: Any) -> tuple[float, float] | None:
+    """Forward and backward bytes of the memory-bound operators whose kernels sweep their
+    activation more often than once per input and output (``None`` for the others, priced at
+    their traffic, backward 1.5 x).
+
+    - ``native_batch_norm`` in training: a statistics sweep (read x) before the transform (read
+      x, write y): 3 passes; its backward, the gradients of scale and shift (read x, dy) and then
+      of the input (read x, dy, write dx): 5 passes (PyTorch's
+      ``batch_norm_collect_statistics`` + ``batch_norm_transform_input`` and
+      ``batch_norm_backward_reduce`` + ``batch_norm_backward_elemt``, cuDNN's one-kernel
+      ``bn_fw_tr_1C11`` / ``bn_bw_1C11``);
+    - ``native_layer_norm``: statistics per row in registers, 2 passes; its backward the input
+      gradient (3 passes) and, with an affine weight, the weight and bias gradients (read x, dy
+      again: 5 passes);
+    - ``add``/``sub`` of two same-shape tensors that both need a gradient: the backward passes the
+      gradient through (no kernel) and autograd sums the two gradients of the tensor that forked
+      into them (read 2, write 1), charged here: 3 passes of the output. An operand broadcast to
+      the output's shape gets the output gradient reduced (read it once);
+    - ``max_pool2d_with_indices``: the backward visits every input element and reads the index of
+      each output window that covers it (``ceil(k / s)`` windows per dimension, int64), writes the
+      input gradient and reads each output gradient once (``max_pool_backward_nchw`` /
+      ``_nhwc`` of PyTorch's ``DilatedMaxPool2d.cu``).
+    """
+    import torch
+
+    aten = torch.ops.aten
+    packet = func._overloadpacket
+    if packet is aten.native_batch_norm and bool(args[5]):
+        x = float(args[0].nbytes)
+        return 3.0 * x, 5.0 * x
+    if packet is aten.native_layer_norm:
+        x = float(args[0].nbytes)
+        return 2.0 * x, (5.0 if _needs_grad(args[2]) else 3.0) * x
+    if packet in (aten.add, aten.sub) and isinstance(args[1], torch.Tensor):
+        y = float(out.nbytes)
+        full = [a for a in args[:2] if _needs_grad(a) and a.shape == out.shape]
+        bwd = 3.0 * y if len(full) == 2 else 0.0
+        bwd += sum(y for a in args[:2] if _needs_grad(a) and a.shape != out.shape)
+        return sum(float(a.nbytes) for a in args[:2]) + y, bwd
+    if packet is aten.max_pool2d_with_indices:
+        x, y = args[0], out[0]
+        kernel = [int(v) for v in args[1]] * (2 // len(args[1]))
+        stride = [int(v) for v in args[2]] * (2 // len(args[2])) if args[2] else kernel
+        windows = math.prod(-(-k // s) for k, s in zip(kernel, stride, strict=True))
+        fwd = float(x.nbytes + y.nbytes + out[1].nbytes)
+        return fwd, x.numel() * windows * 8.0 + x.nbytes + y.nbytes
+    return None
 
 
 #: ``cast_price(source, cast, nbytes) -> (forward_s, backward_s)`` of one autocast cast.
@@ -1362,6 +1453,9 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
             " output; each gradient product: its two inputs and its result)"
             if opm.nchw_transposes else "fp32 convolutions read NCHW, no layout transposes"))
     more = "".join(f"; {e}" for e in extras)
+    wino = ("; a 3 x 3 stride-1 convolution costs the cheaper of its implicit GEMM and cuDNN's"
+            " Winograd F(4x4, 3x3) (transforms and 36 products per pass)"
+            if opm.winograd and spec.kind in IMAGE_KINDS else "")
     compute = _autocast_text(ts) if ts.autocast else ts.precision
     update = (" (float32 parameters, gradients and optimizer state)" if ts.autocast else "")
     align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
@@ -1376,7 +1470,10 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
         f" operators at {g.bandwidth_Bps / 1e9:g} GB/s; at least {g.kernel_s * 1e6:g} us per"
         f" kernel; GEMM basis: {gpu.gemm_basis}; memory basis: {gpu.hbm_basis}{attention};"
         f" backward of a product = its two gradient products, of other operators 1.5 x the"
-        f" traffic{more}; parameter-free operators charged to the preceding layer; update ="
+        f" traffic, but for batch norm (forward 3 and backward 5 passes over its input), layer"
+        f" norm (2 and 5), same-shape additions (backward: the gradient sum of the fork, 3"
+        f" passes) and max pooling (backward reads the index of every window over each input)"
+        f"{wino}{more}; parameter-free operators charged to the preceding layer; update ="
         f" {28 if spec.kind not in ('image', 'torchvision') else 20} B/param{update} /"
         f" {g.bandwidth_Bps / 1e9:g} GB/s = {costs['update_s'] * 1e3:.3g} ms; io ="
         f" {costs['io_s'] * 1e3:.3g} ms, h2d = {costs['h2d_s'] * 1e3:.3g} ms (as the shipped"
