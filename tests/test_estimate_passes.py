@@ -94,6 +94,12 @@ def test_max_pool_backward_reads_the_index_of_every_window_over_each_input(
     assert bwd == pytest.approx(opm.memory_s(x.numel() * windows * 8 + x.nbytes + y.nbytes))
 
 
+def test_max_pool_without_a_stride_strides_by_its_kernel() -> None:
+    x = _meta(2, 8, 32, 32)
+    assert _price("a100", "tf32", aten.max_pool2d_with_indices.default, (x, [2])) == _price(
+        "a100", "tf32", aten.max_pool2d_with_indices.default, (x, [2, 2], [2, 2]))
+
+
 def _conv_args(n: int, c_in: int, c_out: int, hw: int, stride: int) -> tuple:
     x, w = _meta(n, c_in, hw, hw), _meta(c_out, c_in, 3, 3)
     return (x, w, None, [stride, stride], [1, 1], [1, 1], False, [0, 0], 1)

@@ -992,7 +992,8 @@ def _memory_passes(func: Any, args: Any, out: Any) -> tuple[float, float] | None
     if packet is aten.max_pool2d_with_indices:
         x, y = args[0], out[0]
         kernel = [int(v) for v in args[1]] * (2 // len(args[1]))
-        stride = [int(v) for v in args[2]] * (2 // len(args[2])) if args[2] else kernel
+        given = args[2] if len(args) > 2 else []
+        stride = [int(v) for v in given] * (2 // len(given)) if given else kernel
         windows = math.prod(-(-k // s) for k, s in zip(kernel, stride, strict=True))
         fwd = float(x.nbytes + y.nbytes + out[1].nbytes)
         return fwd, x.numel() * windows * 8.0 + x.nbytes + y.nbytes
