@@ -181,7 +181,7 @@ def test_fewer_buckets_drops_buckets_while_the_link_paces_the_plan() -> None:
     assert sorted(u for lo, hi in segs for u in range(lo, hi + 1)) == list(range(inst.n))
     sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
     assert val * inst.tick == pytest.approx(sim, rel=5e-4)
-    assert 0 < stats["evals"] <= 20_000 and stats["wall_stop"] == 0
+    assert 0 < stats["evals"] <= 20_000 and stats["deadline_stop"] == 0
     # a deterministic limit: the same plan again, and nothing beyond the evaluations allowed
     assert fewer_buckets(inst, start, reorder=True, max_evals=20_000) == (val, segs)
     few: dict[str, int] = {}

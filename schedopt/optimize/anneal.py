@@ -91,7 +91,7 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
     deadline
         A ``time.perf_counter()`` value: a safety stop only.
     stats
-        Receives ``evals`` and ``wall_stop``.
+        Receives ``evals`` and ``deadline_stop`` (1: the deadline stopped it).
 
     Returns
     -------
@@ -104,11 +104,11 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
     rng = random.Random(seed)
     start_t = START_TEMPERATURE * cur
     evals = draws = 1
-    wall_stop = False
+    deadline_stop = False
     while evals < max_evals and draws < 4 * max_evals:  # draws: a plan no move applies to
         draws += 1
         if deadline is not None and draws % 64 == 0 and time.perf_counter() > deadline:
-            wall_stop = True
+            deadline_stop = True
             break
         cand = _move(cur_segs, rng)
         if cand is None:
@@ -120,5 +120,5 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
             cur_segs, cur = cand, value
             if value < best:
                 best, best_segs = value, list(cand)
-    out["evals"], out["wall_stop"] = evals, int(wall_stop)
+    out["evals"], out["deadline_stop"] = evals, int(deadline_stop)
     return best, best_segs

@@ -75,7 +75,7 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
         Launch by Schrage's rule (else readiness order).
     deadline
         ``time.perf_counter()`` value at which to stop (a safety stop when ``max_evals`` is
-        given: ``stats["wall_stop"]`` is then set to 1).
+        given: ``stats["deadline_stop"]`` is then set to 1).
     seed
         Seed of the move order.
     max_rounds
@@ -85,13 +85,13 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
     on_improve
         Called with every better plan and its period, as found (so that a stop loses none).
     stats
-        When given, receives ``evals`` (candidates evaluated) and ``wall_stop``.
+        When given, receives ``evals`` (candidates evaluated) and ``deadline_stop``.
     order
         The launch order of a bucketing when ``reorder`` (default: Schrage's rule on ``inst``;
         several stages use the rule of their bottleneck, :func:`.flowshop.flow_order`).
     """
     out = stats if stats is not None else {}
-    out["evals"], out["wall_stop"] = 0, 0
+    out["evals"], out["deadline_stop"] = 0, 0
     cap = max_evals if max_evals is not None else 1 << 62
     rng = np.random.default_rng(seed)
     n = inst.n
@@ -112,7 +112,7 @@ def local_search(inst: Instance, segs: Segments, *, reorder: bool, deadline: flo
             if out["evals"] >= cap:
                 return best_val, best_segs
             if time.perf_counter() > deadline:
-                out["wall_stop"] = 1
+                out["deadline_stop"] = 1
                 return best_val, best_segs
             moves = [("flip", i, 0)]
             if cuts[i]:

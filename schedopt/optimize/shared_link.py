@@ -152,14 +152,14 @@ class _Climb:
     def __init__(self, inst: Instance, reorder: bool, max_evals: int, deadline: float | None,
                  value: int, segs: Segments) -> None:
         self.inst, self.reorder, self.rest = inst, reorder, _other_terms(inst)
-        self.left, self.deadline, self.evals, self.wall_stop = max_evals, deadline, 0, False
+        self.left, self.deadline, self.evals, self.deadline_stop = max_evals, deadline, 0, False
         self.best_val, self.best_segs = value, segs
 
     def spent(self) -> bool:
         """Whether the evaluations (or the safety stop's time) are spent."""
         if self.deadline is not None and time.perf_counter() > self.deadline:
-            self.wall_stop = True
-        return self.evals >= self.left or self.wall_stop
+            self.deadline_stop = True
+        return self.evals >= self.left or self.deadline_stop
 
     def judge(self, cuts: np.ndarray) -> tuple[int, Segments]:
         """The other terms of the bucketing ``cuts`` in its better launch order, and that
@@ -218,7 +218,7 @@ def fewer_buckets(inst: Instance, segs: Segments, *, reorder: bool, max_evals: i
 
     ``max_evals`` limits the plans evaluated (a deterministic limit; ``deadline``, a
     ``time.perf_counter()`` value, is only a safety stop); ``stats`` receives ``evals`` and
-    ``wall_stop``. Launch orders: Schrage's rule and the unimodal order with ``reorder``,
+    ``deadline_stop``. Launch orders: Schrage's rule and the unimodal order with ``reorder``,
     readiness order otherwise.
     """
     out = stats if stats is not None else {}
@@ -242,5 +242,5 @@ def fewer_buckets(inst: Instance, segs: Segments, *, reorder: bool, max_evals: i
         if val > target:  # no cut can go (or the evaluations are spent)
             break
         cuts = moved
-    out["evals"], out["wall_stop"] = run.evals, int(run.wall_stop)
+    out["evals"], out["deadline_stop"] = run.evals, int(run.deadline_stop)
     return run.best_val, run.best_segs

@@ -591,7 +591,7 @@ def _local_search(search: SolveState, inst: Instance, segs: Segments, reorder: b
                        max_evals=int(search.budget.work(share) / per_eval), on_improve=keep,
                        stats=stats, order=order)
     search.budget.spend(stats["evals"] * per_eval)
-    search.wall_stop |= bool(stats["wall_stop"])
+    search.wall_stop |= bool(stats["deadline_stop"])
     return out
 
 
@@ -613,7 +613,7 @@ def _run_shared_link(search: SolveState, inst: Instance) -> None:
                               max_evals=int(search.budget.work(LOCAL_SEARCH) / per_eval),
                               deadline=search.budget.deadline, stats=stats)
     search.budget.spend(stats["evals"] * per_eval)
-    search.wall_stop |= bool(stats["wall_stop"])
+    search.wall_stop |= bool(stats["deadline_stop"])
     search.offer(segs, val, Method.SHARED_LINK)
 
 
@@ -924,7 +924,7 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     val, segs = anneal(inst, best.segs, max_evals=evals, seed=search.opts.seed,
                        deadline=search.budget.deadline, stats=stats)
     search.budget.spend(stats["evals"] * per_eval)
-    search.wall_stop |= bool(stats["wall_stop"])
+    search.wall_stop |= bool(stats["deadline_stop"])
     log.info("annealing: %d evaluations, period %d -> %d ticks", stats["evals"], best.value, val)
     search.offer(segs, val, Method.ANNEAL)
 
