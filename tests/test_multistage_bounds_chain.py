@@ -115,13 +115,18 @@ def solve_past_the_enumeration(trace: Trace, cluster: Cluster) -> tuple[Any, Ins
     return res, inst, best
 
 
+#: ``check(segs, lam, ends, sim)`` of one plan: its segments, ``lam`` (its own period, per-layer,
+#: or the end of its communication, wait-for-all), its buckets' communication ends (ticks) and
+#: its simulated iteration time (seconds).
+PlanCheck = Callable[[list[tuple[int, int]], int, np.ndarray, float], None]
+
+
 def check_plans(trace: Trace, cluster: Cluster, opts: SolveOptions,
-                make_check: Callable[[Instance], Callable[[list[tuple[int, int]], int], None]]
-                ) -> tuple[Instance, int, float]:
+                make_check: Callable[[Instance], PlanCheck]) -> tuple[Instance, int, float]:
     """Every plan of the instance, simulated: the model's period within the tick budget of the
-    simulator's (per-layer), ``make_check(inst)(segs, lam)`` with ``lam`` the plan's own period
-    (per-layer) or the end of its communication (wait-for-all), and the flow-shop bound below
-    the best plan. The instance and the best period over every plan (ticks, seconds)."""
+    simulator's (per-layer), ``make_check(inst)`` on each (:data:`PlanCheck`), and the flow-shop
+    bound below the best plan. The instance and the best period over every plan (ticks,
+    seconds)."""
     inst = build_instance(trace, cluster, opts, merge=False)
     check = make_check(inst)
     knobs = {"next_forward": opts.next_forward, "reorder": True, "partition_bytes": None}
@@ -132,8 +137,9 @@ def check_plans(trace: Trace, cluster: Cluster, opts: SolveOptions,
         period = int(ev.period)
         best_s, best_t = min(best_s, sim), min(best_t, period)
         assert ev.stage_times is not None
-        lam = period if inst.per_layer else int(ev.stage_times[1][-1].max())
-        check(segs, lam)
+        ends = ev.stage_times[1][-1]
+        lam = period if inst.per_layer else int(ends.max())
+        check(segs, lam, ends, sim)
         if inst.per_layer:  # the model's period is the simulator's, within the tick budget
             assert lam * inst.tick <= sim * (1 + TOL) + TICK_BUDGET * inst.lower_bound_s
     bound = resource_bound(inst, 10 * best_t)
@@ -148,35 +154,29 @@ def check_plans(trace: Trace, cluster: Cluster, opts: SolveOptions,
 def test_chain_never_cuts_off_a_plan(layout: str, mode: str, seed: int) -> None:
     """Against every plan, simulated: each bucket's chain, the programme at the plan's own
     period with every view, and the resource bound below the best plan."""
-    trace, cluster, opts = random_trace(seed), layout_cluster(layout), options(mode)
-    inst = build_instance(trace, cluster, opts, merge=False)
-    assert len(inst.stages) > 1 and inst.n == 6
-    knobs = {"next_forward": mode, "reorder": True, "partition_bytes": None}
-    prefix = np.r_[0, np.cumsum(inst.nbytes)].astype(float)
-    fwd_s = inst.forward_from_s[inst.layer] if mode == "per-layer" else np.zeros(inst.n)
-    views = resource_views(inst)
-    tails = inst.terms.bucket_tails
-    best_s, best_t = np.inf, np.iinfo(np.int64).max
-    for segs in every_plan(inst.n, inst.segments_from_cuts):
-        sim = simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
-        ev = inst.evaluate(segs)
-        period = int(ev.period)
-        best_s, best_t = min(best_s, sim), min(best_t, period)
-        assert ev.stage_times is not None
-        ends = ev.stage_times[1][-1]
-        for k, (lo, hi) in enumerate(segs):
-            chain_s = sum(st.alpha_s + st.beta_s_per_byte * (prefix[hi + 1] - prefix[lo])
-                          for st in inst.stages)
-            chain_t = int(inst.stage_a.sum() + inst.stage_p[:, lo:hi + 1].sum())
-            assert ends[k] >= inst.r[hi] + chain_t  # the exact ticks
-            if mode == "per-layer":  # the simulator: the bucket's end, then its forward
-                assert sim >= (inst.release_s[hi] + chain_s + fwd_s[hi]) * (1 - TOL)
-        if mode == "per-layer":  # the programme bounds the period; otherwise the comm end
-            for view in views:
-                assert fewest_buckets(inst, tails, period, view), (segs, view.on)
-    bound = resource_bound(inst, 10 * best_t)
-    assert bound <= best_t
-    assert bound * inst.tick <= best_s + TICK_BUDGET * inst.lower_bound_s
+
+    def make_check(inst: Instance) -> PlanCheck:
+        assert len(inst.stages) > 1 and inst.n == 6
+        prefix = np.r_[0, np.cumsum(inst.nbytes)].astype(float)
+        fwd_s = inst.forward_from_s[inst.layer] if mode == "per-layer" else np.zeros(inst.n)
+        views = resource_views(inst)
+        tails = inst.terms.bucket_tails
+
+        def check(segs: list[tuple[int, int]], lam: int, ends: np.ndarray, sim: float) -> None:
+            for k, (lo, hi) in enumerate(segs):
+                chain_s = sum(st.alpha_s + st.beta_s_per_byte * (prefix[hi + 1] - prefix[lo])
+                              for st in inst.stages)
+                chain_t = int(inst.stage_a.sum() + inst.stage_p[:, lo:hi + 1].sum())
+                assert ends[k] >= inst.r[hi] + chain_t  # the exact ticks
+                if mode == "per-layer":  # the simulator: the bucket's end, then its forward
+                    assert sim >= (inst.release_s[hi] + chain_s + fwd_s[hi]) * (1 - TOL)
+            if mode == "per-layer":  # the programme bounds the period; otherwise the comm end
+                for view in views:
+                    assert fewest_buckets(inst, tails, lam, view), (segs, view.on)
+
+        return check
+
+    check_plans(random_trace(seed), layout_cluster(layout), options(mode), make_check)
 
 
 def test_chain_lifts_the_bound() -> None:

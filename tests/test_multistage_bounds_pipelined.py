@@ -16,7 +16,6 @@ a bound below the brute-force optimum and claims OPTIMAL only at it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from unittest import mock
 
 import numpy as np
@@ -34,6 +33,7 @@ from .test_multistage_bounds_chain import (
     MODES,
     SEEDS,
     TOL,
+    PlanCheck,
     check_plans,
     layout_cluster,
     options,
@@ -74,13 +74,13 @@ def stage_terms(inst: Instance, segs: list[tuple[int, int]], s: int) -> int:
 def check_every_plan(trace: Trace, cluster: Cluster, opts: SolveOptions) -> int:
     """Every plan, simulated, against every stage view; the best period (ticks)."""
 
-    def make_check(inst: Instance) -> Callable[[list[tuple[int, int]], int], None]:
+    def make_check(inst: Instance) -> PlanCheck:
         assert len(inst.stages) == 3
         machines = resource_views(inst)
         views = [StageView(inst, s, flowshop.ResourceView(inst, (s,)), machines)
                  for s in range(3)]
 
-        def check(segs: list[tuple[int, int]], lam: int) -> None:
+        def check(segs: list[tuple[int, int]], lam: int, *_: object) -> None:
             for view in views:
                 assert stage_terms(inst, segs, view.s) <= lam, (segs, view.s)
                 assert view.fits(inst, lam), (segs, view.s)

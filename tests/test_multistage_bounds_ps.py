@@ -15,8 +15,6 @@ the brute-force optimum and claims OPTIMAL only at it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import pytest
 
@@ -33,6 +31,7 @@ from .test_multistage_bounds_chain import (
     MODES,
     SEEDS,
     TOL,
+    PlanCheck,
     check_plans,
     layout_cluster,
     options,
@@ -75,11 +74,11 @@ def path_terms(inst: Instance, segs: list[tuple[int, int]]) -> int:
 def check_every_plan(trace: Trace, cluster: Cluster, opts: SolveOptions) -> tuple[int, float]:
     """Every plan against the view; the best period over every plan (ticks, seconds)."""
 
-    def make_check(inst: Instance) -> Callable[[list[tuple[int, int]], int], None]:
+    def make_check(inst: Instance) -> PlanCheck:
         assert len(inst.stages) > 1
         view = PathView(inst)
 
-        def check(segs: list[tuple[int, int]], lam: int) -> None:
+        def check(segs: list[tuple[int, int]], lam: int, *_: object) -> None:
             assert path_terms(inst, segs) <= lam, segs
             assert path_fits(inst, view, lam), segs
 
