@@ -231,6 +231,12 @@ class SolveState:
     plain: tuple[Plan, float] | None = None
     _reported: float = 0.0
 
+    def charge(self, stats: dict[str, int], per_eval: float) -> None:
+        """Spend a search's evaluations (``stats["evals"]`` at ``per_eval`` seconds of work each)
+        and keep whether its deadline stopped it (``stats["deadline_stop"]``)."""
+        self.budget.spend(stats["evals"] * per_eval)
+        self.wall_stop |= bool(stats["deadline_stop"])
+
     @property
     def hint(self) -> Baseline | None:
         """The best expressible baseline evaluated so far."""
@@ -590,8 +596,7 @@ def _local_search(search: SolveState, inst: Instance, segs: Segments, reorder: b
                        deadline=search.budget.deadline,
                        max_evals=int(search.budget.work(share) / per_eval), on_improve=keep,
                        stats=stats, order=order)
-    search.budget.spend(stats["evals"] * per_eval)
-    search.wall_stop |= bool(stats["deadline_stop"])
+    search.charge(stats, per_eval)
     return out
 
 
@@ -612,8 +617,7 @@ def _run_shared_link(search: SolveState, inst: Instance) -> None:
     val, segs = fewer_buckets(inst, best.segs, reorder=search.opts.reorder,
                               max_evals=int(search.budget.work(LOCAL_SEARCH) / per_eval),
                               deadline=search.budget.deadline, stats=stats)
-    search.budget.spend(stats["evals"] * per_eval)
-    search.wall_stop |= bool(stats["deadline_stop"])
+    search.charge(stats, per_eval)
     search.offer(segs, val, Method.SHARED_LINK)
 
 
@@ -923,8 +927,7 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     stats: dict[str, int] = {}
     val, segs = anneal(inst, best.segs, max_evals=evals, seed=search.opts.seed,
                        deadline=search.budget.deadline, stats=stats)
-    search.budget.spend(stats["evals"] * per_eval)
-    search.wall_stop |= bool(stats["deadline_stop"])
+    search.charge(stats, per_eval)
     log.info("annealing: %d evaluations, period %d -> %d ticks", stats["evals"], best.value, val)
     search.offer(segs, val, Method.ANNEAL)
 
