@@ -5,6 +5,7 @@ Usage::
     python benchmarks/bench_multistage.py                  # every layout, seeds 0 and 1
     python benchmarks/bench_multistage.py --only pipelined --seeds 0 1 2
     python benchmarks/bench_multistage.py --work-limit 20 --json out.json
+    python benchmarks/bench_multistage.py --brute-force --only pipelined --seeds 0 1 2 3 4 5
 
 Instances (generated, :func:`random_trace`): 60 layers, each with 2 or 3 gradient tensors
 (a weight of 0.05-16 MB, log-uniform, and one or two small tensors of 1-64 KB, as biases and
@@ -25,6 +26,11 @@ baselines, one worker, seed 0, 60 s):
 
 The table prints the plan, the bound, the gap, the status, the time, the deterministic work
 and the methods that found the plan and proved the bound.
+
+``--brute-force`` asks which side of a gap is loose: on four-layer analogues (two tensors per
+layer, eight units: more plans than :func:`.flowshop.enumerate_plans` takes inside ``solve``,
+which then runs its other methods) the optimum over every bucketing and launch order, and how
+far ``solve``'s plan lies above it and its bound below it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from schedopt.files import load_cluster
 from schedopt.model.cluster import Cluster, PSConfig
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.flowshop import enumerate_plans
+from schedopt.optimize.instance import build_instance
 
 PER_LAYER_REORDER: dict[str, Any] = {"next_forward": "per-layer", "reorder": True}
 
@@ -81,7 +89,7 @@ def random_trace(seed: int, tensors: int, cluster: Cluster, layers: int = 60,
         docs.append({"name": f"l{i}", "forward_s": fwd, "backward_s": 2 * fwd,
                      "tensors": [{"name": f"l{i}.weight", "bytes": weight}]
                      + [{"name": f"l{i}.t{j}", "bytes": b} for j, b in enumerate(small)]})
-    trace = Trace.model_validate({"name": f"rand60-s{seed}-t{tensors}", "batch_size": 32,
+    trace = Trace.model_validate({"name": f"rand{layers}-s{seed}-t{tensors}", "batch_size": 32,
                                   "layers": docs})
     load: dict[str, float] = {}
     for st in cluster.comm_stages():
@@ -108,6 +116,34 @@ def run(layout: str, seed: int, tensors: int, limit: float, work_limit: float | 
             "bound_method": str(res.bound_method)}
 
 
+def brute_force_row(layout: str, seed: int, limit: float, work_limit: float | None
+                    ) -> dict[str, Any]:
+    """One four-layer analogue (module docstring): the optimum by enumeration and ``solve``'s
+    plan and bound against it."""
+    cluster = layout_cluster(layout)
+    trace = random_trace(seed, 2, cluster, layers=4)
+    opts = SolveOptions(time_limit_s=limit, workers=1, seed=0, work_limit_s=work_limit,
+                        baselines=False, **PER_LAYER_REORDER)
+    inst = build_instance(trace, cluster, opts, merge=False)
+    best = enumerate_plans(inst, True)[0] * inst.tick
+    res = solve(trace, cluster, opts)
+    return {"layout": layout, "instance": trace.name, "units": inst.n, "optimum_ms": best * 1e3,
+            "plan_ms": res.iteration_time_s * 1e3, "bound_ms": res.bound_s * 1e3,
+            "plan_above": res.iteration_time_s / best - 1, "bound_below": 1 - res.bound_s / best,
+            "status": str(res.status), "bound_method": str(res.bound_method)}
+
+
+def print_brute_force(rows: list[dict[str, Any]]) -> None:
+    """The table of :func:`brute_force_row` (markdown)."""
+    print("| layout | instance | units | optimum (ms) | plan (ms) | plan above | bound (ms) "
+          "| bound below | status | bound by |")
+    print("|---" * 10 + "|")
+    for r in rows:
+        print(f"| {r['layout']} | {r['instance']} | {r['units']} | {r['optimum_ms']:.4f} | "
+              f"{r['plan_ms']:.4f} | {r['plan_above'] * 100:.3f}% | {r['bound_ms']:.4f} | "
+              f"{r['bound_below'] * 100:.3f}% | {r['status']} | {r['bound_method']} |")
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     """The table (markdown)."""
     print("| layout | instance | tensors | ratio | plan (ms) | bound (ms) | gap | status "
@@ -132,8 +168,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work-limit", type=float, default=None,
                     help="deterministic work limit (s); the time limit is then a safety stop")
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument("--brute-force", action="store_true",
+                    help="four-layer analogues against the optimum by enumeration")
     args = ap.parse_args(argv)
     rows = []
+    if args.brute_force:
+        for layout in LAYOUTS:
+            if args.only and args.only not in layout:
+                continue
+            rows += [brute_force_row(layout, seed, args.time_limit, args.work_limit)
+                     for seed in args.seeds]
+        print_brute_force(rows)
+        return 0
     for layout in LAYOUTS:
         if args.only and args.only not in layout:
             continue
