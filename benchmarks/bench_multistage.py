@@ -39,6 +39,7 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -133,27 +134,43 @@ def brute_force_row(layout: str, seed: int, limit: float, work_limit: float | No
             "status": str(res.status), "bound_method": str(res.bound_method)}
 
 
-def print_brute_force(rows: list[dict[str, Any]]) -> None:
-    """The table of :func:`brute_force_row` (markdown)."""
-    print("| layout | instance | units | optimum (ms) | plan (ms) | plan above | bound (ms) "
-          "| bound below | status | bound by |")
-    print("|---" * 10 + "|")
-    for r in rows:
-        print(f"| {r['layout']} | {r['instance']} | {r['units']} | {r['optimum_ms']:.4f} | "
-              f"{r['plan_ms']:.4f} | {r['plan_above'] * 100:.3f}% | {r['bound_ms']:.4f} | "
-              f"{r['bound_below'] * 100:.3f}% | {r['status']} | {r['bound_method']} |")
+def _ms(key: str, digits: int = 3) -> Callable[[dict[str, Any]], str]:
+    """A cell of milliseconds."""
+    return lambda r: f"{r[key]:.{digits}f}"
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
-    """The table (markdown)."""
-    print("| layout | instance | tensors | ratio | plan (ms) | bound (ms) | gap | status "
-          "| time (s) | work (s) | plan by | bound by |")
-    print("|---" * 12 + "|")
+def _pct(key: str) -> Callable[[dict[str, Any]], str]:
+    """A cell of a fraction, in percent."""
+    return lambda r: f"{r[key] * 100:.3f}%"
+
+
+def _text(key: str) -> Callable[[dict[str, Any]], str]:
+    """A cell of the value as it is."""
+    return lambda r: str(r[key])
+
+
+#: The columns of the main table and of ``--brute-force``: header and cell of a row.
+COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("layout", _text("layout")), ("instance", _text("instance")), ("tensors", _text("tensors")),
+    ("ratio", lambda r: f"{r['ratio']:g}"), ("plan (ms)", _ms("optimum_ms")),
+    ("bound (ms)", _ms("bound_ms")), ("gap", _pct("gap")), ("status", _text("status")),
+    ("time (s)", lambda r: f"{r['solve_s']:.1f}"), ("work (s)", lambda r: f"{r['work_s']:.1f}"),
+    ("plan by", _text("method")), ("bound by", _text("bound_method"))]
+BRUTE_FORCE_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("layout", _text("layout")), ("instance", _text("instance")), ("units", _text("units")),
+    ("optimum (ms)", _ms("optimum_ms", 4)), ("plan (ms)", _ms("plan_ms", 4)),
+    ("plan above", _pct("plan_above")), ("bound (ms)", _ms("bound_ms", 4)),
+    ("bound below", _pct("bound_below")), ("status", _text("status")),
+    ("bound by", _text("bound_method"))]
+
+
+def print_table(rows: list[dict[str, Any]],
+                columns: list[tuple[str, Callable[[dict[str, Any]], str]]] = COLUMNS) -> None:
+    """The table (markdown) of ``rows`` in ``columns``."""
+    print("| " + " | ".join(head for head, _ in columns) + " |")
+    print("|---" * len(columns) + "|")
     for r in rows:
-        print(f"| {r['layout']} | {r['instance']} | {r['tensors']} | {r['ratio']:g} | "
-              f"{r['optimum_ms']:.3f} | "
-              f"{r['bound_ms']:.3f} | {r['gap'] * 100:.3f}% | {r['status']} | "
-              f"{r['solve_s']:.1f} | {r['work_s']:.1f} | {r['method']} | {r['bound_method']} |")
+        print("| " + " | ".join(cell(r) for _, cell in columns) + " |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             rows += [brute_force_row(layout, seed, args.time_limit, args.work_limit)
                      for seed in args.seeds]
-        print_brute_force(rows)
+        print_table(rows, BRUTE_FORCE_COLUMNS)
         return 0
     for layout in LAYOUTS:
         if args.only and args.only not in layout:
