@@ -182,21 +182,27 @@ IMPORTED = {
 }
 
 
+def _sample_events(sample: str) -> tuple[list[dict], list[dict]]:
+    """The events of a torch.profiler sample of instances/samples/ and its ``ProfilerStep``
+    spans."""
+    events = json.loads(gzip.decompress(
+        (instances_dir() / "samples" / f"{sample}.json.gz").read_bytes()))["traceEvents"]
+    return events, [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+
+
 def _transposes_ms(sample: str) -> tuple[float, float]:
     """Mean time per profiled step (ms) of cuDNN's layout transposes (``nchwToNhwc`` and
     ``nhwcToNchw`` kernels) in a torch.profiler sample of instances/samples/, forward and
     backward: a kernel launched from ``aten::convolution_backward`` (its ``External id``) is
     backward, any other forward."""
-    events = json.loads(gzip.decompress(
-        (instances_dir() / "samples" / f"{sample}.json.gz").read_bytes()))["traceEvents"]
-    steps = sum(1 for e in events if str(e.get("name", "")).startswith("ProfilerStep#"))
+    events, steps = _sample_events(sample)
     backward = {e["args"].get("External id") for e in events if e.get("cat") == "cpu_op"
                 and e["name"] == "aten::convolution_backward"}
     out = [0.0, 0.0]
     for e in events:
         if e.get("cat") == "kernel" and ("nchwToNhwc" in e["name"] or "nhwcToNchw" in e["name"]):
             out[e["args"].get("External id") in backward] += e["dur"]
-    return out[0] / steps / 1e3, out[1] / steps / 1e3
+    return out[0] / len(steps) / 1e3, out[1] / len(steps) / 1e3
 
 
 def imported_rows() -> dict[str, list[float]]:
@@ -287,9 +293,7 @@ def _kinds_ms(sample: str) -> dict[str, list[float]]:
     """Measured forward and backward ms per step of each :data:`KINDS` in a torch.profiler
     sample: a kernel counts for the operator that launched it (its ``External id``), forward
     when that operator ran on the thread of the ``ProfilerStep`` spans, backward otherwise."""
-    events = json.loads(gzip.decompress(
-        (instances_dir() / "samples" / f"{sample}.json.gz").read_bytes()))["traceEvents"]
-    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    events, steps = _sample_events(sample)
     ops = {e["args"].get("External id"): e for e in events if e.get("cat") == "cpu_op"}
     out = {kind: [0.0, 0.0] for kind in KINDS}
     for e in events:

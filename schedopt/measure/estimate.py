@@ -909,13 +909,13 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
         # data gradient: [N H W, C_out K] @ [C_out K, C_in]; weight: [C_out, N Ho Wo] @ [.., C_in K]
         dgrad = g.seconds(groups, x.shape[0] * math.prod(x.shape[2:]), w.shape[1], n * ks, item)
         wgrad = g.seconds(groups, n, k, m, item)
-        if model.winograd and w.shape[2:] == (3, 3) and groups == 1 and all(
-                int(v) == 1 for v in (*args[3], *args[5])):
+        stride1 = all(int(v) == 1 for v in args[3])
+        if model.winograd and w.shape[2:] == (3, 3) and groups == 1 and stride1 and all(
+                int(v) == 1 for v in args[5]):
             fwd, dgrad, wgrad = (min(a, b) for a, b in zip(
                 (fwd, dgrad, wgrad), model.winograd_s(x, w, out), strict=True))
         bwd = (dgrad if _needs_grad(x) else 0.0) + (wgrad if _needs_grad(w) else 0.0)
-        pointwise = (ks == 1 and groups == 1 and all(int(v) == 1 for v in args[3])
-                     and all(int(v) == 0 for v in args[4]))
+        pointwise = ks == 1 and groups == 1 and stride1 and all(int(v) == 0 for v in args[4])
         if model.nchw_transposes and not pointwise:
             tf, tb = model.conv_transposes_s(x.nbytes, w.nbytes, out.nbytes, _needs_grad(x),
                                              _needs_grad(w))
