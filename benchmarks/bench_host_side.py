@@ -48,9 +48,10 @@ LAUNCH_S = 2e-5
 HOOK_S = 1.5e-5
 
 
-def with_host(trace: Trace, cluster: Cluster, host: float) -> tuple[Trace, Cluster]:
+def with_host(trace: Trace, cluster: Cluster, host: float, launch_s: float = LAUNCH_S,
+              hook_s: float = HOOK_S) -> tuple[Trace, Cluster]:
     """``trace`` with host times ``host`` times its device times, ``cluster`` with
-    :data:`LAUNCH_S` per call and :data:`HOOK_S` per hook."""
+    ``launch_s`` per call and ``hook_s`` per hook."""
     doc = trace.model_dump(mode="json", exclude_none=True)
     for layer in doc["layers"]:
         layer["host_forward_s"] = host * layer["forward_s"]
@@ -58,24 +59,24 @@ def with_host(trace: Trace, cluster: Cluster, host: float) -> tuple[Trace, Clust
     doc["host_update_s"] = host * doc["update_s"]
     doc["name"] = f"{trace.name}-host{host:g}"
     return (Trace.model_validate(doc),
-            Cluster.model_validate({**cluster.model_dump(), "launch_overhead_s": LAUNCH_S,
-                                    "hook_overhead_s": HOOK_S}))
+            Cluster.model_validate({**cluster.model_dump(), "launch_overhead_s": launch_s,
+                                    "hook_overhead_s": hook_s}))
 
 
 def run(name: str, trace_name: str, cluster_name: str, nodes: int | None, host: float,
-        limit: float, per_layer: bool) -> dict[str, Any]:
+        limit: float, per_layer: bool, launch_s: float = LAUNCH_S) -> dict[str, Any]:
     """Solve one instance (with the baselines); the row of the table."""
     base = load_cluster(cluster_name, nodes=nodes) if nodes else load_cluster(cluster_name)
-    trace, cluster = with_host(load_trace(trace_name), base, host)
+    trace, cluster = with_host(load_trace(trace_name), base, host, launch_s)
     mode: dict[str, Any] = {"next_forward": "per-layer", "reorder": True} if per_layer else {}
     res = solve(trace, cluster, SolveOptions(time_limit_s=limit, workers=1, seed=0, **mode))
     best = min((b.iteration_time_s for b in res.baselines if b.expressible), default=None)
-    row = {"instance": name, "host": host, "plan_ms": res.iteration_time_s * 1e3,
-            "buckets": len(res.plan.buckets),
-            "baseline_ms": None if best is None else best * 1e3,
-            "baseline": res.hint_policy, "bound_ms": res.bound_s * 1e3, "gap": res.gap,
-            "status": str(res.status), "solve_s": res.solve_time_s,
-            "method": str(res.method), "bound_method": str(res.bound_method)}
+    row = {"instance": name, "host": host, "launch_us": launch_s * 1e6,
+           "plan_ms": res.iteration_time_s * 1e3, "buckets": len(res.plan.buckets),
+           "baseline_ms": None if best is None else best * 1e3,
+           "baseline": res.hint_policy, "bound_ms": res.bound_s * 1e3, "gap": res.gap,
+           "status": str(res.status), "solve_s": res.solve_time_s,
+           "method": str(res.method), "bound_method": str(res.bound_method)}
     print(f"# {name} host={host:g}: {row['plan_ms']:.3f} ms, bound {row['bound_ms']:.3f} ms, "
           f"gap {row['gap'] * 100:.3f}%, {row['solve_s']:.1f} s", file=sys.stderr, flush=True)
     return row
@@ -83,14 +84,14 @@ def run(name: str, trace_name: str, cluster_name: str, nodes: int | None, host: 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     """The table (markdown)."""
-    print("| instance | host | plan (ms) | buckets | best baseline (ms) | bound (ms) | gap "
-          "| status | time (s) | plan by | bound by |")
-    print("|---" * 11 + "|")
+    print("| instance | host | call (us) | plan (ms) | buckets | best baseline (ms) | bound (ms) "
+          "| gap | status | time (s) | plan by | bound by |")
+    print("|---" * 12 + "|")
     for r in rows:
         base = "-" if r["baseline_ms"] is None else f"{r['baseline_ms']:.3f} ({r['baseline']})"
-        print(f"| {r['instance']} | {r['host']:g} | {r['plan_ms']:.3f} | {r['buckets']} | "
-              f"{base} | {r['bound_ms']:.3f} | {r['gap'] * 100:.3f}% | {r['status']} | "
-              f"{r['solve_s']:.1f} | {r['method']} | {r['bound_method']} |")
+        print(f"| {r['instance']} | {r['host']:g} | {r['launch_us']:g} | {r['plan_ms']:.3f} | "
+              f"{r['buckets']} | {base} | {r['bound_ms']:.3f} | {r['gap'] * 100:.3f}% | "
+              f"{r['status']} | {r['solve_s']:.1f} | {r['method']} | {r['bound_method']} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,14 +99,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="instances whose name contains this")
     ap.add_argument("--hosts", type=float, nargs="+", default=list(HOSTS),
                     help="host times as multiples of the device's")
+    ap.add_argument("--launch-us", type=float, nargs="+", default=[LAUNCH_S * 1e6],
+                    help="host time of one collective call (us)")
     ap.add_argument("--time-limit", type=float, default=20.0)
     ap.add_argument("--per-layer", action="store_true",
                     help="per-layer next forward with reordering (default: wait-for-all)")
     ap.add_argument("--json", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
-    cases = [(case, host) for case in INSTANCES for host in args.hosts
-             if not args.only or args.only in case[0]]
-    rows = [run(*case, host, args.time_limit, args.per_layer) for case, host in cases]
+    cases = [(case, host, launch) for case in INSTANCES for launch in args.launch_us
+             for host in args.hosts if not args.only or args.only in case[0]]
+    rows = [run(*case, host, args.time_limit, args.per_layer, launch * 1e-6)
+            for case, host, launch in cases]
     print_table(rows)
     if args.json:
         with open(args.json, "w") as fh:

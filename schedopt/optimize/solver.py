@@ -66,6 +66,13 @@ from schedopt.optimize.flowshop import (
     resource_bound,
 )
 from schedopt.optimize.heuristics import local_search, schrage_order
+from schedopt.optimize.host_dp import (
+    CANDIDATE_S,
+    MAX_STATES,
+    ROUNDING,
+    host_programme,
+    solve_host_programme,
+)
 from schedopt.optimize.host_side import host_bound, host_work
 from schedopt.optimize.instance import TICK_BUDGET, Instance, Segments, build_instance
 from schedopt.optimize.lns import windowed_lns
@@ -993,6 +1000,38 @@ def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float,
     return best
 
 
+def _host_programme(search: SolveState, plan: Plan, sim: float
+                    ) -> tuple[Plan, float, float] | None:
+    """The exact programme with the host side (:mod:`.host_dp`) on the class of ``plan``
+    (simulated at ``sim``), within the work left: its plan, that plan's simulated period and
+    the programme's bound (seconds), or None outside its class or out of time. Where its plan
+    simulates at the programme's value, the bound is that period (the value bounds every
+    plan; the two sums differ only in rounding)."""
+    fine = search.fine
+    prog = None if fine is None else host_programme(fine, plan)
+    if prog is None or fine is None:
+        return None
+    per_state = CANDIDATE_S * prog.backward_s.size  # a state is a candidate at every later layer
+    stats: dict[str, int] = {}
+
+    def out_of_time() -> bool:
+        late = time.perf_counter() >= search.budget.deadline
+        search.wall_stop |= late
+        return late or search.control.interrupted
+
+    sol = solve_host_programme(prog, sim, stop=out_of_time, stats=stats,
+                               max_states=min(MAX_STATES, int(search.work_left() / per_state)))
+    search.budget.spend(CANDIDATE_S * stats.get("candidates", 0))
+    if sol is None:
+        return None
+    dp_plan = fine.to_plan(sol.segs, knobs=_knobs(search.opts))
+    dp_sim = simulate(search.trace, search.cluster, dp_plan).iteration_time_s
+    bound = sol.value_s
+    if abs(dp_sim - bound) <= ROUNDING * dp_sim:
+        bound = max(bound, dp_sim)
+    return dp_plan, dp_sim, bound
+
+
 def _host_side_bound(search: SolveState, plan: Plan, sim: float, relax: Relaxation) -> float:
     """The host side's bound (:mod:`.host_side`) on the class of ``plan``, at most ``sim``,
     within the work left (each counting programme charged like a flow-shop programme)."""
@@ -1010,12 +1049,12 @@ def _host_side_bound(search: SolveState, plan: Plan, sim: float, relax: Relaxati
 
 
 def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan: Plan,
-                   sim: float, notes: list[str]) -> tuple[float, Method]:
+                   sim: float, notes: list[str], exact_s: float = 0.0) -> tuple[float, Method]:
     """The bound (s) where the model relaxes the cluster (:mod:`.relax`) and what proved it:
     the model's bound times the relaxation's factor, the contention's cost, the model's own
-    optimum without a host (the period of ``model_plan`` without host costs), and the host
-    side's bound on the class of ``plan`` (simulated at ``sim``); notes name the bound
-    taken."""
+    optimum without a host (the period of ``model_plan`` without host costs), the host
+    side's bound on the class of ``plan`` (simulated at ``sim``) and the exact programme's
+    with the host side (``exact_s``, 0 without one); notes name the bound taken."""
     best, opts, trace, cluster = search.best, search.opts, search.trace, search.cluster
     assert best is not None
     tick = best.inst.tick
@@ -1038,6 +1077,10 @@ def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan
             notes.append(f"bound {host_s:.6g} s from the host side (the launching thread's "
                          "work per step, and its cycle with the device)")
             bound_s, method = host_s, Method.HOST_SIDE
+    if exact_s > bound_s:
+        notes.append(f"bound {exact_s:.6g} s from the exact programme with the host side "
+                     "(one bucket per layer at most, in readiness order)")
+        bound_s, method = exact_s, Method.DP
     return bound_s, method
 
 
@@ -1065,6 +1108,15 @@ def _result(search: SolveState) -> SolveResult:
         if found is not None:
             plan, sim, method = found
             value_s = sim
+    exact_s = 0.0
+    if relax is not None and relax.only_host:
+        exact = _host_programme(search, plan, sim)
+        if exact is not None:
+            if exact[1] < sim * (1 - 1e-12):
+                plan, sim, method = exact[0], exact[1], Method.DP
+                value_s = sim
+            # the value bounds every plan: one within its rounding is optimal
+            exact_s = sim if abs(sim - exact[2]) <= ROUNDING * sim else exact[2]
     if hint is not None and hint.row.iteration_time_s < sim * (1 - 1e-12):
         notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning "
                      f"{hint.row.policy}'s plan")
@@ -1086,7 +1138,8 @@ def _result(search: SolveState) -> SolveResult:
                          " prefetch)")
         gap = max(0.0, (value_s - bound_s) / value_s) if value_s > 0 else 0.0
     else:  # judged by the simulator; the model's bound relaxed to stay valid
-        bound_s, bound_method = _relaxed_bound(search, relax, plan, model_plan, sim, notes)
+        bound_s, bound_method = _relaxed_bound(search, relax, plan, model_plan, sim, notes,
+                                               exact_s)
         bound_s = min(bound_s, sim)
         value_s, agree = sim, True  # the objective is the simulated period
         gap = max(0.0, (sim - bound_s) / sim) if sim > 0 else 0.0
