@@ -5,18 +5,21 @@ Usage::
     python benchmarks/bench_host_side.py                       # every instance, 20 s each
     python benchmarks/bench_host_side.py --only resnet50 --hosts 1.5
     python benchmarks/bench_host_side.py --per-layer --json out.json
+    python benchmarks/bench_host_side.py --launch-us 20 200 1000     # dearer calls too
 
 Instances: shipped traces and clusters, whose host times (docs/model.md, "Host side") are set
 to ``host`` times the device's, layer by layer and for the optimizer step (0.5: the host runs
 ahead; 0.95: close behind the device; 1.05 and 1.5: host-bound), with 20 us per collective
-call and 15 us per gradient hook: ResNet-50 (V100, batch 64) on ``dgx1-v100``, GPT-2 124M
-(A100, bf16) on ``dgx-a100`` and BERT-base (A100, bf16) on 2 nodes of ``dgx-a100-family``.
+call (``--launch-us``: others) and 15 us per gradient hook: ResNet-50 (V100, batch 64) on
+``dgx1-v100``, GPT-2 124M (A100, bf16) on ``dgx-a100`` and BERT-base (A100, bf16) on 2 nodes
+of ``dgx-a100-family``.
 Wait-for-all in readiness order, or with ``--per-layer`` the per-layer next forward with
 reordering; the baselines as hint, one worker, seed 0.
 
 The optimizer searches the model without a host and judges its plans, and plans with fewer
-calls, by the simulator; the bound is the larger of that model's and the host side's
-(:mod:`schedopt.optimize.host_side`). The table prints, per instance, the plan, the best
+calls, by the simulator; the bound is the larger of that model's, the host side's
+(:mod:`schedopt.optimize.host_side`) and, in wait-for-all mode, the exact programme's with the
+host side (:mod:`schedopt.optimize.host_dp`). The table prints, per instance, the plan, the best
 baseline, the bound, the gap, the status, the wall time and the method of the bound. Run it
 from another checkout (``PYTHONPATH=<checkout> python benchmarks/bench_host_side.py``) to
 compare commits in one session.
@@ -71,7 +74,7 @@ def run(name: str, trace_name: str, cluster_name: str, nodes: int | None, host: 
     mode: dict[str, Any] = {"next_forward": "per-layer", "reorder": True} if per_layer else {}
     res = solve(trace, cluster, SolveOptions(time_limit_s=limit, workers=1, seed=0, **mode))
     best = min((b.iteration_time_s for b in res.baselines if b.expressible), default=None)
-    row = {"instance": name, "host": host, "launch_us": launch_s * 1e6,
+    row = {"instance": name, "host": host, "launch_us": round(launch_s * 1e6, 6),
            "plan_ms": res.iteration_time_s * 1e3, "buckets": len(res.plan.buckets),
            "baseline_ms": None if best is None else best * 1e3,
            "baseline": res.hint_policy, "bound_ms": res.bound_s * 1e3, "gap": res.gap,
