@@ -4,8 +4,6 @@ order of small random instances, and ``solve``'s OPTIMAL claims with host costs.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +16,7 @@ from schedopt.optimize.host_dp import host_programme, pareto, solve_host_program
 from schedopt.optimize.instance import Instance, build_instance
 from schedopt.simulate.simulator import simulate
 
+from .host_instances import draw_host_times, every_plan, resnet_with_host
 from .strategies import comparable_layers
 
 #: Relative tolerance of the comparisons (the simulator's sums against the programme's).
@@ -32,11 +31,7 @@ def host_cases(draw: st.DrawFn) -> tuple[Trace, Cluster, SolveOptions, int]:
     layers = draw(comparable_layers(500_000))
     if len(layers) > 1 and draw(st.booleans()):
         layers[0]["tensors"] = []
-    scale = draw(st.sampled_from([0.0, 0.3, 0.9, 1.1, 2.0]))
-    for layer in layers:
-        jitter = draw(st.floats(0.5, 1.5))
-        layer["host_forward_s"] = scale * jitter * layer["forward_s"]
-        layer["host_backward_s"] = scale * jitter * layer["backward_s"]
+    draw_host_times(draw, layers)
     trace = Trace.model_validate({
         "name": "h", "batch_size": 1, "layers": layers,
         "update_s": draw(st.sampled_from([0.0, 5e-4])),
@@ -63,14 +58,6 @@ def _knobs(opts: SolveOptions) -> dict:
 def _plan(inst: Instance, segs, opts: SolveOptions, accumulate: int = 1):
     plan = inst.to_plan(segs, knobs=_knobs(opts))
     return plan.model_copy(update={"accumulate": accumulate}) if accumulate > 1 else plan
-
-
-def every_plan(inst: Instance):
-    """Every bucketing of ``inst``'s units, in every launch order."""
-    for bits in itertools.product([False, True], repeat=inst.n - 1):
-        segs = inst.segments_from_cuts(np.array(bits, dtype=bool))
-        for perm in itertools.permutations(range(len(segs))):
-            yield [segs[k] for k in perm]
 
 
 @settings(max_examples=120, deadline=None)
@@ -140,20 +127,10 @@ def test_pareto_keeps_exactly_the_undominated() -> None:
             assert (i in keep) == (not beaten), (i, c, d, f)
 
 
-def _resnet(host: float, **kw) -> tuple[Trace, Cluster, SolveOptions]:
-    """ResNet-50 (V100) on one DGX-1 with host times ``host`` times the device's, 20 us per
-    call and 15 us per hook."""
-    from schedopt.files import load_cluster, load_trace
-
-    tr, cl = load_trace("resnet50-v100-b64"), load_cluster("dgx1-v100")
-    doc = tr.model_dump(mode="json", exclude_none=True)
-    for layer in doc["layers"]:
-        layer["host_forward_s"] = host * layer["forward_s"]
-        layer["host_backward_s"] = host * layer["backward_s"]
-    doc["host_update_s"] = host * doc["update_s"]
-    cl = Cluster.model_validate({**cl.model_dump(), "launch_overhead_s": 2e-5,
-                                 "hook_overhead_s": 1.5e-5})
-    return Trace.model_validate(doc), cl, SolveOptions(time_limit_s=10, workers=1, seed=0, **kw)
+def _resnet(host: float) -> tuple[Trace, Cluster, SolveOptions]:
+    """:func:`.host_instances.resnet_with_host`, wait-for-all."""
+    tr, cl = resnet_with_host(host)
+    return tr, cl, SolveOptions(time_limit_s=10, workers=1, seed=0)
 
 
 def test_a_resnet_whose_host_runs_close_behind_is_proven() -> None:

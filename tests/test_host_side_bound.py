@@ -5,8 +5,6 @@ and OPTIMAL claims against the same brute force."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,6 +17,7 @@ from schedopt.optimize.host_side import host_bound, host_work
 from schedopt.optimize.instance import build_instance
 from schedopt.simulate.simulator import simulate
 
+from .host_instances import draw_host_times, every_plan, resnet_with_host
 from .strategies import comparable_layers
 
 #: Relative tolerance of the comparisons (the simulator's sums against the bound's).
@@ -31,11 +30,7 @@ def host_cases(draw: st.DrawFn) -> tuple[Trace, Cluster]:
     hooks from free to dearer than a bucket's communication, on one all-reduce stage or a
     pipelined hierarchical all-reduce (three stages)."""
     layers = draw(comparable_layers(2_000_000))
-    scale = draw(st.sampled_from([0.0, 0.3, 0.9, 1.1, 2.0]))
-    for layer in layers:
-        jitter = draw(st.floats(0.5, 1.5))
-        layer["host_forward_s"] = scale * jitter * layer["forward_s"]
-        layer["host_backward_s"] = scale * jitter * layer["backward_s"]
+    draw_host_times(draw, layers)
     trace = Trace.model_validate({
         "name": "h", "batch_size": 1, "layers": layers,
         "update_s": draw(st.sampled_from([0.0, 5e-4])),
@@ -49,15 +44,6 @@ def host_cases(draw: st.DrawFn) -> tuple[Trace, Cluster]:
     if draw(st.booleans()):
         doc.update(collective="hierarchical", pipelined_hierarchical=True)
     return trace, Cluster.model_validate(doc)
-
-
-def every_plan(inst, reorder: bool):
-    """Every bucketing of ``inst``'s units, in every launch order with ``reorder``."""
-    for bits in itertools.product([False, True], repeat=inst.n - 1):
-        segs = inst.segments_from_cuts(np.array(bits, dtype=bool))
-        orders = itertools.permutations(range(len(segs))) if reorder else [range(len(segs))]
-        for perm in orders:
-            yield [segs[k] for k in perm]
 
 
 def _options(per_layer: bool, reorder: bool, **kw) -> SolveOptions:
@@ -128,19 +114,8 @@ def test_solve_with_host_costs_never_claims_beyond_brute_force(case: tuple[Trace
 
 
 def _resnet(host: float, mode: str) -> tuple[Trace, Cluster, SolveOptions]:
-    """ResNet-50 (V100) on one DGX-1 with host times ``host`` times the device's, 20 us per
-    call and 15 us per hook."""
-    from schedopt.files import load_cluster, load_trace
-
-    tr, cl = load_trace("resnet50-v100-b64"), load_cluster("dgx1-v100")
-    doc = tr.model_dump(mode="json", exclude_none=True)
-    for layer in doc["layers"]:
-        layer["host_forward_s"] = host * layer["forward_s"]
-        layer["host_backward_s"] = host * layer["backward_s"]
-    doc["host_update_s"] = host * doc["update_s"]
-    tr = Trace.model_validate(doc)
-    cl = Cluster.model_validate({**cl.model_dump(), "launch_overhead_s": 2e-5,
-                                 "hook_overhead_s": 1.5e-5})
+    """:func:`.host_instances.resnet_with_host` with ``mode`` (reordered when per-layer)."""
+    tr, cl = resnet_with_host(host)
     opts = SolveOptions(next_forward=mode, reorder=mode == "per-layer", time_limit_s=10,
                         workers=1, seed=0)
     return tr, cl, opts

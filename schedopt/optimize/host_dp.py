@@ -135,8 +135,7 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
     if h is None:
         return None
     launch = float(cluster.launch_overhead_s)
-    is_launch = np.array([k[0] == "launch" for k in h.keys], dtype=bool)
-    pre = np.cumsum(h.dur) - launch * np.cumsum(is_launch)
+    pre = h.ends_without_calls(launch)
     readies = np.flatnonzero(m.readies)
     first = int(readies[0])
     rel = np.where(h.of_chain >= 0, pre[np.maximum(h.of_chain, 0)], -np.inf)

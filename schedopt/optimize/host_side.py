@@ -127,10 +127,8 @@ def host_work(trace: Trace, cluster: Cluster, plan: Plan) -> HostWork | None:
     if h is None:
         return None
     launch = float(cluster.launch_overhead_s)
-    is_launch = np.array([k[0] == "launch" for k in h.keys], dtype=bool)
-    # the host time up to the end of every host task, without any collective call
-    pre = np.cumsum(h.dur) - launch * np.cumsum(is_launch)
-    fixed = float(h.dur[~is_launch].sum())
+    pre = h.ends_without_calls(launch)
+    fixed = float(h.dur[~h.is_launch].sum())
     per_layer = plan.next_forward == "per-layer"
     after = 0.0 if per_layer else float(trace.update_s)
     dev = np.where(m.chain_kind == 2, 0.0, m.chain_dur)

@@ -259,6 +259,16 @@ class HostChain:
         keys.append(("host-update",))
         return cls(np.array(dur, dtype=float), keys, of_chain, of_launch)
 
+    @property
+    def is_launch(self) -> np.ndarray:
+        """Mask of the collective calls among the host tasks."""
+        return np.array([k[0] == "launch" for k in self.keys], dtype=bool)
+
+    def ends_without_calls(self, launch_s: float) -> np.ndarray:
+        """The end of every host task from the start of the iteration when the collective calls
+        (``launch_s`` each) take no time: what the thread's work is whatever the plan."""
+        return np.cumsum(self.dur) - launch_s * np.cumsum(self.is_launch)
+
 
 def _check_concurrency(cluster: Cluster, plan: Plan, n_stages: int, sharded: bool) -> None:
     """Refuse what concurrent collectives are not modelled with: several communication
