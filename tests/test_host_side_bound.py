@@ -15,6 +15,7 @@ from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.host_side import host_bound, host_work
 from schedopt.optimize.instance import build_instance
+from schedopt.optimize.relax import first_bucket_candidates, without_host
 from schedopt.simulate.simulator import simulate
 
 from .host_instances import draw_host_times, every_plan, resnet_with_host
@@ -86,6 +87,10 @@ def test_every_plan_pays_the_host_work_and_cycle(case: tuple[Trace, Cluster], pe
         assert own.cycle_s == pytest.approx(work.cycle_s, rel=TOL, abs=1e-15)
         period = simulate(trace, cluster, plan).iteration_time_s
         assert period >= work.bound(len(segs)) * (1 - TOL), (segs, period, work)
+        # knowing how many units layer 0 has (one: one bucket holds them) tightens it
+        counted = host_work(trace, cluster, plan, first_units=int((inst.layer == 0).sum()))
+        assert counted is not None and counted.cycle_s >= own.cycle_s * (1 - TOL)
+        assert period >= counted.bound(len(segs)) * (1 - TOL), (segs, period, counted)
         best = min(best, period)
     assert work is not None
     fine = inst if len(inst.stages) == 1 and accumulate == 1 else None
@@ -119,6 +124,73 @@ def _resnet(host: float, mode: str) -> tuple[Trace, Cluster, SolveOptions]:
     opts = SolveOptions(next_forward=mode, reorder=mode == "per-layer", time_limit_s=10,
                         workers=1, seed=0)
     return tr, cl, opts
+
+
+def test_the_first_forward_bounds_and_the_last_bucket_reaches_it() -> None:
+    """ResNet-50 with host times half the device's, per-layer: the next step's first forward
+    waits for its launch (0.69 ms) after the backward, which the model without a host leaves
+    out; the first forward's bound lifts the bound above that model's optimum, and a larger
+    last bucket, whose update fills part of that wait, comes within 0.01% of it."""
+    tr, cl, opts = _resnet(0.5, "per-layer")
+    free = solve(*without_host(tr, cl), opts)
+    assert free.status == Status.OPTIMAL
+    res = solve(tr, cl, opts)
+    assert res.bound_method == "host-side"
+    assert res.bound_s >= free.iteration_time_s + 4e-4
+    assert res.iteration_time_s <= res.bound_s * (1 + 1e-4)
+    # the plan's last bucket holds far more than layer 0's one tensor (37 KB)
+    last = res.plan.buckets[-1]
+    assert "conv1.weight" in last
+    size = {t.name: t.bytes for t in tr.tensor_list}
+    assert sum(size[name] for name in last) > 1e7
+
+
+def test_the_first_forward_bound_holds_where_the_update_fills_the_wait() -> None:
+    """Three layers, a 2 ms launch of the first forward and a 3 ms update: the plan that puts
+    layer 1 with layer 0 hides most of that launch behind their update. Every plan simulates
+    at or above the first forward's bound (with one unit in layer 0, and for any number), which
+    comes within 1% of the best."""
+    tr = Trace.model_validate({"name": "f", "batch_size": 1, "update_s": 3e-3, "layers": [
+        {"name": "l0", "forward_s": 1e-3, "backward_s": 1e-3, "host_forward_s": 2e-3,
+         "tensors": [{"name": "w0", "bytes": 4000}]},
+        {"name": "l1", "forward_s": 1e-3, "backward_s": 1e-3,
+         "tensors": [{"name": "w1", "bytes": 4_000_000}]},
+        {"name": "l2", "forward_s": 1e-3, "backward_s": 1e-3,
+         "tensors": [{"name": "w2", "bytes": 4_000_000}]}]})
+    cl = Cluster.model_validate({"name": "c", "nodes": 1, "gpus_per_node": 2,
+                                 "intra_link": {"bandwidth_Bps": 1e10}})
+    opts = _options(True, True)
+    inst = build_instance(tr, cl, opts, merge=False)
+    periods = []
+    for segs in every_plan(inst, True):
+        plan = inst.to_plan(segs, knobs=_knobs(opts))
+        period = simulate(tr, cl, plan).iteration_time_s
+        for units in (1, None):
+            work = host_work(tr, cl, plan, first_units=units)
+            assert work is not None
+            assert period >= work.bound(len(segs)) * (1 - TOL)
+        periods.append(period)
+    work = host_work(tr, cl, plan, first_units=1)
+    assert work is not None
+    # the device's work is 9 ms; the launch alone would make it 11 ms
+    assert 9e-3 < work.cycle_s <= min(periods) <= work.cycle_s * 1.01
+
+
+def test_first_bucket_candidates_join_the_last_units() -> None:
+    """Every candidate is a plan of all units whose last bucket, launched last, runs from a cut
+    to the last unit (layer 0 whole), the cuts falling and the joined bytes rising."""
+    tr, cl, opts = _resnet(0.5, "per-layer")
+    inst = build_instance(tr, cl, opts, merge=False)
+    segs = [(i, i) for i in range(inst.n)]
+    plans = first_bucket_candidates(inst, segs)
+    assert len(plans) > 20
+    starts = [p[-1][0] for p in plans]
+    assert starts == sorted(set(starts), reverse=True)
+    assert starts[0] == int(np.flatnonzero(inst.layer == 0)[0])
+    for plan in plans:
+        units = sorted(u for lo, hi in plan for u in range(lo, hi + 1))
+        assert units == list(range(inst.n))
+        assert plan[-1][1] == inst.n - 1
 
 
 @pytest.mark.parametrize("mode", ["wait-for-all", "per-layer"])

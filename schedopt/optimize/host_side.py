@@ -20,6 +20,17 @@ facts of the simulator give bounds that hold for every plan of a class (same ``n
   every compute task ``j`` the period is at least the host time up to ``j``'s launch (without
   any collective call, which can only come later) plus the compute of ``j`` and of every task
   after it in the step (the updates of per-layer mode, placed by the plan, are left out).
+* **The first forward** (per-layer mode, layer 0 holding gradients). The next step's first
+  forward waits for its launch, ``hf0`` after the end of this step's backward, and for the
+  updates gated by layer 0, which wait for their buckets: every bucket holding a layer-0
+  gradient is ready only at the end of the backward. With ``Z`` the bytes of those buckets
+  and ``u0 = U Z / T`` their updates' share, the rest of the next step (``F + B + U - u0``)
+  follows that forward's start, so the period is at least
+  ``F + B + U + max(hf0 - u0, comm(Z))``: ``comm(Z)`` is the one bucket's stages when layer 0
+  is one unit; otherwise, as the updates may run while the later buckets communicate,
+  ``max_s (alpha_s + beta_s Z) - u0`` (the updates of all but the last bucket taken out).
+  ``Z`` is unknown but at least layer 0's bytes: the bound is the least over ``Z`` of the
+  larger of a falling and a rising line.
 
 The number of buckets: a plan whose period is at most ``lam`` has a period at most ``lam``
 without its host costs too (they only add time), so it has at least the fewest buckets
@@ -37,6 +48,7 @@ and their optimality is then proven.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -102,7 +114,8 @@ class HostWork:
         return max(self.serial(buckets), self.cycle_s)
 
 
-def host_work(trace: Trace, cluster: Cluster, plan: Plan) -> HostWork | None:
+def host_work(trace: Trace, cluster: Cluster, plan: Plan, *,
+              first_units: int | None = None) -> HostWork | None:
     """The host work of ``plan``'s class (module docstring), or None without a host side.
 
     Parameters
@@ -112,6 +125,10 @@ def host_work(trace: Trace, cluster: Cluster, plan: Plan) -> HostWork | None:
     plan
         Any all-reduce plan of the class (its ``next_forward``, ``overlap`` and
         ``accumulate`` lay out the host tasks; its buckets and order do not matter).
+    first_units
+        The units (tensors, or pieces with partitioning) of layer 0 in the class: 1 means one
+        bucket holds layer 0's gradients (the first forward's bound is then tighter); None,
+        any number.
 
     Returns
     -------
@@ -137,6 +154,8 @@ def host_work(trace: Trace, cluster: Cluster, plan: Plan) -> HostWork | None:
     cycle = float((pre[h.of_chain[on]] + suffix[on]).max(initial=0.0))
     if not per_layer:  # the update waits for the optimizer step's launches and every call
         cycle = max(cycle, fixed + after, _comm_cycle(m, pre, launch, plan.comm_dtype is None))
+    elif plan.comm_dtype is None and m.stages:
+        cycle = max(cycle, _first_forward(m, float(h.dur[0]), float(dev.sum()), first_units))
     return HostWork(fixed_s=fixed, launch_s=launch, after_s=after,
                     margin=PER_LAYER_MARGIN if per_layer else 0.0,
                     update_host_s=float(trace.host_update_s), cycle_s=cycle,
@@ -192,6 +211,53 @@ def _comm_cycle(m: Model, pre: np.ndarray, launch: float, plain_bytes: bool) -> 
                 for lay in holding.tolist())
     best = min(no_early, early)
     return best + float(trace.update_s)
+
+
+def _first_forward(m: Model, host_first: float, device: float, first_units: int | None
+                   ) -> float:
+    """Per-layer: the first forward's bound (module docstring), 0 when layer 0 holds no
+    gradient.
+
+    Parameters
+    ----------
+    m
+        The simulator's model of a plan of the class.
+    host_first
+        The host time of the step's first launch (``hf0``).
+    device
+        The step's compute without the updates (``F + B`` over its micro-batches).
+    first_units
+        Layer 0's units in the class (1: one bucket holds them; None: any number).
+    """
+    trace = m.trace
+    lo = float(trace.ready_bytes[trace.ready_layer == 0].sum())
+    if lo <= 0:
+        return 0.0
+    hi = float(trace.ready_bytes.sum())
+    upd = float(trace.update_s)
+    w = upd / hi  # update seconds per byte
+    ratios = [curve_ratio(st) for st in m.stages]
+    # comm(Z) as rising lines (intercept, slope), the updates' share taken out where it can
+    # overlap the communication of later buckets
+    if first_units == 1:
+        lines = [(sum(r * st.alpha_s for r, st in zip(ratios, m.stages, strict=True)),
+                  sum(r * st.beta_s_per_byte for r, st in zip(ratios, m.stages, strict=True)))]
+    else:
+        lines = [(r * st.alpha_s, r * st.beta_s_per_byte - w)
+                 for r, st in zip(ratios, m.stages, strict=True)]
+    lines.append((host_first, -w))  # the launch, less the updates that fill its wait
+
+    def worst(z: float) -> float:
+        return max(c0 + c1 * z for c0, c1 in lines)
+
+    # the upper envelope is convex: its least value on [lo, hi] is at an end or a crossing
+    points = [lo, hi]
+    for (a0, a1), (b0, b1) in itertools.combinations(lines, 2):
+        if a1 != b1:
+            z = (b0 - a0) / (a1 - b1)
+            if lo < z < hi:
+                points.append(z)
+    return device + upd + min(worst(z) for z in points)
 
 
 def _slack_ticks(inst: Instance) -> int:

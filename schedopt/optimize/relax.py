@@ -48,11 +48,12 @@ if TYPE_CHECKING:
     from schedopt.model.plan import Plan
     from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_DESCENT_EVALS", "MAX_SIDE_PIECES",
-           "MAX_WINDOW_LEVELS", "PER_LAYER_MARGIN", "SPLIT_HEAD_LAYERS", "SPLIT_LOW_LAYERS",
-           "Relaxation", "contention_bound", "count_candidates", "curve_ratio", "gradient_pieces",
-           "host_free_period", "launch_candidates", "per_layer_overlap", "relaxation",
-           "simulated_descent", "split_candidates", "without_host"]
+__all__ = ["FIRST_BUCKET_STEPS", "LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_DESCENT_EVALS",
+           "MAX_SIDE_PIECES", "MAX_WINDOW_LEVELS", "PER_LAYER_MARGIN", "SPLIT_HEAD_LAYERS",
+           "SPLIT_LOW_LAYERS", "Relaxation", "contention_bound", "count_candidates",
+           "curve_ratio", "first_bucket_candidates", "gradient_pieces", "host_free_period",
+           "launch_candidates", "per_layer_overlap", "relaxation", "simulated_descent",
+           "split_candidates", "without_host"]
 
 #: Multiples of the launch cost tried as extra start-up cost per bucket (:func:`launch_candidates`):
 #: a call delays its own start by one launch when the host runs ahead, and every later backward
@@ -61,6 +62,9 @@ LAUNCH_SCALES = (0.5, 1.0, 2.0, 4.0)
 
 #: Largest bucket count whose best bucketing :func:`launch_candidates` offers.
 MAX_COUNT_CANDIDATES = 48
+
+#: Grid steps per doubling of the last bucket's bytes in :func:`first_bucket_candidates`.
+FIRST_BUCKET_STEPS = 8
 
 #: Most plans :func:`simulated_descent` simulates.
 MAX_DESCENT_EVALS = 400
@@ -481,6 +485,52 @@ def _tail_segments(runs: list[tuple[int, int]], rest: list[int], grouped: bool) 
         else:
             groups.append([r])
     return [(runs[g[0]][0], runs[g[-1]][1]) for g in reversed(groups)]
+
+
+def first_bucket_candidates(inst: Instance, segs: Segments,
+                            per_octave: int = FIRST_BUCKET_STEPS) -> list[Segments]:
+    """Plans whose last bucket, the one the next step's first forward waits for, is larger.
+
+    In per-layer mode the next step's first forward waits for its launch, which the host
+    starts only once the step's backward has ended (docs/model.md, "Host side"); the updates
+    of the bucket that holds layer 0 can run in that wait. So ``segs`` is offered with its
+    last units ``c .. n-1`` joined into one bucket, launched last (the other buckets keep their
+    order, cut at ``c``), for ``c`` whose joined bytes run from layer 0's bytes to all of them
+    in ``per_octave`` steps per doubling (:func:`.host_side.host_work` bounds what this can
+    gain).
+
+    Parameters
+    ----------
+    inst
+        The instance of the search.
+    segs
+        A plan (segments in launch order) of ``inst``.
+    per_octave
+        Grid steps per doubling of the joined bytes.
+
+    Returns
+    -------
+    list of Segments
+        One plan per distinct ``c``, from the smallest joined bucket (none without
+        communication or when layer 0 holds no gradient).
+    """
+    n = inst.n
+    if not inst.stages or not segs or int(inst.layer[-1]) != 0:
+        return []
+    tail = np.cumsum(inst.nbytes[::-1].astype(float))[::-1]  # bytes of units c .. n-1
+    first = int(np.flatnonzero(inst.layer == 0)[0])
+    lo, hi = float(tail[first]), float(tail[0])
+    steps = math.ceil(per_octave * math.log2(max(hi / lo, 1.0))) + 1
+    targets = lo * np.power(2.0, np.arange(steps) / per_octave)
+    # the largest c whose units c .. n-1 hold at least the target (tail falls with c)
+    cuts = sorted({min(first, int(np.searchsorted(-tail, -z, side="right")) - 1)
+                   for z in targets}, reverse=True)
+    plans: list[Segments] = []
+    for c in cuts:
+        c = max(c, 0)
+        kept = [(a, min(b, c - 1)) for a, b in segs if a < c]
+        plans.append([*kept, (c, n - 1)])
+    return plans
 
 
 def launch_candidates(inst: Instance) -> list[Segments]:

@@ -83,6 +83,7 @@ from schedopt.optimize.relax import (
     Relaxation,
     contention_bound,
     count_candidates,
+    first_bucket_candidates,
     host_free_period,
     launch_candidates,
     relaxation,
@@ -1035,8 +1036,9 @@ def _host_programme(search: SolveState, plan: Plan, sim: float
 def _host_side_bound(search: SolveState, plan: Plan, sim: float, relax: Relaxation) -> float:
     """The host side's bound (:mod:`.host_side`) on the class of ``plan``, at most ``sim``,
     within the work left (each counting programme charged like a flow-shop programme)."""
-    work = host_work(search.trace, search.cluster, plan)
     fine = search.fine
+    work = host_work(search.trace, search.cluster, plan,
+                     first_units=None if fine is None else int((fine.layer == 0).sum()))
     if work is None:
         return 0.0
     inst = fine if relax.factor == 1.0 else None
@@ -1102,6 +1104,8 @@ def _result(search: SolveState) -> SolveResult:
     slowed = cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0
     if relax is not None and (relax.host or slowed):  # what calls cost: plans with fewer
         candidates = launch_candidates(inst) if relax.host else []
+        if relax.host and opts.next_forward == "per-layer":  # the first forward's wait
+            candidates += first_bucket_candidates(inst, inst.segments_of_plan(plan)[0])
         if slowed and not candidates:  # overlap is not free: fewer, larger calls
             candidates = count_candidates(inst, reorder=opts.reorder)
         found = _host_candidates(search, inst, plan, sim, candidates)
