@@ -2,8 +2,8 @@
 
 The host side (docs/model.md, "Host side") is one thread that runs an iteration's host tasks
 back to back: the forward and backward launches of every layer (with the reducer's hooks), one
-collective call per bucket (``launch_overhead_s`` each) and the optimizer step's launches. Two
-facts of the simulator give bounds that hold for every plan of a class (same ``next_forward``,
+collective call per bucket (``launch_overhead_s`` each) and the optimizer step's launches.
+These facts of the simulator give bounds that hold for every plan of a class (same ``next_forward``,
 ``overlap`` and ``accumulate``), whatever its bucketing and launch order:
 
 * **The thread's work.** Iterations follow each other on the one thread, so the period is at
