@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/ablation_optimize.py          # about 15 minutes, one worker, seed 0
     python benchmarks/ablation_optimize.py flow_shop several_stages   # these experiments only
-    python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # issue 17
+    python benchmarks/ablation_optimize.py fine_grid grid_skew coarse_programme  # the grid's
     python benchmarks/ablation_optimize.py pruning   # dominance across cuts, slack pruning
     python benchmarks/ablation_optimize.py peak_rules   # the peak's own death tests
     python benchmarks/ablation_optimize.py look_ahead grid_refine   # tests of what follows a cut

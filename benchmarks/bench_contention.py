@@ -20,7 +20,7 @@ On such a cluster the optimizer searches its full-speed model and judges plans b
 (docs/formulation.md, "Clusters beyond the model"). The table prints, per instance, the method
 that found the plan, the simulated iteration time of the plan and of the best baseline, the
 bound, the gap, the status, the wall time to the final result and the deterministic work. The
-target of issue 40 is a gap within 2% in 60 s; the rows above it are marked. ``--per-layer``
+target is a gap within 2% in 60 s; the rows above it are marked. ``--per-layer``
 solves the per-layer next forward with reordering instead. The bound is the larger of the
 full-speed model's and the contention bound (``schedopt.optimize.relax.contention_bound``,
 per-layer with the sides of whole tensors, ``per_layer_overlap``); the plan the best of the

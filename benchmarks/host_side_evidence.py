@@ -58,7 +58,7 @@ thread runs ahead of the GPU and a hook cost changes the 1-GPU prediction only o
 alone outlast the GPU's forward and backward: the world-size-1 fit then lands in the host-bound
 regime. The output states the fitted values; read the ``after`` figures with them.
 
-Targets (issue 36, item 6, on the 8 multi-GPU (model, GPU count) pairs of ResNet-50/101 at
+Targets (on the 8 multi-GPU (model, GPU count) pairs of ResNet-50/101 at
 2/4/8/16 GPUs): the ranking of 1 against 25 MiB right in at least 7 of 8 (a predicted tie
 counts as wrong), and a mean |error| of at most 5% over the 16 rows (both caps). The 1-GPU
 rows are printed apart (25 MiB is the fitted row; 1 MiB is held out) and do not count.

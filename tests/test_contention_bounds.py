@@ -7,7 +7,7 @@ whose link the batch copy shares, and on a measured cost curve; then ``solve`` (
 work limit) on the same instances reports a bound below the best plan of its class. The per-layer
 bound's sides (:func:`schedopt.optimize.relax.per_layer_overlap`: whole tensors, or pieces of a
 partition) are checked the same way on instances with one large tensor high in the network (the
-case of VGG-16 in issue 40) and on hypothesis-drawn ones.
+case of VGG-16 on 16 GPUs) and on hypothesis-drawn ones.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from schedopt.optimize.relax import (
 )
 from schedopt.simulate.simulator import simulate
 
-#: (s, s_c): both sides of gamma = 1/s + 1/s_c - 1 = 0, and the corners of issue 40
+#: (s, s_c): both sides of gamma = 1/s + 1/s_c - 1 = 0, and the corners of the benchmark
 SLOWDOWNS = [(1.2, 1.0), (1.5, 1.5), (2.0, 2.0), (1.0, 2.0), (3.0, 1.1), (1.05, 4.0)]
 
 SEEDS = range(4)
@@ -77,7 +77,7 @@ def random_trace(seed: int) -> Trace:
 def split_trace(seed: int) -> Trace:
     """Five or six layers, four gradient tensors: a large one high in the network (its call
     longer than much of the backward below it), a small one in the lowest layer, two of any
-    size between: plans gain from launching some calls after the lowest layer's (issue 40)."""
+    size between: plans gain from launching some calls after the lowest layer's."""
     rng = np.random.default_rng([41, seed])
     n_layers = int(rng.integers(5, 7))
     owners = [0, *sorted(int(x) for x in rng.integers(1, n_layers - 1, size=2)),

@@ -1,4 +1,4 @@
-"""How the operator model's attention scales with the sequence length (issue 38).
+"""How the operator model's attention scales with the sequence length.
 
 At a fixed number of tokens, going from sequence 128 to 512 must leave the linear products
 unchanged and multiply the per-token attention work by 4 (the score matrix has ``s`` columns per

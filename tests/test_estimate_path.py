@@ -1,4 +1,4 @@
-"""The attention path of an estimate: ``--attention auto|flash|eager`` (issue 38).
+"""The attention path of an estimate: ``--attention auto|flash|eager``.
 
 ``auto`` must price what the estimator priced before the choice existed (the fused flash kernel
 at bf16/fp16 on a profile with flash figures, eager matmul + softmax otherwise; the roofline
