@@ -26,8 +26,9 @@ bucket closed at ``i`` is released at ``max(D_i, h_i + (c + 1) * launch)`` and e
 ``F' = max(F, release) + time(bytes of p+1..i)``. A state after a close is ``(c, D, F)``: all
 three only delay what follows, so a state no better in all three than another at the same
 layer is dropped (a Pareto front per layer). The period is
-``max(D_end, F, h_update + c * launch) + update_s``. States whose plain lower bound exceeds a
-known plan's period are dropped too, so the search is as wide as the host's effect.
+``max(D_end, F, h_update + c * launch) + update_s``. A state is retired once a plain lower
+bound of its extension (which does not fall as its next close moves later) exceeds the best
+period known: a known plan's, then that of closing the rest in one bucket from any new state.
 
 **Exactness.** Iteration ``t`` starts when the update of ``t - 1`` ends: the host then starts
 (the loop's synchronisation; its last task precedes that update), the compute stream and the
@@ -202,10 +203,54 @@ def pareto(count: np.ndarray, dev: np.ndarray, link: np.ndarray) -> np.ndarray:
     return np.asarray(keep, dtype=np.int64)
 
 
+class _Sweep:
+    """The recurrence's terms over the readying backward (module docstring)."""
+
+    def __init__(self, prog: HostProgramme) -> None:
+        self.prog = prog
+        self.sb = np.r_[0.0, np.cumsum(prog.backward_s)]
+        self.cb = np.r_[0, np.cumsum(prog.nbytes)]
+        self.g = prog.host_s - self.sb[:-1]  # h_k - B(0..k-1): the host's term of a device end
+
+    def close(self, p: np.ndarray, c: np.ndarray, dev: np.ndarray, link: np.ndarray, i: int
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The device end and link end after closing a bucket at ``i`` from states closed
+        at ``p`` with ``c`` calls, the device at ``dev`` and the link at ``link``."""
+        prog, sb, cb = self.prog, self.sb, self.cb
+        suf = np.maximum.accumulate(self.g[i::-1])[::-1]  # max of g over k..i, k = 0..i
+        end = np.maximum(dev + sb[i + 1] - sb[p + 1], c * prog.launch_s + suf[p + 1] + sb[i + 1])
+        release = np.maximum(end, prog.host_s[i] + (c + 1) * prog.launch_s)
+        nbytes = (cb[i + 1] - cb[p + 1]).astype(float)
+        return end, np.maximum(link, release) + prog.stage.times(nbytes)
+
+    def low(self, i: int, c: np.ndarray, dev: np.ndarray, link: np.ndarray) -> np.ndarray:
+        """A lower bound of the period, less the update, of every completion of states just
+        closed at ``i``; for one earlier state it does not fall as its next close ``i`` moves
+        later (the rest's start-ups and the last call are left out for that)."""
+        prog, rest = self.prog, float(self.cb[-1] - self.cb[i + 1])
+        return np.maximum.reduce([link + prog.stage.beta_s_per_byte * rest,
+                                  dev + self.sb[-1] - self.sb[i + 1],
+                                  prog.host_update_s + c * prog.launch_s])
+
+    def period(self, last: int, c: np.ndarray, dev: np.ndarray, link: np.ndarray) -> np.ndarray:
+        """The period of states closed at the last layer with gradients ``last``."""
+        prog, sb = self.prog, self.sb
+        if last + 1 < sb.size - 1:  # layers after the last gradient: launched after every call
+            dev = np.maximum(dev + sb[-1] - sb[last + 1],
+                             c * prog.launch_s + float(self.g[last + 1:].max()) + sb[-1])
+        host = prog.host_update_s + c * prog.launch_s
+        return np.maximum.reduce([dev, link, host]) + prog.update_s
+
+
 def solve_host_programme(prog: HostProgramme, hi_s: float, *, max_states: int = MAX_STATES,
                          stop: Callable[[], bool] | None = None,
                          stats: dict[str, int] | None = None) -> HostSolution | None:
     """The bucketing of least value (module docstring) among those of value at most ``hi_s``.
+
+    The layers are swept in readiness order; every live state is extended to a close at each
+    layer with gradients. A state is retired once its extension's lower bound exceeds the
+    best value known (``hi_s``, then the value of closing the rest in one bucket from any new
+    state), as no later close of it can do better.
 
     Parameters
     ----------
@@ -219,7 +264,7 @@ def solve_host_programme(prog: HostProgramme, hi_s: float, *, max_states: int = 
     stop
         Called between layers; True gives up (the time limit).
     stats
-        Receives ``candidates``: the candidate states evaluated.
+        Receives ``candidates``: the extensions evaluated.
 
     Returns
     -------
@@ -227,52 +272,43 @@ def solve_host_programme(prog: HostProgramme, hi_s: float, *, max_states: int = 
         None when given up, or when no bucketing's value is at most ``hi_s``.
     """
     out = stats if stats is not None else {}
-    b, h, launch, st = prog.backward_s, prog.host_s, prog.launch_s, prog.stage
-    n_l = b.size
-    sb = np.r_[0.0, np.cumsum(b)]
-    cb = np.r_[0, np.cumsum(prog.nbytes)]
-    g = h - sb[:-1]  # h_k - B(0..k-1): the host's term of a later device end
-    positions = np.flatnonzero(prog.nbytes > 0).tolist()
     out["candidates"] = 0
+    positions = np.flatnonzero(prog.nbytes > 0).tolist()
     if not positions:
         return None
-    limit = hi_s * (1 + ROUNDING) - prog.update_s
+    sweep, last = _Sweep(prog), positions[-1]
+    best = hi_s
     states = _States(np.array([-1]), np.array([0]), np.array([prog.start_s]),
                      np.array([-np.inf]), np.array([-1]))
+    live = np.array([0])
     for i in positions:
         if stop is not None and stop():
             return None
-        p, c = states.pos, states.count
-        suf = np.maximum.accumulate(g[i::-1])[::-1]  # max of g over k..i, k = 0..i
-        dev = np.maximum(states.dev + sb[i + 1] - sb[p + 1], c * launch + suf[p + 1] + sb[i + 1])
-        release = np.maximum(dev, h[i] + (c + 1) * launch)
-        link = np.maximum(states.link, release) + st.times((cb[i + 1] - cb[p + 1]).astype(float))
-        out["candidates"] += int(c.size)
-        rest = int(cb[-1] - cb[i + 1])
-        low = np.maximum.reduce([
-            link + (float(st.times(np.array([float(rest)]))[0]) if rest else 0.0),
-            dev + sb[-1] - sb[i + 1],
-            np.full(c.size, prog.host_update_s + (c + 1 + (rest > 0)) * launch)])
-        ok = np.flatnonzero(low <= limit)
-        front = ok[pareto(c[ok] + 1, dev[ok], link[ok])]
-        states.add(i, c[front] + 1, dev[front], link[front], front)
+        limit = best * (1 + ROUNDING) - prog.update_s
+        c = states.count[live]
+        dev, link = sweep.close(states.pos[live], c, states.dev[live], states.link[live], i)
+        out["candidates"] += int(live.size)
+        ok = sweep.low(i, c + 1, dev, link) <= limit
+        live, c, dev, link = live[ok], c[ok], dev[ok], link[ok]
+        front = pareto(c + 1, dev, link)
+        first = states.pos.size
+        states.add(i, c[front] + 1, dev[front], link[front], live[front])
+        live = np.r_[live, np.arange(first, states.pos.size)]
         if states.pos.size > max_states:
             return None
-    return _best(prog, states, positions[-1], sb, g, n_l, hi_s)
+        if i < last and front.size:  # the rest in one bucket: a plan, so a better limit
+            fd, fl = sweep.close(np.full(front.size, i), c[front] + 1, dev[front], link[front],
+                                 last)
+            best = min(best, float(sweep.period(last, c[front] + 2, fd, fl).min()))
+    return _best(sweep, states, last, hi_s)
 
 
-def _best(prog: HostProgramme, states: _States, last: int, sb: np.ndarray, g: np.ndarray,
-          n_l: int, hi_s: float) -> HostSolution | None:
+def _best(sweep: _Sweep, states: _States, last: int, hi_s: float) -> HostSolution | None:
     """The final state of least period, and its bucketing."""
     at = np.flatnonzero(states.pos == last)
     if at.size == 0:
         return None
-    c, dev, link = states.count[at], states.dev[at], states.link[at]
-    if last + 1 < n_l:  # layers after the last gradient: their launches follow every call
-        tail_host = c * prog.launch_s + float(g[last + 1:].max()) + sb[-1]
-        dev = np.maximum(dev + sb[-1] - sb[last + 1], tail_host)
-    value = np.maximum.reduce([dev, link, prog.host_update_s + c * prog.launch_s])
-    value = value + prog.update_s
+    value = sweep.period(last, states.count[at], states.dev[at], states.link[at])
     k = int(np.argmin(value))
     if value[k] > hi_s * (1 + ROUNDING):
         return None
@@ -281,6 +317,6 @@ def _best(prog: HostProgramme, states: _States, last: int, sb: np.ndarray, g: np
     while s > 0:
         closes.append(int(states.pos[s]))
         s = int(states.parent[s])
-    ends = [int(prog.last_unit[j]) for j in reversed(closes)]
+    ends = [int(sweep.prog.last_unit[j]) for j in reversed(closes)]
     segs = list(zip([0, *(e + 1 for e in ends[:-1])], ends, strict=True))
     return HostSolution(segs=segs, value_s=float(value[k]), states=int(states.pos.size))
