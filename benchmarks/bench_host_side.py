@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_host_side.py --only resnet50 --hosts 1.5
     python benchmarks/bench_host_side.py --per-layer --json out.json
     python benchmarks/bench_host_side.py --launch-us 20 200 1000     # dearer calls too
+    python benchmarks/bench_host_side.py --big --only gpt2-1.5b      # a large model
 
 Instances: shipped traces and clusters, whose host times (docs/model.md, "Host side") are set
 to ``host`` times the device's, layer by layer and for the optimizer step (0.5: the host runs
@@ -43,6 +44,10 @@ INSTANCES: tuple[tuple[str, str, str, int | None], ...] = (
     ("gpt2-124m-a100/dgx-a100", "gpt2-124m-a100-bf16", "dgx-a100", None),
     ("bert-base-a100/dgx-a100-2n", "bert-base-a100-bf16", "dgx-a100-family", 2),
 )
+
+#: The large instance of ``--big``: GPT-2 1.5B (A100, bf16, 292 layers, 581 tensors).
+BIG: tuple[str, str, str, int | None] = (
+    "gpt2-1.5b-a100/dgx-a100-2n", "gpt2-1.5b-a100-bf16", "dgx-a100-family", 2)
 
 #: Host times as multiples of the device's.
 HOSTS: tuple[float, ...] = (0.5, 0.95, 1.05, 1.5)
@@ -100,6 +105,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="instances whose name contains this")
+    ap.add_argument("--big", action="store_true",
+                    help="also GPT-2 1.5B on 2 DGX A100 (292 layers, 581 tensors)")
     ap.add_argument("--hosts", type=float, nargs="+", default=list(HOSTS),
                     help="host times as multiples of the device's")
     ap.add_argument("--launch-us", type=float, nargs="+", default=[LAUNCH_S * 1e6],
@@ -109,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="per-layer next forward with reordering (default: wait-for-all)")
     ap.add_argument("--json", help="also write the rows as JSON here")
     args = ap.parse_args(argv)
-    cases = [(case, host, launch) for case in INSTANCES for launch in args.launch_us
+    instances = (*INSTANCES, BIG) if args.big else INSTANCES
+    cases = [(case, host, launch) for case in instances for launch in args.launch_us
              for host in args.hosts if not args.only or args.only in case[0]]
     rows = [run(*case, host, args.time_limit, args.per_layer, launch * 1e-6)
             for case, host, launch in cases]
