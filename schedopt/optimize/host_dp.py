@@ -46,6 +46,7 @@ import numpy as np
 
 from schedopt.model.cluster import CommStage
 from schedopt.model.plan import Plan
+from schedopt.optimize.host_side import host_chain
 from schedopt.optimize.instance import Instance, Segments
 
 __all__ = ["CANDIDATE_S", "MAX_STATES", "ROUNDING", "HostProgramme", "HostSolution",
@@ -121,7 +122,7 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         cluster with host costs, one communication stage on a cost line, one call at a time
         and no contention slowdown.
     """
-    from schedopt.simulate.simulator import Model, chain_ends
+    from schedopt.simulate.simulator import chain_ends
 
     trace, cluster = inst.trace, inst.cluster
     if (plan.next_forward != "wait-for-all" or not plan.overlap or plan.sharding is not None
@@ -131,15 +132,15 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
     stages = cluster.comm_stages(plan.collective)
     if len(stages) != 1 or stages[0].segments:
         return None
-    m = Model.build(trace, cluster, plan)
-    h = m.host
-    if h is None:
+    chain = host_chain(trace, cluster, plan)
+    if chain is None:
         return None
-    launch = float(cluster.launch_overhead_s)
-    pre = h.ends_without_calls(launch)
+    m, pre = chain
+    assert m.host is not None
+    of_chain = m.host.of_chain
     readies = np.flatnonzero(m.readies)
     first = int(readies[0])
-    rel = np.where(h.of_chain >= 0, pre[np.maximum(h.of_chain, 0)], -np.inf)
+    rel = np.where(of_chain >= 0, pre[np.maximum(of_chain, 0)], -np.inf)
     if inst.prefetch == 0:
         fwd0 = int(np.flatnonzero(m.chain_kind == 0)[0])
         rel[fwd0] = max(rel[fwd0], trace.io_s + trace.h2d_s)
@@ -153,8 +154,8 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         start_s=float(before[-1]) if before.size else 0.0,
         backward_s=m.chain_dur[readies].astype(float), host_s=rel[readies],
         nbytes=np.rint(per_layer[layers]).astype(np.int64), last_unit=last_unit[layers],
-        launch_s=launch, host_update_s=float(pre[-1]), update_s=float(trace.update_s),
-        stage=stages[0], exact=inst.prefetch == 0)
+        launch_s=float(cluster.launch_overhead_s), host_update_s=float(pre[-1]),
+        update_s=float(trace.update_s), stage=stages[0], exact=inst.prefetch == 0)
 
 
 @dataclass

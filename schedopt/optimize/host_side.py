@@ -65,7 +65,7 @@ from schedopt.optimize.shared_link import MAX_UNITS, fewest_bucket_count
 if TYPE_CHECKING:  # pragma: no cover
     from schedopt.simulate.simulator import Model
 
-__all__ = ["HostWork", "host_bound", "host_work"]
+__all__ = ["HostWork", "host_bound", "host_chain", "host_work"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,20 @@ class HostWork:
         return max(self.serial(buckets), self.cycle_s)
 
 
+def host_chain(trace: Trace, cluster: Cluster, plan: Plan) -> tuple[Model, np.ndarray] | None:
+    """The simulator's model of ``plan`` and the end of every host task of an iteration when
+    the collective calls take no time (:meth:`.HostChain.ends_without_calls`), or None for
+    sharded plans and without a host side."""
+    from schedopt.simulate.simulator import Model
+
+    if plan.sharding is not None:
+        return None
+    m = Model.build(trace, cluster, plan)
+    if m.host is None:
+        return None
+    return m, m.host.ends_without_calls(float(cluster.launch_overhead_s))
+
+
 def host_work(trace: Trace, cluster: Cluster, plan: Plan, *,
               first_units: int | None = None) -> HostWork | None:
     """The host work of ``plan``'s class (module docstring), or None without a host side.
@@ -135,16 +149,13 @@ def host_work(trace: Trace, cluster: Cluster, plan: Plan, *,
     HostWork or None
         None for sharded plans (their host costs are not modelled) and without host costs.
     """
-    from schedopt.simulate.simulator import Model
-
-    if plan.sharding is not None:
+    chain = host_chain(trace, cluster, plan)
+    if chain is None:
         return None
-    m = Model.build(trace, cluster, plan)
+    m, pre = chain
     h = m.host
-    if h is None:
-        return None
+    assert h is not None
     launch = float(cluster.launch_overhead_s)
-    pre = h.ends_without_calls(launch)
     fixed = float(h.dur[~h.is_launch].sum())
     per_layer = plan.next_forward == "per-layer"
     after = 0.0 if per_layer else float(trace.update_s)

@@ -1086,6 +1086,39 @@ def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan
     return bound_s, method
 
 
+def _beyond_the_model(search: SolveState, inst: Instance, relax: Relaxation, plan: Plan,
+                      sim: float) -> tuple[tuple[Plan, float, Method] | None, float]:
+    """Where the model relaxes the cluster: plans that weigh what it leaves out, judged by the
+    simulator (fewer calls, a larger last bucket in per-layer mode with a host side, the exact
+    programme with the host side), and that programme's bound (seconds, 0 without one).
+
+    Returns
+    -------
+    found, exact_s
+        The best plan faster than ``plan`` (simulated at ``sim``), its period and method, or
+        None; the exact programme's bound.
+    """
+    opts, cluster = search.opts, search.cluster
+    found = None
+    slowed = cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0
+    if relax.host or slowed:  # what calls cost: plans with fewer
+        candidates = launch_candidates(inst) if relax.host else []
+        if relax.host and opts.next_forward == "per-layer":  # the first forward's wait
+            candidates += first_bucket_candidates(inst, inst.segments_of_plan(plan)[0])
+        if slowed and not candidates:  # overlap is not free: fewer, larger calls
+            candidates = count_candidates(inst, reorder=opts.reorder)
+        found = _host_candidates(search, inst, plan, sim, candidates)
+        if found is not None:
+            plan, sim = found[0], found[1]
+    exact = _host_programme(search, plan, sim) if relax.only_host else None
+    if exact is None:
+        return found, 0.0
+    if exact[1] < sim * (1 - 1e-12):
+        found, sim = (exact[0], exact[1], Method.DP), exact[1]
+    # the value bounds every plan: one within its rounding is optimal
+    return found, sim if abs(sim - exact[2]) <= ROUNDING * sim else exact[2]
+
+
 def _result(search: SolveState) -> SolveResult:
     """Simulate the best plan; fall back to the hint when it simulates better."""
     best, opts = search.best, search.opts
@@ -1101,26 +1134,12 @@ def _result(search: SolveState) -> SolveResult:
     model_plan = plan
     bound_method = best.bound_method
     relax = relaxation(cluster, trace=trace)
-    slowed = cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0
-    if relax is not None and (relax.host or slowed):  # what calls cost: plans with fewer
-        candidates = launch_candidates(inst) if relax.host else []
-        if relax.host and opts.next_forward == "per-layer":  # the first forward's wait
-            candidates += first_bucket_candidates(inst, inst.segments_of_plan(plan)[0])
-        if slowed and not candidates:  # overlap is not free: fewer, larger calls
-            candidates = count_candidates(inst, reorder=opts.reorder)
-        found = _host_candidates(search, inst, plan, sim, candidates)
+    exact_s = 0.0
+    if relax is not None:
+        found, exact_s = _beyond_the_model(search, inst, relax, plan, sim)
         if found is not None:
             plan, sim, method = found
             value_s = sim
-    exact_s = 0.0
-    if relax is not None and relax.only_host:
-        exact = _host_programme(search, plan, sim)
-        if exact is not None:
-            if exact[1] < sim * (1 - 1e-12):
-                plan, sim, method = exact[0], exact[1], Method.DP
-                value_s = sim
-            # the value bounds every plan: one within its rounding is optimal
-            exact_s = sim if abs(sim - exact[2]) <= ROUNDING * sim else exact[2]
     if hint is not None and hint.row.iteration_time_s < sim * (1 - 1e-12):
         notes.append(f"the solver's plan simulated worse than {hint.row.policy}; returning "
                      f"{hint.row.policy}'s plan")
