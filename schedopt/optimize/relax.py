@@ -523,11 +523,10 @@ def first_bucket_candidates(inst: Instance, segs: Segments,
     steps = math.ceil(per_octave * math.log2(max(hi / lo, 1.0))) + 1
     targets = lo * np.power(2.0, np.arange(steps) / per_octave)
     # the largest c whose units c .. n-1 hold at least the target (tail falls with c)
-    cuts = sorted({min(first, int(np.searchsorted(-tail, -z, side="right")) - 1)
+    cuts = sorted({max(0, min(first, int(np.searchsorted(-tail, -z, side="right")) - 1))
                    for z in targets}, reverse=True)
     plans: list[Segments] = []
     for c in cuts:
-        c = max(c, 0)
         kept = [(a, min(b, c - 1)) for a, b in segs if a < c]
         plans.append([*kept, (c, n - 1)])
     return plans

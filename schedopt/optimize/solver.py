@@ -239,6 +239,13 @@ class SolveState:
     plain: tuple[Plan, float] | None = None
     _reported: float = 0.0
 
+    def out_of_time(self) -> bool:
+        """Whether the wall-clock deadline has passed (kept as a wall stop) or Ctrl-C came: the
+        safety stop of the steps after the search."""
+        late = time.perf_counter() >= self.budget.deadline
+        self.wall_stop |= late
+        return late or self.control.interrupted
+
     def charge(self, stats: dict[str, int], per_eval: float) -> None:
         """Spend a search's evaluations (``stats["evals"]`` at ``per_eval`` seconds of work each)
         and keep whether its deadline stopped it (``stats["deadline_stop"]``)."""
@@ -972,16 +979,11 @@ def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float,
     sims = int(search.budget.work_left() / per_sim)
     best: tuple[Plan, float, Method] | None = None
 
-    def out_of_time() -> bool:
-        late = time.perf_counter() >= search.budget.deadline
-        search.wall_stop |= late
-        return late or search.control.interrupted
-
     def period(segs: Segments) -> float:
         return simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
 
     for segs in candidates:
-        if sims < 1 or out_of_time():
+        if sims < 1 or search.out_of_time():
             break
         sims -= 1
         search.budget.spend(per_sim)
@@ -990,11 +992,11 @@ def _host_candidates(search: SolveState, inst: Instance, plan: Plan, sim: float,
             plan, sim = inst.to_plan(segs, knobs=knobs), cand_s
             best = (plan, sim, Method.DP_HEURISTIC)
     start = inst.segments_of_plan(plan)[0]
-    if start and inst.is_fifo(start) and inst.stages and sims >= 2 and not out_of_time():
+    if start and inst.is_fifo(start) and inst.stages and sims >= 2 and not search.out_of_time():
         stats: dict[str, int] = {}
         segs, desc_s = simulated_descent(start, inst.n, period,
                                          max_evals=min(MAX_DESCENT_EVALS, sims),
-                                         stop=out_of_time, stats=stats)
+                                         stop=search.out_of_time, stats=stats)
         search.budget.spend(per_sim * stats["evals"])
         if desc_s < sim * (1 - 1e-12):
             best = (inst.to_plan(segs, knobs=knobs), desc_s, Method.LOCAL_SEARCH)
@@ -1005,32 +1007,22 @@ def _host_programme(search: SolveState, plan: Plan, sim: float
                     ) -> tuple[Plan, float, float] | None:
     """The exact programme with the host side (:mod:`.host_dp`) on the class of ``plan``
     (simulated at ``sim``), within the work left: its plan, that plan's simulated period and
-    the programme's bound (seconds), or None outside its class or out of time. Where its plan
-    simulates at the programme's value, the bound is that period (the value bounds every
-    plan; the two sums differ only in rounding)."""
+    the programme's value, a bound (seconds); or None outside its class or out of time."""
     fine = search.fine
-    prog = None if fine is None else host_programme(fine, plan)
-    if prog is None or fine is None:
+    if fine is None:
+        return None
+    prog = host_programme(fine, plan)
+    if prog is None:
         return None
     per_state = CANDIDATE_S * prog.backward_s.size  # a state is a candidate at every later layer
     stats: dict[str, int] = {}
-
-    def out_of_time() -> bool:
-        late = time.perf_counter() >= search.budget.deadline
-        search.wall_stop |= late
-        return late or search.control.interrupted
-
-    sol = solve_host_programme(prog, sim, stop=out_of_time, stats=stats,
+    sol = solve_host_programme(prog, sim, stop=search.out_of_time, stats=stats,
                                max_states=min(MAX_STATES, int(search.work_left() / per_state)))
     search.budget.spend(CANDIDATE_S * stats.get("candidates", 0))
     if sol is None:
         return None
     dp_plan = fine.to_plan(sol.segs, knobs=_knobs(search.opts))
-    dp_sim = simulate(search.trace, search.cluster, dp_plan).iteration_time_s
-    bound = sol.value_s
-    if abs(dp_sim - bound) <= ROUNDING * dp_sim:
-        bound = max(bound, dp_sim)
-    return dp_plan, dp_sim, bound
+    return dp_plan, simulate(search.trace, search.cluster, dp_plan).iteration_time_s, sol.value_s
 
 
 def _host_side_bound(search: SolveState, plan: Plan, sim: float, relax: Relaxation) -> float:
