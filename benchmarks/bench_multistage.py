@@ -6,6 +6,7 @@ Usage::
     python benchmarks/bench_multistage.py --only pipelined --seeds 0 1 2
     python benchmarks/bench_multistage.py --work-limit 20 --json out.json
     python benchmarks/bench_multistage.py --brute-force --only pipelined --seeds 0 1 2 3 4 5
+    python benchmarks/bench_multistage.py --eval-rate --seeds 0   # one evaluation's cost
 
 Instances (generated, :func:`random_trace`): 60 layers, each with 2 or 3 gradient tensors
 (a weight of 0.05-16 MB, log-uniform, and one or two small tensors of 1-64 KB, as biases and
@@ -30,7 +31,10 @@ and the methods that found the plan and proved the bound.
 ``--brute-force`` asks which side of a gap is loose: on four-layer analogues (two tensors per
 layer, eight units: more plans than :func:`.flowshop.enumerate_plans` takes inside ``solve``,
 which then runs its other methods) the optimum over every bucketing and launch order, and how
-far ``solve``'s plan lies above it and its bound below it.
+far ``solve``'s plan lies above it and its bound below it. ``--eval-rate`` times the
+annealing's evaluations (the exact period of a plan with a random move, 20,000 of them from a
+plan of one bucket per four units), the figure its deterministic charge
+(``solver.ANNEAL_EVAL_S``, per unit and stage) is set from.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ import argparse
 import itertools
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -48,6 +53,7 @@ from schedopt.files import load_cluster
 from schedopt.model.cluster import Cluster, PSConfig
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, solve
+from schedopt.optimize.anneal import anneal
 from schedopt.optimize.flowshop import enumerate_plans
 from schedopt.optimize.instance import build_instance
 
@@ -134,6 +140,23 @@ def brute_force_row(layout: str, seed: int, limit: float, work_limit: float | No
             "status": str(res.status), "bound_method": str(res.bound_method)}
 
 
+def eval_rate_row(layout: str, seed: int, tensors: int, evals: int = 20_000) -> dict[str, Any]:
+    """The cost of one annealing evaluation (the exact multi-stage period of a plan, and a
+    random move): ``evals`` evaluations from a plan of one bucket per four units."""
+    cluster = layout_cluster(layout)
+    trace = random_trace(seed, tensors, cluster)
+    opts = SolveOptions(workers=1, seed=0, baselines=False, **PER_LAYER_REORDER)
+    inst = build_instance(trace, cluster, opts, merge=False)
+    segs = [(i, min(i + 3, inst.n - 1)) for i in range(0, inst.n, 4)][::-1]
+    stats: dict[str, int] = {}
+    t0 = time.perf_counter()
+    anneal(inst, segs, max_evals=evals, seed=0, stats=stats)
+    per = (time.perf_counter() - t0) / stats["evals"]
+    return {"layout": layout, "instance": trace.name, "units": inst.n,
+            "stages": len(inst.stages), "evals": stats["evals"], "eval_us": per * 1e6,
+            "unit_stage_us": per * 1e6 / (inst.n * len(inst.stages))}
+
+
 def _ms(key: str, digits: int = 3) -> Callable[[dict[str, Any]], str]:
     """A cell of milliseconds."""
     return lambda r: f"{r[key]:.{digits}f}"
@@ -162,6 +185,10 @@ BRUTE_FORCE_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("plan above", _pct("plan_above")), ("bound (ms)", _ms("bound_ms", 4)),
     ("bound below", _pct("bound_below")), ("status", _text("status")),
     ("bound by", _text("bound_method"))]
+EVAL_RATE_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
+    ("layout", _text("layout")), ("instance", _text("instance")), ("units", _text("units")),
+    ("stages", _text("stages")), ("evaluations", _text("evals")),
+    ("us per evaluation", _ms("eval_us", 1)), ("us per unit and stage", _ms("unit_stage_us"))]
 
 
 def print_table(rows: list[dict[str, Any]],
@@ -187,8 +214,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the rows as JSON here")
     ap.add_argument("--brute-force", action="store_true",
                     help="four-layer analogues against the optimum by enumeration")
+    ap.add_argument("--eval-rate", action="store_true",
+                    help="the cost of one annealing evaluation, per layout")
     args = ap.parse_args(argv)
     rows = []
+    if args.eval_rate:
+        rows = [eval_rate_row(layout, seed, tensors) for layout in LAYOUTS
+                if not (args.only and args.only not in layout)
+                for tensors in args.tensors for seed in args.seeds]
+        print_table(rows, EVAL_RATE_COLUMNS)
+        return 0
     if args.brute_force:
         for layout in LAYOUTS:
             if args.only and args.only not in layout:

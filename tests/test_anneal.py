@@ -102,3 +102,34 @@ def test_the_deadline_is_a_safety_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     assert stats["deadline_stop"] == 1 and stats["evals"] <= 64
     assert _covers(inst, segs) and val <= int(inst.evaluate(start).period)
     assert len(readings) == 1
+
+
+def test_solve_runs_the_annealing_from_one_plan_with_successive_seeds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``solve`` anneals :data:`~schedopt.optimize.solver.ANNEAL_RUNS` times from the same plan
+    with seeds ``seed``, ``seed + 1``, ..., the evaluations shared equally, and its plan is at
+    least as good as every run's best."""
+    import schedopt.optimize.solver as solver_module
+    from schedopt.optimize import solve
+
+    calls: list[dict] = []
+
+    def recording(inst: Instance, segs: list[tuple[int, int]], **kw):  # type: ignore[no-untyped-def]
+        out = anneal(inst, segs, **kw)
+        calls.append({"start": list(segs), "seed": kw["seed"], "evals": kw["max_evals"],
+                      "value": out[0], "inst": inst})
+        return out
+
+    monkeypatch.setattr(solver_module, "anneal", recording)
+    cluster = bench_multistage.layout_cluster("ps-dedicated")
+    trace = bench_multistage.random_trace(3, 2, cluster, layers=12)
+    opts = SolveOptions(next_forward="per-layer", reorder=True, workers=1, seed=5,
+                        baselines=False, time_limit_s=60, work_limit_s=4)
+    res = solve(trace, cluster, opts)
+    assert [c["seed"] for c in calls] == [5 + r for r in range(solver_module.ANNEAL_RUNS)]
+    assert solver_module.ANNEAL_RUNS >= 2
+    assert all(c["start"] == calls[0]["start"] and c["evals"] == calls[0]["evals"]
+               for c in calls)
+    inst = calls[0]["inst"]
+    segs, _ = inst.segments_of_plan(res.plan)
+    assert int(inst.evaluate(segs).period) <= min(c["value"] for c in calls)

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from schedopt.files import load_trace
 from schedopt.model.cluster import Cluster
+from schedopt.model.plan import interleave
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions
 from schedopt.optimize.dp import min_makespan, solve_fifo_per_layer, solve_wait_for_all
-from schedopt.optimize.instance import TICK_BUDGET, build_instance
+from schedopt.optimize.instance import TICK_BUDGET, build_instance, stage_sequence
 from schedopt.simulate.simulator import simulate
 
 from .strategies import clusters, traces
@@ -120,6 +121,18 @@ def test_several_stages_are_evaluated_as_the_simulator_serves_them(
     sim = simulate(trace, cluster, inst.to_plan(segs)).iteration_time_s
     assert inst.evaluate(segs, seconds=True).period == pytest.approx(sim, rel=1e-9, abs=1e-15)
     assert inst.evaluate(segs).period * inst.tick == pytest.approx(sim, rel=5e-4)
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_the_kept_stage_sequence_is_the_simulators_interleaving(stages: int) -> None:
+    """The serving order kept per plan size is :func:`interleave` of launch-order stages, for
+    every size, in any order of asking (sizes do not share an entry)."""
+    sizes = [5, 1, 12, 5, 2, 12, 30, 1]
+    for m in sizes:
+        assert list(stage_sequence(m, stages)) == interleave([list(range(m))] * stages)
+    # pipelined all-reduce: reduce-scatter of the next bucket before the all-gather
+    if stages == 3:
+        assert list(stage_sequence(3, 3))[:5] == [(0, 0), (1, 0), (0, 1), (2, 0), (1, 1)]
 
 
 # ------------------------------------------------------------------------------ the DPs

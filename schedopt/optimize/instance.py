@@ -11,7 +11,7 @@ mode's terms in :mod:`.period`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
@@ -195,6 +195,21 @@ class Instance:
         return np.array(rows, dtype=np.int64).reshape(len(self.stages), self.n)
 
     @cached_property
+    def _prefix_p(self) -> np.ndarray:
+        """Prefix sums of :attr:`p`, a zero first."""
+        return np.r_[0, np.cumsum(self.p)]
+
+    @cached_property
+    def _stage_prefix(self) -> np.ndarray:
+        """Prefix sums of :attr:`stage_p` along the units, a zero column first."""
+        return np.c_[np.zeros((len(self.stages), 1), np.int64), np.cumsum(self.stage_p, axis=1)]
+
+    @cached_property
+    def _stage_resources(self) -> list[tuple[str, ...]]:
+        """The resources each stage holds."""
+        return [st.resources for st in self.stages]
+
+    @cached_property
     def stage_a(self) -> np.ndarray:
         """Start-up cost of one bucket on every stage (ticks)."""
         return self.ticks(np.array([st.alpha_s for st in self.stages], dtype=float))
@@ -244,21 +259,23 @@ class Instance:
         and the bucket's previous stage (or, for the first, the bucket) is ready. The
         resources start free: each iteration's communication ends before the next backward.
         """
-        m, n_s = len(segs), len(self.stages)
-        lo = np.fromiter((s[0] for s in segs), dtype=np.int64, count=m)
-        hi = np.fromiter((s[1] for s in segs), dtype=np.int64, count=m)
+        return self._schedule(*_bounds_of(segs), seconds)
+
+    def _schedule(self, lo: np.ndarray, hi: np.ndarray, seconds: bool
+                  ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`stage_schedule` of the buckets ``lo[k]..hi[k]``."""
+        m, n_s = len(lo), len(self.stages)
         if seconds:
             prefix = np.r_[0, np.cumsum(self.nbytes)].astype(float)
-            dur = [st.alpha_s + st.beta_s_per_byte * (prefix[hi + 1] - prefix[lo])
-                   for st in self.stages]
+            dur = np.array([st.alpha_s + st.beta_s_per_byte * (prefix[hi + 1] - prefix[lo])
+                            for st in self.stages])
             rel = self.release_s[hi].astype(float)
         else:
-            prefix_p = np.c_[np.zeros((n_s, 1), np.int64), np.cumsum(self.stage_p, axis=1)]
-            dur = [self.stage_a[s] + prefix_p[s, hi + 1] - prefix_p[s, lo] for s in range(n_s)]
+            prefix_p = self._stage_prefix
+            dur = self.stage_a[:, None] + prefix_p[:, hi + 1] - prefix_p[:, lo]
             rel = self.r[hi]
-        start, end = serve_in_sequence(interleave([list(range(m))] * n_s),
-                                       [st.resources for st in self.stages],
-                                       np.array(dur, dtype=float).T, rel.astype(float), {})
+        start, end = serve_in_sequence(stage_sequence(m, n_s), self._stage_resources,
+                                       dur.T.astype(float), rel.astype(float), {})
         kind = float if seconds else np.int64
         return start.T.astype(kind), end.T.astype(kind)
 
@@ -273,21 +290,20 @@ class Instance:
         seconds
             Compute in seconds (float) instead of integer ticks.
         """
-        lo = np.fromiter((s[0] for s in segs), dtype=np.int64, count=len(segs))
-        hi = np.fromiter((s[1] for s in segs), dtype=np.int64, count=len(segs))
+        lo, hi = _bounds_of(segs)
         if seconds:
             prefix_p = np.r_[0.0, np.cumsum(self.beta * self.nbytes)]
             dur = self.alpha + prefix_p[hi + 1] - prefix_p[lo]
             rel = self.release_s[hi]
         else:
-            prefix_p = np.r_[0, np.cumsum(self.p)]
+            prefix_p = self._prefix_p
             dur = self.a + prefix_p[hi + 1] - prefix_p[lo]
             rel = self.r[hi]
         if not self.stages:
             dur = dur * 0
         stage_times = None
         if len(self.stages) > 1:  # the end of every bucket's last stage
-            stage_times = self.stage_schedule(segs, seconds=seconds)
+            stage_times = self._schedule(lo, hi, seconds)
             ends = stage_times[1][-1]
         else:
             ends = chain_ends(-np.inf, dur.astype(float), rel.astype(float))
@@ -301,6 +317,21 @@ class Instance:
         (:meth:`.Units.coarsen`); all integer data stay sums of the same base ticks, so a plan
         has the same period in both."""
         return Instance(self.units.coarsen(groups), self.tick)
+
+
+def _bounds_of(segs: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """The first and last unit of every segment, as arrays."""
+    m = len(segs)
+    return (np.fromiter((s[0] for s in segs), dtype=np.int64, count=m),
+            np.fromiter((s[1] for s in segs), dtype=np.int64, count=m))
+
+
+@lru_cache(maxsize=512)
+def stage_sequence(m: int, stages: int) -> tuple[tuple[int, int], ...]:
+    """The ``(stage, bucket)`` tasks of ``m`` buckets on ``stages`` stages, every stage in
+    launch order, in the order the shared resources serve them
+    (:func:`~schedopt.model.plan.interleave`); kept, since plans of one size share it."""
+    return tuple(interleave([list(range(m))] * stages))
 
 
 def choose_tick(units: Units) -> float:

@@ -173,12 +173,18 @@ BOUND_DP_S = 2.4e-7
 #: Deterministic charge (s) of judging one plan of several stages, per unit and stage (the
 #: simulator's serving loop; measured: 1.3-1.7e-5 s with every unit a bucket, at load 6).
 STAGE_EVAL_S = 5e-6
-#: Deterministic charge (s) of one annealing evaluation per unit and stage (measured: 0.23 and
-#: 0.29 ms for 120 and 180 units on two stages, 0.8-1.0 us per unit and stage).
-ANNEAL_EVAL_S = 1e-6
+#: Deterministic charge (s) of one annealing evaluation per unit and stage (measured by
+#: ``benchmarks/bench_multistage.py --eval-rate``: 0.11-0.43 us per unit and stage, the most on
+#: the dedicated servers' two stages with 120 units).
+ANNEAL_EVAL_S = 5e-7
 #: Most annealing evaluations per unit (the search space grows with the units; small instances
 #: need few: the enumeration's optimum of six units takes under 4,000).
-ANNEAL_EVALS_PER_UNIT = 1000
+ANNEAL_EVALS_PER_UNIT = 2000
+#: Independent annealing runs from the same plan (where an annealing run ends depends on its
+#: random moves more than on its length: on the benchmark's dedicated-server rows twice the
+#: evaluations in one run changed the plans by -0.2% to +0.6%, a second run with another seed
+#: kept the first's plan or found a better one).
+ANNEAL_RUNS = 2
 
 #: Deterministic charge (s) of the one-stage programmes of the bottleneck plans, per squared
 #: unit and stage (measured: 0.07 s for 580 units and 3 stages).
@@ -932,19 +938,27 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     """Simulated annealing (:mod:`.anneal`) from the best plan, over bucketings and launch
     orders judged by the exact multi-stage period, within :data:`STAGES_ANNEAL` of the work
     left (:data:`ANNEAL_EVAL_S` per evaluation, unit and stage) and at most
-    :data:`ANNEAL_EVALS_PER_UNIT` evaluations per unit."""
+    :data:`ANNEAL_EVALS_PER_UNIT` evaluations per unit, shared equally by
+    :data:`ANNEAL_RUNS` runs from the same plan with seeds ``seed``, ``seed + 1``, ...; each
+    run's best plan is offered."""
     best = search.best
     assert best is not None
     per_eval = ANNEAL_EVAL_S * inst.n * len(inst.stages)
     evals = min(int(search.budget.work(STAGES_ANNEAL) / per_eval), ANNEAL_EVALS_PER_UNIT * inst.n)
     if evals < 2:
         return
-    stats: dict[str, int] = {}
-    val, segs = anneal(inst, best.segs, max_evals=evals, seed=search.opts.seed,
-                       deadline=search.budget.deadline, stats=stats)
-    search.charge(stats, per_eval)
-    log.info("annealing: %d evaluations, period %d -> %d ticks", stats["evals"], best.value, val)
-    search.offer(segs, val, Method.ANNEAL)
+    start, start_value = list(best.segs), best.value
+    for run in range(ANNEAL_RUNS):
+        stats: dict[str, int] = {}
+        val, segs = anneal(inst, start, max_evals=evals // ANNEAL_RUNS,
+                           seed=search.opts.seed + run, deadline=search.budget.deadline,
+                           stats=stats)
+        search.charge(stats, per_eval)
+        log.info("annealing run %d: %d evaluations, period %d -> %d ticks", run,
+                 stats["evals"], start_value, val)
+        search.offer(segs, val, Method.ANNEAL)
+        if stats["deadline_stop"]:
+            break
 
 
 def _stages_local_search(search: SolveState, inst: Instance, model: bool) -> None:

@@ -9,6 +9,7 @@ time is the long-run period, found when the normalised state of the system repea
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -54,7 +55,7 @@ def chain_ends(start: float, durations: np.ndarray, releases: np.ndarray) -> np.
     return s + np.maximum.accumulate(rel - s_prev)
 
 
-def serve_in_sequence(sequence: list[tuple[int, int]], resources: list[tuple[str, ...]],
+def serve_in_sequence(sequence: Sequence[tuple[int, int]], resources: list[tuple[str, ...]],
                       durations: np.ndarray, ready: np.ndarray, free: dict[str, float]
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Serve every ``(stage, bucket)`` task in ``sequence`` order on the resources of its stage.
@@ -84,11 +85,16 @@ def serve_in_sequence(sequence: list[tuple[int, int]], resources: list[tuple[str
     start = [[0.0] * durations.shape[1] for _ in dur]
     end = [[0.0] * durations.shape[1] for _ in dur]
     for s, k in sequence:
-        rel = rdy[k] if s == 0 else end[k][s - 1]
-        start[k][s] = t = max(rel, *(free.get(r, _NEG) for r in resources[s]))
-        end[k][s] = t + dur[k][s]
-        for r in resources[s]:
-            free[r] = end[k][s]
+        t = rdy[k] if s == 0 else end[k][s - 1]
+        held = resources[s]
+        for r in held:
+            f = free.get(r, _NEG)
+            if f > t:
+                t = f
+        start[k][s] = t
+        end[k][s] = e = t + dur[k][s]
+        for r in held:
+            free[r] = e
     return np.array(start, dtype=float).reshape(durations.shape), np.array(
         end, dtype=float).reshape(durations.shape)
 
