@@ -182,7 +182,7 @@ ANNEAL_EVAL_S = 5e-7
 ANNEAL_EVALS_PER_UNIT = 2000
 #: Independent annealing runs from the same plan (where an annealing run ends depends on its
 #: random moves more than on its length: on the benchmark's dedicated-server rows twice the
-#: evaluations in one run changed the plans by -0.2% to +0.6%, a second run with another seed
+#: evaluations in one run changed the plans by -0.02% to +0.59%, a second run with another seed
 #: kept the first's plan or found a better one).
 ANNEAL_RUNS = 2
 
