@@ -171,7 +171,9 @@ EVAL_S_PER_UNIT = 2.5e-7
 BOUND_DP_S = 2.4e-7
 
 #: Deterministic charge (s) of judging one plan of several stages, per unit and stage (the
-#: simulator's serving loop; measured: 1.3-1.7e-5 s with every unit a bucket, at load 6).
+#: simulator's serving loop; measured: 1.3-1.7e-5 s with every unit a bucket, at load 6,
+#: before the serving order was kept per plan size; not measured since, so the charge errs
+#: high).
 STAGE_EVAL_S = 5e-6
 #: Deterministic charge (s) of one annealing evaluation per unit and stage (measured by
 #: ``benchmarks/bench_multistage.py --eval-rate``: 0.11-0.43 us per unit and stage, the most on
