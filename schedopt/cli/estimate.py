@@ -44,6 +44,13 @@ def estimate_cmd(
                                                " (torch's default: cuDNN transposes around"
                                                " its tensor-core convolutions; operator"
                                                " method).")] = "channels_last",
+    heads: Annotated[str, typer.Option("--heads", help="Output heads of BERT models: none (the"
+                                       " encoder and pooler) or pretraining (masked-LM and"
+                                       " next-sentence heads with their losses).")] = "none",
+    lm_positions: Annotated[int, typer.Option("--lm-positions", help="With --heads pretraining:"
+                                              " the masked-LM head on this many gathered"
+                                              " positions per sequence (0: every token).")]
+    = 0,
     name: Annotated[str | None, typer.Option("--name", help="Trace name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -54,7 +61,8 @@ def estimate_cmd(
     with user_errors(), output_files({"--out": out}) as files:
         tr = estimate(model, gpu, dtype, batch, seq, recompute=recompute, accumulate=accumulate,
                       method=method, autocast=autocast, attention=attention,
-                      memory_format=memory_format, name=name)
+                      memory_format=memory_format, heads=heads, lm_positions=lm_positions,
+                      name=name)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     fwd = sum(la.forward_s for la in tr.layers)
     bwd = sum(la.backward_s for la in tr.layers)

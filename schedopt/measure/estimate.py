@@ -88,6 +88,10 @@ ATTENTIONS = ("auto", "flash", "eager")
 #: convolution kernels read) and ``nchw`` (torch's default layout, transposed by cuDNN around its
 #: tensor-core kernels: :class:`OperatorModel`, ``nchw_transposes``)
 MEMORY_FORMATS = ("channels_last", "nchw")
+#: Output heads of BERT models: ``none`` (the encoder with its pooler, transformers ``BertModel``)
+#: or ``pretraining`` (transformers ``BertForPreTraining``: the masked-LM head, its decoder tied
+#: to the word embeddings, and the next-sentence head, with both losses).
+HEADS = ("none", "pretraining")
 #: Compute precisions with a fused flash-attention kernel.
 FLASH_PRECISIONS = ("bf16", "fp16")
 #: Model kinds without attention.
@@ -825,6 +829,8 @@ class TraceSpec:
     autocast: bool = False  # torch.autocast to ``precision`` over float32 parameters
     attention: str = "auto"  # auto | flash | eager (attention_path)
     memory_format: str = "channels_last"  # image models' activation layout (MEMORY_FORMATS)
+    heads: str = "none"  # BERT output heads (HEADS)
+    lm_positions: int = 0  # masked-LM head on this many positions per sequence; 0: every token
 
 
 # ============================================================================ profiling
@@ -1151,9 +1157,44 @@ def _fused_dropout() -> Iterator[None]:
         torch.nn.functional.dropout = original
 
 
-def _build(spec: ModelSpec, attention: str, batch: int, seq: int,
-           dtype: Any) -> tuple[Any, Callable[[], None]]:
-    """The model on the meta device and a closure running one forward pass (with loss)."""
+def _build_bert(spec: ModelSpec, attn: str, batch: int, seq: int, dtype: Any,
+                heads: tuple[str, int]) -> tuple[Any, Callable[[], None]]:
+    """A BERT model (:data:`HEADS`) and its forward closure. With pre-training heads and
+    ``lm_positions``, the masked-LM head runs on that many gathered positions per sequence
+    (``index_select`` of the flattened encoder output, as a run that feeds the head only the
+    masked tokens), else on every token; the losses are cross-entropies over the vocabulary
+    and over the two next-sentence classes."""
+    import torch
+    from transformers import BertConfig, BertForPreTraining, BertModel
+
+    kind, positions = heads
+    cfg = BertConfig(**spec.config, attn_implementation=attn)  # type: ignore[call-arg]
+    with torch.device("meta"):
+        model = (BertForPreTraining if kind == "pretraining" else BertModel)(cfg).to(dtype)
+        ids = torch.zeros(batch, seq, dtype=torch.long)
+        where = torch.zeros(batch * positions, dtype=torch.long)
+        lm_labels = torch.zeros(batch * (positions or seq), dtype=torch.long)
+        nsp_labels = torch.zeros(batch, dtype=torch.long)
+
+    def run_encoder() -> None:
+        model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
+
+    def run_pretraining() -> None:
+        hidden, pooled = model.bert(input_ids=ids, token_type_ids=torch.zeros_like(ids))[:2]
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        if positions:
+            flat = torch.index_select(flat, 0, where)
+        loss = torch.nn.functional.cross_entropy(model.cls.predictions(flat), lm_labels)
+        nsp = model.cls.seq_relationship(pooled)
+        loss = loss + torch.nn.functional.cross_entropy(nsp, nsp_labels)
+
+    return model, run_pretraining if kind == "pretraining" else run_encoder
+
+
+def _build(spec: ModelSpec, attention: str, batch: int, seq: int, dtype: Any,
+           heads: tuple[str, int] = ("none", 0)) -> tuple[Any, Callable[[], None]]:
+    """The model on the meta device and a closure running one forward pass (with loss);
+    ``heads`` is ``(HEADS entry, lm_positions)`` of a BERT model."""
     import torch
 
     if spec.kind in ("image", "torchvision"):
@@ -1173,17 +1214,7 @@ def _build(spec: ModelSpec, attention: str, batch: int, seq: int,
         return model, run
     attn = "sdpa" if attention == "flash" else "eager"
     if spec.kind == "bert":
-        from transformers import BertConfig, BertModel
-
-        cfg = BertConfig(**spec.config, attn_implementation=attn)  # type: ignore[call-arg]
-        with torch.device("meta"):
-            model = BertModel(cfg).to(dtype)
-            ids = torch.zeros(batch, seq, dtype=torch.long)
-
-        def run_bert() -> None:
-            model(input_ids=ids, token_type_ids=torch.zeros_like(ids))
-
-        return model, run_bert
+        return _build_bert(spec, attn, batch, seq, dtype, heads)
     import transformers
 
     transformers.logging.set_verbosity_error()  # no notes on stderr about default options
@@ -1299,7 +1330,8 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     dtype = torch.float32 if ts.autocast else _torch_dtype(ts.precision)
     price, attention, cast_price = _pricers(ts, gpu, spec.kind not in IMAGE_KINDS)
     autocast = _Autocast(_torch_dtype(ts.precision), cast_price) if ts.autocast else None
-    model, run = _build(spec, attention, ts.batch, ts.seq, dtype)
+    model, run = _build(spec, attention, ts.batch, ts.seq, dtype,
+                        (ts.heads, ts.lm_positions))
     model.train()
     name_of: dict[int, str] = {}
     for pname, p in model.named_parameters():  # de-duplicates tied parameters: first name wins
@@ -1363,6 +1395,17 @@ def _iteration_costs(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int) ->
     }
 
 
+def _heads_text(ts: TraceSpec) -> str:
+    """What the pre-training heads add to a BERT model's description ('' without them)."""
+    if ts.heads != "pretraining":
+        return ""
+    where = (f"{ts.lm_positions} gathered positions per sequence (index_select)"
+             if ts.lm_positions else "every token")
+    return (", with pre-training heads (transformers BertForPreTraining: the masked-LM head on"
+            f" {where}, its decoder tied to the word embeddings, the next-sentence head, and"
+            " both cross-entropy losses)")
+
+
 def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
               n_ops: int, path: str) -> str:
     costs = _iteration_costs(ts, spec, gpu, n_params)
@@ -1392,7 +1435,8 @@ def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors
         compute = _autocast_text(ts)
     attention = "" if spec.kind == "image" else _attention_text(ts, gpu, path, "")
     return (
-        f"ESTIMATE (not measured). {spec.description}; {n_params:,} parameters in {n_tensors}"
+        f"ESTIMATE (not measured). {spec.description}{_heads_text(ts)}; {n_params:,}"
+        f" parameters in {n_tensors}"
         f" tensors (exact shapes), {grads}; per-GPU batch {ts.batch}{seq}; {gpu.name},"
         f" {compute} compute. Per-operator roofline over one meta-device forward pass"
         f" ({n_ops} operators; instances/generate.py):"
@@ -1462,7 +1506,8 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
     align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
              if g.align > 1 else "")
     return (
-        f"ESTIMATE (not measured). {spec.description}; {n_params:,} parameters in {n_tensors}"
+        f"ESTIMATE (not measured). {spec.description}{_heads_text(ts)}; {n_params:,}"
+        f" parameters in {n_tensors}"
         f" tensors, {ts.grad_dtype} gradients; per-GPU batch {ts.batch}{seq}; {gpu.name},"
         f" {compute} compute. Operator cost model over one meta-device forward pass"
         f" ({n_ops} operators; schedopt.measure.estimate, docs/estimate.md): products and"
@@ -1517,6 +1562,22 @@ def _check_memory_format(memory_format: object, method: str, spec: ModelSpec) ->
                             memory_format)
 
 
+def _check_heads(heads: object, lm_positions: object, spec: ModelSpec, seq: int) -> None:
+    """One-line errors for unknown heads, pre-training heads on a model that is not BERT, and
+    masked-LM positions without them or outside ``0..seq``."""
+    if heads not in HEADS:
+        raise SchedoptError(f"unknown heads; known: {', '.join(HEADS)}", "--heads", heads)
+    if heads == "pretraining" and spec.kind != "bert":
+        raise SchedoptError("applies to BERT models only (the others carry their LM head)",
+                            "--heads", heads)
+    if lm_positions in (0, None):
+        return
+    if heads != "pretraining":
+        raise SchedoptError("applies to --heads pretraining only", "--lm-positions",
+                            lm_positions)
+    _check_int(lm_positions, "--lm-positions", 0, seq)
+
+
 def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
     """The sequence length to estimate ``spec`` at: 0 for image models (which refuse a
     ``--seq``), else ``seq`` or the family's default, checked against the model's positions
@@ -1543,7 +1604,8 @@ def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
 def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
              method: str = "operator", autocast: bool = False, attention: str = "auto",
-             memory_format: str = "channels_last", name: str | None = None,
+             memory_format: str = "channels_last", heads: str = "none",
+             lm_positions: int = 0, name: str | None = None,
              log: list[Any] | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
@@ -1575,9 +1637,19 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     attention
         Attention path of text models (:func:`attention_path`): ``auto`` (the fused flash
         kernel where the profile has it at ``precision``, else eager), ``flash`` or ``eager``.
+    memory_format
+        Activation layout of image models (:data:`MEMORY_FORMATS`).
+    heads
+        Output heads of BERT models (:data:`HEADS`): ``none`` (encoder and pooler) or
+        ``pretraining`` (masked-LM and next-sentence heads with their losses).
+    lm_positions
+        With ``heads="pretraining"``: the masked-LM head runs on this many positions per
+        sequence (gathered, as runs that keep only the masked tokens do), at most ``seq``;
+        0 (the default) runs it on every token.
     name
         Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
-        ``autocast``, a ``-flash`` or ``-eager`` suffix with a chosen ``attention``).
+        ``autocast``, a ``-flash`` or ``-eager`` suffix with a chosen ``attention``, then
+        ``-pretraining`` and ``-lmN`` with the heads).
     log
         When given, receives one record per priced operator (:func:`estimate_trace`;
         :func:`operator_breakdown` sums them).
@@ -1593,7 +1665,8 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         For bad input: unknown model, GPU, precision, method or attention, sizes out of range,
         ``autocast`` with a precision other than bf16 and fp16, ``attention="flash"`` where the
         profile has no fused kernel at ``precision``, ``memory_format`` unknown, with the
-        roofline method or for a text model.
+        roofline method or for a text model, ``heads`` unknown or for a model that is not
+        BERT, ``lm_positions`` without pre-training heads or outside ``0..seq``.
     """
     _check_options(method, precision, autocast)
     get_gpu(gpu)
@@ -1605,16 +1678,20 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     attention_path(attention, gpu, precision, method, spec.kind not in IMAGE_KINDS)
     _check_memory_format(memory_format, method, spec)
     seq = _sequence(spec, batch, seq)
+    _check_heads(heads, lm_positions, spec, seq)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
     label = spec.key.removeprefix("config:").removesuffix(".json")
     mode = f"{precision}-autocast" if autocast else precision
     path = "" if attention == "auto" else f"-{attention}"
     path += "-nchw" if memory_format == "nchw" else ""
+    path += "-pretraining" if heads == "pretraining" else ""
+    path += f"-lm{lm_positions}" if lm_positions else ""
     ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}{path}", spec.key,
                    gpu.lower(), precision, batch, seq, grad, method=method,
                    recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
-                   attention=attention, memory_format=memory_format)
+                   attention=attention, memory_format=memory_format, heads=heads,
+                   lm_positions=lm_positions)
     return estimate_trace(ts, spec, log=log)
 
 
