@@ -94,6 +94,14 @@ PUBLISHED = [
      EAGER, "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
     ("bert-large A100-40GB AMP b16 s512", "bert-large", "a100-40gb", "fp16", 16, 512, 78,
      EAGER, "DLE PyTorch BERT README, pytorch:20.06, 1 GPU, unbinned"),
+    ("bert-large V100-16GB FP32 b8 s128", "bert-large", "v100", "fp32", 8, 128, 40,
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, DGX-1 16G, 1 GPU, unbinned"),
+    ("bert-large V100-16GB AMP b16 s128", "bert-large", "v100", "fp16", 16, 128, 164,
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, DGX-1 16G, 1 GPU, unbinned"),
+    ("bert-large V100-16GB FP32 b2 s512", "bert-large", "v100", "fp32", 2, 512, 9,
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, DGX-1 16G, 1 GPU, unbinned"),
+    ("bert-large V100-16GB AMP b4 s512", "bert-large", "v100", "fp16", 4, 512, 34,
+     EAGER, "DLE PyTorch BERT README, pytorch:20.06, DGX-1 16G, 1 GPU, unbinned"),
     ("bert-large V100-32GB AMP b64 s128", "bert-large", "v100", "fp16", 64, 128, 168.63,
      EAGER, "DLE TensorFlow BERT README, 20.06, 1 GPU"),
     ("bert-large V100-32GB FP32 b32 s128", "bert-large", "v100", "fp32", 32, 128, 46.78,
@@ -124,7 +132,45 @@ PUBLISHED = [
 NCHW = {"resnet50 A100-80GB TF32 b256"}
 
 HALF_WEIGHTS = {"bert-large A100-80GB AMP b256 s128", "bert-large A100-80GB AMP b32 s512",
-                "bert-large A100-40GB AMP b64 s128", "bert-large A100-40GB AMP b16 s512"}
+                "bert-large A100-40GB AMP b64 s128", "bert-large A100-40GB AMP b16 s512",
+                "bert-large V100-16GB AMP b16 s128", "bert-large V100-16GB AMP b4 s512"}
+
+#: Gradient accumulation steps of the published pre-training rows (micro-batches per
+#: optimizer step; the others: 1). The update runs once per step, so a micro-batch carries
+#: ``update / steps``. PyTorch 20.06 and 21.11: the README tables' "Accumulation steps"
+#: column (20.06: 65232/1208 ... as the micro-batch note above; 21.11: 8192/128 = 64,
+#: 8192/256 = 32, 4096/16 = 256, 4096/32 = 128); TensorFlow 20.06: its "Gradient Accumulation"
+#: column (1024 mixed precision, 2048 FP32).
+ACCUMULATE = {
+    "bert-large A100-80GB TF32 b128 s128": 64, "bert-large A100-80GB AMP b256 s128": 32,
+    "bert-large A100-80GB TF32 b16 s512": 256, "bert-large A100-80GB AMP b32 s512": 128,
+    "bert-large A100-40GB TF32 b54 s128": 1208, "bert-large A100-40GB AMP b64 s128": 1024,
+    "bert-large A100-40GB TF32 b8 s512": 4096, "bert-large A100-40GB AMP b16 s512": 2048,
+    "bert-large V100-16GB FP32 b8 s128": 8192, "bert-large V100-16GB AMP b16 s128": 4096,
+    "bert-large V100-16GB FP32 b2 s512": 16384, "bert-large V100-16GB AMP b4 s512": 8192,
+    "bert-large V100-32GB AMP b64 s128": 1024, "bert-large V100-32GB FP32 b32 s128": 2048,
+}
+
+#: Masked-LM positions per sequence of the published BERT pre-training rows, which all ran
+#: BertForPreTraining's heads and losses (``heads="pretraining"``): 0 = the head on every token,
+#: N = on N gathered positions. PyTorch 20.06 (b2763ae2): ``BertPreTrainingHeads`` runs
+#: ``self.predictions(sequence_output)`` on every token and ``BertPretrainingCriterion`` takes
+#: the cross-entropy over ``[batch x seq, vocab]``. PyTorch 21.11 (a9e2c1d5):
+#: ``sequence_output_is_dense`` (run_pretraining.py passes ``not --no_dense_sequence_output``,
+#: which run_pretraining.sh does not set) gathers the masked positions with ``index_select``
+#: first; at most ``--max_predictions_per_seq``, 20 at s128 and 80 at s512 in
+#: run_pretraining.sh. TensorFlow 20.06 (96138d50): ``get_masked_lm_output`` runs
+#: ``gather_indexes`` on ``masked_lm_positions``, 20 per sequence
+#: (run_pretraining_lamb_phase1.sh, ``max_pred_per_seq=20``).
+LM_POSITIONS = {
+    "bert-large A100-80GB TF32 b128 s128": 20, "bert-large A100-80GB AMP b256 s128": 20,
+    "bert-large A100-80GB TF32 b16 s512": 80, "bert-large A100-80GB AMP b32 s512": 80,
+    "bert-large A100-40GB TF32 b54 s128": 0, "bert-large A100-40GB AMP b64 s128": 0,
+    "bert-large A100-40GB TF32 b8 s512": 0, "bert-large A100-40GB AMP b16 s512": 0,
+    "bert-large V100-16GB FP32 b8 s128": 0, "bert-large V100-16GB AMP b16 s128": 0,
+    "bert-large V100-16GB FP32 b2 s512": 0, "bert-large V100-16GB AMP b4 s512": 0,
+    "bert-large V100-32GB AMP b64 s128": 20, "bert-large V100-32GB FP32 b32 s128": 20,
+}
 
 #: Published rows whose samples were not all padded to ``seq``: the pytorch:21.11 phase-2 runs
 #: read LDDL data binned by length (bin size 64, scripts/run_pretraining.sh's default; README
@@ -328,13 +374,35 @@ def _step_s(trace: object) -> float:
     return sum(la.forward_s + la.backward_s for la in trace.layers)  # type: ignore[attr-defined]
 
 
-def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
-    """Print the published-throughput rows; return |errors| per method (rows of
-    :data:`BINNED` left out) and ``(label, estimated / measured)`` of the binned rows."""
-    errors: dict[str, list[float]] = {m: [] for m in METHODS}
+def _published_estimate(label: str, model: str, gpu: str, prec: str, batch: int,
+                        seq: int | None, attention: str, method: str, as_run: bool) -> float:
+    """Estimated seconds per micro-batch of one published row: forward, backward and the
+    update. ``as_run``: with the row's pre-training heads (:data:`LM_POSITIONS`) and its update
+    once per :data:`ACCUMULATE` micro-batches; else the encoder alone and an update per
+    micro-batch (the accounting before the heads were modelled)."""
+    layout = "nchw" if label in NCHW and method == "operator" else "channels_last"
+    heads = "pretraining" if as_run and label in LM_POSITIONS else "none"
+    est = estimate(model, gpu, prec, batch, seq, method=method,
+                   autocast=" AMP " in label and label not in HALF_WEIGHTS,
+                   attention=attention, memory_format=layout, heads=heads,
+                   lm_positions=LM_POSITIONS.get(label, 0) if heads != "none" else 0)
+    steps = ACCUMULATE.get(label, 1) if as_run else 1
+    return _step_s(est) + est.update_s / steps
+
+
+def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]],
+                              dict[tuple[str, int], list[tuple[float, str]]]]:
+    """Print the published-throughput rows, as run (heads, accumulation) and as estimated
+    before (the encoder alone, an update per micro-batch); return |errors| per method, as run
+    and before (keys ``METHOD`` and ``METHOD before``; rows of :data:`BINNED` left out),
+    ``(label, estimated / measured)`` of the binned rows as run, and the operator method's
+    signed errors as run by ``(model, micro-batch)``."""
+    errors: dict[str, list[float]] = {}
+    by_batch: dict[tuple[str, int], list[tuple[float, str]]] = {}
     binned: list[tuple[str, float]] = []
-    print("| instance | method | estimated ms | measured ms | error | source |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| instance | method | as run: estimated ms | error | before: estimated ms | error |"
+          " measured ms | source |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for label, model, gpu, prec, batch, seq, rate, attention, source in PUBLISHED:
         m_step = batch / rate
         if attention != "auto":
@@ -345,23 +413,38 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]]]:
             source += "; LDDL-binned (padded per batch): full padding is an upper bound"
         if label in NCHW:
             source += "; NCHW (operator: cuDNN layout transposes priced)"
+        if label in LM_POSITIONS:
+            source += (f"; LM head on {LM_POSITIONS[label]} positions" if LM_POSITIONS[label]
+                       else "; LM head on every token")
+        if label in ACCUMULATE:
+            source += f"; {ACCUMULATE[label]} micro-batches per update"
         for method in METHODS:
-            layout = "nchw" if label in NCHW and method == "operator" else "channels_last"
             try:
-                est = estimate(model, gpu, prec, batch, seq, method=method,
-                               autocast=" AMP " in label and label not in HALF_WEIGHTS,
-                               attention=attention, memory_format=layout)
+                run, old = (_published_estimate(label, model, gpu, prec, batch, seq, attention,
+                                                method, as_run) for as_run in (True, False))
             except ValueError:
                 continue  # the roofline profiles have no TF32 / V100-fp16-image figure
-            e_step = _step_s(est) + est.update_s
-            err = e_step / m_step - 1
             if label in BINNED:
-                binned.append((f"{label} ({method})", e_step / m_step))
+                binned.append((f"{label} ({method})", run / m_step))
             else:
-                errors[method].append(abs(err))
-            print(f"| {label} | {method} | {e_step * 1e3:.1f} | {m_step * 1e3:.1f} |"
-                  f" {err:+.1%} | {source} |")
-    return errors, binned
+                errors.setdefault(method, []).append(abs(run / m_step - 1))
+                errors.setdefault(f"{method} before", []).append(abs(old / m_step - 1))
+                if method == "operator":
+                    by_batch.setdefault((model, batch), []).append((run / m_step - 1, label))
+            print(f"| {label} | {method} | {run * 1e3:.1f} | {run / m_step - 1:+.1%} |"
+                  f" {old * 1e3:.1f} | {old / m_step - 1:+.1%} | {m_step * 1e3:.1f} | {source} |")
+    return errors, binned, by_batch
+
+
+def print_by_batch(by_batch: dict[tuple[str, int], list[tuple[float, str]]]) -> None:
+    """The operator method's errors as run, by model and micro-batch (every GPU and
+    precision at that micro-batch together, each error with its row's GPU and precision)."""
+    print("\n| model | micro-batch | rows | errors | mean abs. error |")
+    print("| --- | --- | --- | --- | --- |")
+    for (model, batch), errs in sorted(by_batch.items()):
+        shown = ", ".join(f"{e:+.1%} ({' '.join(label.split()[1:3])})" for e, label in errs)
+        print(f"| {model} | {batch} | {len(errs)} | {shown} |"
+              f" {statistics.mean(abs(e) for e, _ in errs):.1%} |")
 
 
 #: Per-operator breakdown rows: (label, precision, batch, seq, autocast, attention) of BERT-large
@@ -441,7 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     imported_kinds()
     if not args.quick:
         print()
-        pub, binned = published_rows()
+        pub, binned, by_batch = published_rows()
+        print_by_batch(by_batch)
         for method, errs in pub.items():
             if errs:
                 print(f"published per-iteration mean |error|, {method}, {len(errs)} rows"
