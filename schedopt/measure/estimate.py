@@ -28,7 +28,9 @@ under a dispatch mode that sees every ATen operator with its tensors:
 ``recompute`` adds each layer's forward to its backward (full activation recomputation);
 ``accumulate=K`` prices K micro-batches per iteration: the first K - 1 forward and backward
 passes run before the last micro-batch (whose backward overlaps the gradient communication, as
-DDP's ``no_sync``) and are charged to the first layer's forward (docs/estimate.md).
+DDP's ``no_sync``) and are charged to the first layer's forward; with the operator method every
+micro-batch after the first also adds its gradients into the accumulated ones, torch's in-place
+``AccumulateGrad`` (docs/estimate.md).
 
 ``attention`` picks how the attention core of a text model is priced: ``"flash"`` the fused
 flash kernel (PyTorch SDPA routed to ``_scaled_dot_product_flash_attention``; bf16/fp16 on a
@@ -1272,21 +1274,36 @@ def _pricers(ts: TraceSpec, gpu: GPU, text: bool) -> tuple[Pricer, str, CastPric
     return _operator_pricer(opm), path, operator_cast
 
 
-def _layer_records(ts: TraceSpec, costs: _Costs, owned: dict[str, list[Any]],
+def _accumulation_s(ts: TraceSpec, gpu: GPU, tensor_bytes: list[int]) -> float:
+    """Time (s) of adding one micro-batch's gradients of ``tensor_bytes`` into the accumulated
+    ones: torch's ``AccumulateGrad`` adds in place once a gradient exists (every micro-batch
+    after the first), one memory-bound kernel per tensor reading both and writing the sum
+    (3 x its bytes). Operator method only (the roofline keeps the shipped traces' pricing)."""
+    if ts.accumulate == 1 or ts.method != "operator":
+        return 0.0
+    opm = operator_model(gpu, ts.precision, memory_format=ts.memory_format)
+    return sum(opm.memory_s(3 * b) for b in tensor_bytes)
+
+
+def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list[Any]],
                    name_of: dict[int, str]) -> list[dict[str, Any]]:
     """The trace's layers in forward order from the priced ``costs``: the roofline's backward
-    is twice the forward, recomputation adds a forward to it, and with ``accumulate`` the
-    first K - 1 micro-batches are charged to the first layer's forward; ``owned`` gives each
-    layer's parameters, ``name_of`` their names."""
+    is twice the forward, recomputation adds a forward to it, and with ``accumulate`` every
+    backward adds its layer's gradients into the accumulated ones (:func:`_accumulation_s`)
+    and the first K - 1 micro-batches (K - 2 of them with that add) are charged to the first
+    layer's forward; ``owned`` gives each layer's parameters, ``name_of`` their names."""
     itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
     layers: list[dict[str, Any]] = []
-    extra = 0.0
+    extra = adds = 0.0
     for lname in costs.order:
         fwd = costs.time[lname]
         bwd = 2 * fwd if ts.method == "roofline" else costs.back[lname]
         if ts.recompute:
             bwd += fwd
         extra += fwd + bwd
+        add = _accumulation_s(ts, gpu, [p.numel() * itemsize for _, p in owned[lname]])
+        adds += add
+        bwd += add
         layers.append({
             "name": lname,
             "forward_s": fwd,
@@ -1297,7 +1314,7 @@ def _layer_records(ts: TraceSpec, costs: _Costs, owned: dict[str, list[Any]],
             ],
         })
     if ts.accumulate > 1:
-        layers[0]["forward_s"] += (ts.accumulate - 1) * extra
+        layers[0]["forward_s"] += (ts.accumulate - 1) * extra + (ts.accumulate - 2) * adds
     for la in layers:
         la["forward_s"], la["backward_s"] = sig(la["forward_s"]), sig(la["backward_s"])
     return layers
@@ -1359,7 +1376,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     missing = [m for m, _, _ in owners if m not in costs.time]
     if missing:
         raise RuntimeError(f"{ts.name}: layers never run: {missing[:3]}")
-    layers = _layer_records(ts, costs, by_name, name_of)
+    layers = _layer_records(ts, gpu, costs, by_name, name_of)
     describe = _describe if ts.method == "roofline" else _describe_operator
     source = describe(ts, spec, gpu, n_params, n_tensors, costs.ops, attention)
     try:
@@ -1490,7 +1507,10 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
     if ts.accumulate > 1:
         extras.append(f"{ts.accumulate} micro-batches per iteration: the first"
                       f" {ts.accumulate - 1} forward and backward passes are charged to the"
-                      " first layer's forward, io and h2d are per iteration")
+                      " first layer's forward, io and h2d are per iteration; every micro-batch"
+                      " after the first adds its gradients into the accumulated ones (torch's"
+                      " AccumulateGrad, in place: 3 x the gradient bytes, in each layer's"
+                      " backward)")
     if ts.memory_format == "nchw":
         extras.append("NCHW activations: " + (
             "cuDNN's layout transposes around every convolution that is not a pointwise"
