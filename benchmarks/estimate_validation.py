@@ -37,6 +37,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -102,6 +103,18 @@ PUBLISHED = [
      EAGER, "DLE PyTorch BERT README, pytorch:20.06, DGX-1 16G, 1 GPU, unbinned"),
     ("bert-large V100-16GB AMP b4 s512", "bert-large", "v100", "fp16", 4, 512, 34,
      EAGER, "DLE PyTorch BERT README, pytorch:20.06, DGX-1 16G, 1 GPU, unbinned"),
+    ("bert-large V100-16GB AMP b16 s128 (TF)", "bert-large", "v100", "fp16", 16, 128, 134.34,
+     EAGER, "DLE TensorFlow BERT README, 20.06, DGX-1 16GB, 1 GPU"),
+    ("bert-large V100-16GB FP32 b8 s128 (TF)", "bert-large", "v100", "fp32", 8, 128, 39.43,
+     EAGER, "DLE TensorFlow BERT README, 20.06, DGX-1 16GB, 1 GPU"),
+    ("bert-large V100-16GB AMP b4 s512 (TF)", "bert-large", "v100", "fp16", 4, 512, 28.72,
+     EAGER, "DLE TensorFlow BERT README, 20.06, DGX-1 16GB, 1 GPU"),
+    ("bert-large V100-16GB FP32 b2 s512 (TF)", "bert-large", "v100", "fp32", 2, 512, 9.80,
+     EAGER, "DLE TensorFlow BERT README, 20.06, DGX-1 16GB, 1 GPU"),
+    ("bert-large V100-32GB AMP b8 s512 (TF)", "bert-large", "v100", "fp16", 8, 512, 31.23,
+     EAGER, "DLE TensorFlow BERT README, 20.06, DGX-1 32GB, 1 GPU"),
+    ("bert-large V100-32GB FP32 b8 s512 (TF)", "bert-large", "v100", "fp32", 8, 512, 10.67,
+     EAGER, "DLE TensorFlow BERT README, 20.06, DGX-1 32GB, 1 GPU"),
     ("bert-large V100-32GB AMP b64 s128", "bert-large", "v100", "fp16", 64, 128, 168.63,
      EAGER, "DLE TensorFlow BERT README, 20.06, 1 GPU"),
     ("bert-large V100-32GB FP32 b32 s128", "bert-large", "v100", "fp32", 32, 128, 46.78,
@@ -139,8 +152,8 @@ HALF_WEIGHTS = {"bert-large A100-80GB AMP b256 s128", "bert-large A100-80GB AMP 
 #: optimizer step; the others: 1). The update runs once per step, so a micro-batch carries
 #: ``update / steps``. PyTorch 20.06 and 21.11: the README tables' "Accumulation steps"
 #: column (20.06: 65232/1208 ... as the micro-batch note above; 21.11: 8192/128 = 64,
-#: 8192/256 = 32, 4096/16 = 256, 4096/32 = 128); TensorFlow 20.06: its "Gradient Accumulation"
-#: column (1024 mixed precision, 2048 FP32).
+#: 8192/256 = 32, 4096/16 = 256, 4096/32 = 128); TensorFlow 20.06: the "Gradient Accumulation"
+#: column of each row's table (mixed precision, FP32), DGX-1 16GB and 32GB.
 ACCUMULATE = {
     "bert-large A100-80GB TF32 b128 s128": 64, "bert-large A100-80GB AMP b256 s128": 32,
     "bert-large A100-80GB TF32 b16 s512": 256, "bert-large A100-80GB AMP b32 s512": 128,
@@ -149,6 +162,9 @@ ACCUMULATE = {
     "bert-large V100-16GB FP32 b8 s128": 8192, "bert-large V100-16GB AMP b16 s128": 4096,
     "bert-large V100-16GB FP32 b2 s512": 16384, "bert-large V100-16GB AMP b4 s512": 8192,
     "bert-large V100-32GB AMP b64 s128": 1024, "bert-large V100-32GB FP32 b32 s128": 2048,
+    "bert-large V100-16GB AMP b16 s128 (TF)": 4096, "bert-large V100-16GB FP32 b8 s128 (TF)": 8192,
+    "bert-large V100-16GB AMP b4 s512 (TF)": 8192, "bert-large V100-16GB FP32 b2 s512 (TF)": 16384,
+    "bert-large V100-32GB AMP b8 s512 (TF)": 4096, "bert-large V100-32GB FP32 b8 s512 (TF)": 4096,
 }
 
 #: Masked-LM positions per sequence of the published BERT pre-training rows, which all ran
@@ -160,8 +176,8 @@ ACCUMULATE = {
 #: which run_pretraining.sh does not set) gathers the masked positions with ``index_select``
 #: first; at most ``--max_predictions_per_seq``, 20 at s128 and 80 at s512 in
 #: run_pretraining.sh. TensorFlow 20.06 (96138d50): ``get_masked_lm_output`` runs
-#: ``gather_indexes`` on ``masked_lm_positions``, 20 per sequence
-#: (run_pretraining_lamb_phase1.sh, ``max_pred_per_seq=20``).
+#: ``gather_indexes`` on ``masked_lm_positions``, 20 per sequence at s128 and 80 at s512
+#: (run_pretraining_lamb_phase1.sh ``max_pred_per_seq=20``, phase2 ``80``).
 LM_POSITIONS = {
     "bert-large A100-80GB TF32 b128 s128": 20, "bert-large A100-80GB AMP b256 s128": 20,
     "bert-large A100-80GB TF32 b16 s512": 80, "bert-large A100-80GB AMP b32 s512": 80,
@@ -170,6 +186,9 @@ LM_POSITIONS = {
     "bert-large V100-16GB FP32 b8 s128": 0, "bert-large V100-16GB AMP b16 s128": 0,
     "bert-large V100-16GB FP32 b2 s512": 0, "bert-large V100-16GB AMP b4 s512": 0,
     "bert-large V100-32GB AMP b64 s128": 20, "bert-large V100-32GB FP32 b32 s128": 20,
+    "bert-large V100-16GB AMP b16 s128 (TF)": 20, "bert-large V100-16GB FP32 b8 s128 (TF)": 20,
+    "bert-large V100-16GB AMP b4 s512 (TF)": 80, "bert-large V100-16GB FP32 b2 s512 (TF)": 80,
+    "bert-large V100-32GB AMP b8 s512 (TF)": 80, "bert-large V100-32GB FP32 b8 s512 (TF)": 80,
 }
 
 #: Published rows whose samples were not all padded to ``seq``: the pytorch:21.11 phase-2 runs
@@ -377,17 +396,26 @@ def _step_s(trace: object) -> float:
 def _published_estimate(label: str, model: str, gpu: str, prec: str, batch: int,
                         seq: int | None, attention: str, method: str, as_run: bool) -> float:
     """Estimated seconds per micro-batch of one published row: forward, backward and the
-    update. ``as_run``: with the row's pre-training heads (:data:`LM_POSITIONS`) and its update
-    once per :data:`ACCUMULATE` micro-batches; else the encoder alone and an update per
-    micro-batch (the accounting before the heads were modelled)."""
+    update. ``as_run``: with the row's pre-training heads (:data:`LM_POSITIONS`), and, with
+    :data:`ACCUMULATE` steps, a micro-batch in the middle of a step (two micro-batches less one:
+    its gradients added into the accumulated ones) and the update once per step; else the
+    encoder alone and an update per micro-batch (the accounting before the heads were
+    modelled)."""
     layout = "nchw" if label in NCHW and method == "operator" else "channels_last"
     heads = "pretraining" if as_run and label in LM_POSITIONS else "none"
-    est = estimate(model, gpu, prec, batch, seq, method=method,
-                   autocast=" AMP " in label and label not in HALF_WEIGHTS,
-                   attention=attention, memory_format=layout, heads=heads,
-                   lm_positions=LM_POSITIONS.get(label, 0) if heads != "none" else 0)
+
+    def run(accumulate: int) -> Any:
+        return estimate(model, gpu, prec, batch, seq, method=method,
+                        autocast=" AMP " in label and label not in HALF_WEIGHTS,
+                        attention=attention, memory_format=layout, heads=heads,
+                        lm_positions=LM_POSITIONS.get(label, 0) if heads != "none" else 0,
+                        accumulate=accumulate)
+
+    one = run(1)
     steps = ACCUMULATE.get(label, 1) if as_run else 1
-    return _step_s(est) + est.update_s / steps
+    if steps == 1:
+        return _step_s(one) + one.update_s
+    return _step_s(run(2)) - _step_s(one) + one.update_s / steps
 
 
 def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]],
