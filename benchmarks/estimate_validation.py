@@ -148,28 +148,11 @@ HALF_WEIGHTS = {"bert-large A100-80GB AMP b256 s128", "bert-large A100-80GB AMP 
                 "bert-large A100-40GB AMP b64 s128", "bert-large A100-40GB AMP b16 s512",
                 "bert-large V100-16GB AMP b16 s128", "bert-large V100-16GB AMP b4 s512"}
 
-#: Gradient accumulation steps of the published pre-training rows (micro-batches per
-#: optimizer step; the others: 1). The update runs once per step, so a micro-batch carries
-#: ``update / steps``. PyTorch 20.06 and 21.11: the README tables' "Accumulation steps"
-#: column (20.06: 65232/1208 ... as the micro-batch note above; 21.11: 8192/128 = 64,
-#: 8192/256 = 32, 4096/16 = 256, 4096/32 = 128); TensorFlow 20.06: the "Gradient Accumulation"
-#: column of each row's table (mixed precision, FP32), DGX-1 16GB and 32GB.
-ACCUMULATE = {
-    "bert-large A100-80GB TF32 b128 s128": 64, "bert-large A100-80GB AMP b256 s128": 32,
-    "bert-large A100-80GB TF32 b16 s512": 256, "bert-large A100-80GB AMP b32 s512": 128,
-    "bert-large A100-40GB TF32 b54 s128": 1208, "bert-large A100-40GB AMP b64 s128": 1024,
-    "bert-large A100-40GB TF32 b8 s512": 4096, "bert-large A100-40GB AMP b16 s512": 2048,
-    "bert-large V100-16GB FP32 b8 s128": 8192, "bert-large V100-16GB AMP b16 s128": 4096,
-    "bert-large V100-16GB FP32 b2 s512": 16384, "bert-large V100-16GB AMP b4 s512": 8192,
-    "bert-large V100-32GB AMP b64 s128": 1024, "bert-large V100-32GB FP32 b32 s128": 2048,
-    "bert-large V100-16GB AMP b16 s128 (TF)": 4096, "bert-large V100-16GB FP32 b8 s128 (TF)": 8192,
-    "bert-large V100-16GB AMP b4 s512 (TF)": 8192, "bert-large V100-16GB FP32 b2 s512 (TF)": 16384,
-    "bert-large V100-32GB AMP b8 s512 (TF)": 4096, "bert-large V100-32GB FP32 b8 s512 (TF)": 4096,
-}
-
-#: Masked-LM positions per sequence of the published BERT pre-training rows, which all ran
-#: BertForPreTraining's heads and losses (``heads="pretraining"``): 0 = the head on every token,
-#: N = on N gathered positions. PyTorch 20.06 (b2763ae2): ``BertPreTrainingHeads`` runs
+#: How each published BERT pre-training row ran: ``(LM positions, accumulation steps)``.
+#:
+#: *LM positions*: every row ran BertForPreTraining's heads and losses
+#: (``heads="pretraining"``); 0 = the masked-LM head on every token, N = on N gathered
+#: positions per sequence. PyTorch 20.06 (b2763ae2): ``BertPreTrainingHeads`` runs
 #: ``self.predictions(sequence_output)`` on every token and ``BertPretrainingCriterion`` takes
 #: the cross-entropy over ``[batch x seq, vocab]``. PyTorch 21.11 (a9e2c1d5):
 #: ``sequence_output_is_dense`` (run_pretraining.py passes ``not --no_dense_sequence_output``,
@@ -178,17 +161,34 @@ ACCUMULATE = {
 #: run_pretraining.sh. TensorFlow 20.06 (96138d50): ``get_masked_lm_output`` runs
 #: ``gather_indexes`` on ``masked_lm_positions``, 20 per sequence at s128 and 80 at s512
 #: (run_pretraining_lamb_phase1.sh ``max_pred_per_seq=20``, phase2 ``80``).
-LM_POSITIONS = {
-    "bert-large A100-80GB TF32 b128 s128": 20, "bert-large A100-80GB AMP b256 s128": 20,
-    "bert-large A100-80GB TF32 b16 s512": 80, "bert-large A100-80GB AMP b32 s512": 80,
-    "bert-large A100-40GB TF32 b54 s128": 0, "bert-large A100-40GB AMP b64 s128": 0,
-    "bert-large A100-40GB TF32 b8 s512": 0, "bert-large A100-40GB AMP b16 s512": 0,
-    "bert-large V100-16GB FP32 b8 s128": 0, "bert-large V100-16GB AMP b16 s128": 0,
-    "bert-large V100-16GB FP32 b2 s512": 0, "bert-large V100-16GB AMP b4 s512": 0,
-    "bert-large V100-32GB AMP b64 s128": 20, "bert-large V100-32GB FP32 b32 s128": 20,
-    "bert-large V100-16GB AMP b16 s128 (TF)": 20, "bert-large V100-16GB FP32 b8 s128 (TF)": 20,
-    "bert-large V100-16GB AMP b4 s512 (TF)": 80, "bert-large V100-16GB FP32 b2 s512 (TF)": 80,
-    "bert-large V100-32GB AMP b8 s512 (TF)": 80, "bert-large V100-32GB FP32 b8 s512 (TF)": 80,
+#:
+#: *Accumulation steps* (micro-batches per optimizer step; rows not listed: 1): the update
+#: runs once per step, so a micro-batch carries ``update / steps``. PyTorch 20.06 and 21.11:
+#: the README tables' "Accumulation steps" column (20.06: 65232/1208 ... as the micro-batch
+#: note above; 21.11: 8192/128 = 64, 8192/256 = 32, 4096/16 = 256, 4096/32 = 128); TensorFlow
+#: 20.06: the "Gradient Accumulation" column of each row's table (mixed precision, FP32),
+#: DGX-1 16GB and 32GB.
+AS_RUN = {
+    "bert-large A100-80GB TF32 b128 s128": (20, 64),
+    "bert-large A100-80GB AMP b256 s128": (20, 32),
+    "bert-large A100-80GB TF32 b16 s512": (80, 256),
+    "bert-large A100-80GB AMP b32 s512": (80, 128),
+    "bert-large A100-40GB TF32 b54 s128": (0, 1208),
+    "bert-large A100-40GB AMP b64 s128": (0, 1024),
+    "bert-large A100-40GB TF32 b8 s512": (0, 4096),
+    "bert-large A100-40GB AMP b16 s512": (0, 2048),
+    "bert-large V100-16GB FP32 b8 s128": (0, 8192),
+    "bert-large V100-16GB AMP b16 s128": (0, 4096),
+    "bert-large V100-16GB FP32 b2 s512": (0, 16384),
+    "bert-large V100-16GB AMP b4 s512": (0, 8192),
+    "bert-large V100-16GB AMP b16 s128 (TF)": (20, 4096),
+    "bert-large V100-16GB FP32 b8 s128 (TF)": (20, 8192),
+    "bert-large V100-16GB AMP b4 s512 (TF)": (80, 8192),
+    "bert-large V100-16GB FP32 b2 s512 (TF)": (80, 16384),
+    "bert-large V100-32GB AMP b8 s512 (TF)": (80, 4096),
+    "bert-large V100-32GB FP32 b8 s512 (TF)": (80, 4096),
+    "bert-large V100-32GB AMP b64 s128": (20, 1024),
+    "bert-large V100-32GB FP32 b32 s128": (20, 2048),
 }
 
 #: Published rows whose samples were not all padded to ``seq``: the pytorch:21.11 phase-2 runs
@@ -396,23 +396,22 @@ def _step_s(trace: object) -> float:
 def _published_estimate(label: str, model: str, gpu: str, prec: str, batch: int,
                         seq: int | None, attention: str, method: str, as_run: bool) -> float:
     """Estimated seconds per micro-batch of one published row: forward, backward and the
-    update. ``as_run``: with the row's pre-training heads (:data:`LM_POSITIONS`), and, with
-    :data:`ACCUMULATE` steps, a micro-batch in the middle of a step (two micro-batches less one:
+    update. ``as_run``: with the row's pre-training heads and, with its accumulation steps
+    (:data:`AS_RUN`), a micro-batch in the middle of a step (two micro-batches less one:
     its gradients added into the accumulated ones) and the update once per step; else the
     encoder alone and an update per micro-batch (the accounting before the heads were
     modelled)."""
     layout = "nchw" if label in NCHW and method == "operator" else "channels_last"
-    heads = "pretraining" if as_run and label in LM_POSITIONS else "none"
+    positions, steps = AS_RUN.get(label, (0, 1)) if as_run else (0, 1)
+    heads = "pretraining" if as_run and label in AS_RUN else "none"
 
     def run(accumulate: int) -> Any:
         return estimate(model, gpu, prec, batch, seq, method=method,
                         autocast=" AMP " in label and label not in HALF_WEIGHTS,
                         attention=attention, memory_format=layout, heads=heads,
-                        lm_positions=LM_POSITIONS.get(label, 0) if heads != "none" else 0,
-                        accumulate=accumulate)
+                        lm_positions=positions, accumulate=accumulate)
 
     one = run(1)
-    steps = ACCUMULATE.get(label, 1) if as_run else 1
     if steps == 1:
         return _step_s(one) + one.update_s
     return _step_s(run(2)) - _step_s(one) + one.update_s / steps
@@ -441,11 +440,11 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]],
             source += "; LDDL-binned (padded per batch): full padding is an upper bound"
         if label in NCHW:
             source += "; NCHW (operator: cuDNN layout transposes priced)"
-        if label in LM_POSITIONS:
-            source += (f"; LM head on {LM_POSITIONS[label]} positions" if LM_POSITIONS[label]
+        if label in AS_RUN:
+            positions, steps = AS_RUN[label]
+            source += (f"; LM head on {positions} positions" if positions
                        else "; LM head on every token")
-        if label in ACCUMULATE:
-            source += f"; {ACCUMULATE[label]} micro-batches per update"
+            source += f"; {steps} micro-batches per update"
         for method in METHODS:
             try:
                 run, old = (_published_estimate(label, model, gpu, prec, batch, seq, attention,
