@@ -1274,15 +1274,13 @@ def _pricers(ts: TraceSpec, gpu: GPU, text: bool) -> tuple[Pricer, str, CastPric
     return _operator_pricer(opm), path, operator_cast
 
 
-def _accumulation_s(ts: TraceSpec, gpu: GPU, tensor_bytes: list[int]) -> float:
+def _accumulation_s(opm: OperatorModel | None, tensor_bytes: list[int]) -> float:
     """Time (s) of adding one micro-batch's gradients of ``tensor_bytes`` into the accumulated
     ones: torch's ``AccumulateGrad`` adds in place once a gradient exists (every micro-batch
     after the first), one memory-bound kernel per tensor reading both and writing the sum
-    (3 x its bytes). Operator method only (the roofline keeps the shipped traces' pricing)."""
-    if ts.accumulate == 1 or ts.method != "operator":
-        return 0.0
-    opm = operator_model(gpu, ts.precision, memory_format=ts.memory_format)
-    return sum(opm.memory_s(3 * b) for b in tensor_bytes)
+    (3 x its bytes); 0 without an operator model (one micro-batch, or the roofline method,
+    which keeps the shipped traces' pricing)."""
+    return sum(opm.memory_s(3 * b) for b in tensor_bytes) if opm is not None else 0.0
 
 
 def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list[Any]],
@@ -1293,6 +1291,8 @@ def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list
     and the first K - 1 micro-batches (K - 2 of them with that add) are charged to the first
     layer's forward; ``owned`` gives each layer's parameters, ``name_of`` their names."""
     itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
+    opm = (operator_model(gpu, ts.precision, memory_format=ts.memory_format)
+           if ts.accumulate > 1 and ts.method == "operator" else None)
     layers: list[dict[str, Any]] = []
     extra = adds = 0.0
     for lname in costs.order:
@@ -1301,7 +1301,7 @@ def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list
         if ts.recompute:
             bwd += fwd
         extra += fwd + bwd
-        add = _accumulation_s(ts, gpu, [p.numel() * itemsize for _, p in owned[lname]])
+        add = _accumulation_s(opm, [p.numel() * itemsize for _, p in owned[lname]])
         adds += add
         bwd += add
         layers.append({
