@@ -109,8 +109,14 @@ def _watch_parent(parent: int) -> None:
 
 
 def _stop_pool(pool: ProcessPoolExecutor) -> None:
-    """Cancel what has not started and stop the workers now (their rows stay pending)."""
+    """Cancel what has not started and stop the workers now (their rows stay pending).
+
+    The pool's manager thread is joined last: it closes its wake-up pipe as it ends, and one
+    still ending when the interpreter exits races the exit hook of ``concurrent.futures``,
+    which then writes to the closed pipe and prints a traceback (CPython 3.11).
+    """
     procs = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for proc in procs:
         proc.terminate()
@@ -119,6 +125,8 @@ def _stop_pool(pool: ProcessPoolExecutor) -> None:
         if proc.is_alive():  # pragma: no cover - a worker that ignores SIGTERM
             proc.kill()
             proc.join(timeout=5.0)
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=10.0)
 
 
 @contextmanager
