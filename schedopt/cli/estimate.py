@@ -51,6 +51,12 @@ def estimate_cmd(
                                               " the masked-LM head on this many gathered"
                                               " positions per sequence (0: every token).")]
     = 0,
+    ddp_copies: Annotated[bool, typer.Option("--ddp-copies", help="Price PyTorch DDP's reducer"
+                                             " on the compute stream: each gradient copied"
+                                             " into its bucket and scaled, and copied back"
+                                             " after the all-reduce (DDP without"
+                                             " gradient_as_bucket_view; operator method).")]
+    = False,
     name: Annotated[str | None, typer.Option("--name", help="Trace name.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -62,7 +68,7 @@ def estimate_cmd(
         tr = estimate(model, gpu, dtype, batch, seq, recompute=recompute, accumulate=accumulate,
                       method=method, autocast=autocast, attention=attention,
                       memory_format=memory_format, heads=heads, lm_positions=lm_positions,
-                      name=name)
+                      ddp_copies=ddp_copies, name=name)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     fwd = sum(la.forward_s for la in tr.layers)
     bwd = sum(la.backward_s for la in tr.layers)

@@ -833,6 +833,7 @@ class TraceSpec:
     memory_format: str = "channels_last"  # image models' activation layout (MEMORY_FORMATS)
     heads: str = "none"  # BERT output heads (HEADS)
     lm_positions: int = 0  # masked-LM head on this many positions per sequence; 0: every token
+    ddp_copies: bool = False  # DDP's reducer copies into and out of the buckets (operator)
 
 
 # ============================================================================ profiling
@@ -1283,6 +1284,31 @@ def _accumulation_s(opm: OperatorModel | None, tensor_bytes: list[int]) -> float
     return sum(opm.memory_s(3 * b) for b in tensor_bytes) if opm is not None else 0.0
 
 
+def ddp_copy_in_s(opm: OperatorModel, tensor_bytes: list[int]) -> float:
+    """Device time (s) of DDP's reducer on the compute stream while one layer's gradients of
+    ``tensor_bytes`` become ready: each gradient is copied into its bucket (a memory-bound
+    kernel reading and writing it, 2 x its bytes) and the bucket is scaled by ``1/world`` in
+    place (2 x the bytes again; one kernel per bucket, whose floor depends on the plan and is
+    left out).
+
+    torch ``torch/csrc/distributed/c10d/reducer.cpp`` (1.2-1.4: ``mark_variable_ready_dense``
+    copies with ``bucket_view.copy_(grad)``, ``replica.contents.div_(world size)`` once the
+    bucket's last gradient is in; later versions divide in the communication hook on the
+    bucket). With ``gradient_as_bucket_view`` there is no copy.
+    """
+    bw = opm.gemm.bandwidth_Bps
+    return sum(opm.memory_s(2 * b) + 2 * b / bw for b in tensor_bytes)
+
+
+def ddp_copy_out_s(opm: OperatorModel, tensor_bytes: list[int]) -> float:
+    """Device time (s) of DDP's copies of the reduced buckets back into the gradients, one
+    memory-bound kernel per tensor (2 x its bytes) on the compute stream after its bucket's
+    all-reduce and before the optimizer step (torch ``reducer.cpp``: ``finalize_backward`` /
+    ``finalize_bucket_dense``, ``grad.copy_(bucket_view)``; none with
+    ``gradient_as_bucket_view``)."""
+    return sum(opm.memory_s(2 * b) for b in tensor_bytes)
+
+
 def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list[Any]],
                    name_of: dict[int, str]) -> list[dict[str, Any]]:
     """The trace's layers in forward order from the priced ``costs``: the roofline's backward
@@ -1292,7 +1318,7 @@ def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list
     layer's forward; ``owned`` gives each layer's parameters, ``name_of`` their names."""
     itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
     opm = (operator_model(gpu, ts.precision, memory_format=ts.memory_format)
-           if ts.accumulate > 1 and ts.method == "operator" else None)
+           if (ts.accumulate > 1 or ts.ddp_copies) and ts.method == "operator" else None)
     layers: list[dict[str, Any]] = []
     extra = adds = 0.0
     for lname in costs.order:
@@ -1301,9 +1327,12 @@ def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list
         if ts.recompute:
             bwd += fwd
         extra += fwd + bwd
-        add = _accumulation_s(opm, [p.numel() * itemsize for _, p in owned[lname]])
+        sizes = [p.numel() * itemsize for _, p in owned[lname]]
+        add = _accumulation_s(opm, sizes) if ts.accumulate > 1 else 0.0
         adds += add
         bwd += add
+        if ts.ddp_copies and opm is not None:  # the last micro-batch's backward only
+            bwd += ddp_copy_in_s(opm, sizes)
         layers.append({
             "name": lname,
             "forward_s": fwd,
@@ -1379,11 +1408,21 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     layers = _layer_records(ts, gpu, costs, by_name, name_of)
     describe = _describe if ts.method == "roofline" else _describe_operator
     source = describe(ts, spec, gpu, n_params, n_tensors, costs.ops, attention)
+    iteration = _iteration_costs(ts, spec, gpu, n_params)
+    if ts.ddp_copies:
+        opm = operator_model(gpu, ts.precision, memory_format=ts.memory_format)
+        out_s = ddp_copy_out_s(opm, [t["bytes"] for la in layers for t in la["tensors"]])
+        iteration["update_s"] = sig(iteration["update_s"] + out_s)
+        source = source.removesuffix(".") + (
+            f"; DDP's reducer (torch reducer.cpp, without gradient_as_bucket_view): every"
+            f" gradient copied into its bucket and the bucket scaled by 1/world in its layer's"
+            f" backward (4 x the gradient bytes), and copied back after the all-reduce, in the"
+            f" update ({out_s * 1e3:.3g} ms: 2 x the bytes, one kernel per tensor).")
     try:
         return Trace.model_validate({
             "name": ts.name,
             "batch_size": ts.batch,
-            **_iteration_costs(ts, spec, gpu, n_params),
+            **iteration,
             "layers": layers,
             "source": source,
         })
@@ -1625,7 +1664,7 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              seq: int | None = None, *, recompute: bool = False, accumulate: int = 1,
              method: str = "operator", autocast: bool = False, attention: str = "auto",
              memory_format: str = "channels_last", heads: str = "none",
-             lm_positions: int = 0, name: str | None = None,
+             lm_positions: int = 0, ddp_copies: bool = False, name: str | None = None,
              log: list[Any] | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
@@ -1666,10 +1705,15 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         With ``heads="pretraining"``: the masked-LM head runs on this many positions per
         sequence (gathered, as runs that keep only the masked tokens do), at most ``seq``;
         0 (the default) runs it on every token.
+    ddp_copies
+        Price PyTorch DDP's reducer on the compute stream (operator method): each gradient
+        copied into its bucket and the bucket scaled in its layer's backward, and copied back
+        after the all-reduce in the update (:func:`ddp_copy_in_s`, :func:`ddp_copy_out_s`);
+        what a DDP run without ``gradient_as_bucket_view`` adds to a model's own compute.
     name
         Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
         ``autocast``, a ``-flash`` or ``-eager`` suffix with a chosen ``attention``, then
-        ``-pretraining`` and ``-lmN`` with the heads).
+        ``-pretraining`` and ``-lmN`` with the heads, ``-ddp`` with ``ddp_copies``).
     log
         When given, receives one record per priced operator (:func:`estimate_trace`;
         :func:`operator_breakdown` sums them).
@@ -1686,7 +1730,8 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         ``autocast`` with a precision other than bf16 and fp16, ``attention="flash"`` where the
         profile has no fused kernel at ``precision``, ``memory_format`` unknown, with the
         roofline method or for a text model, ``heads`` unknown or for a model that is not
-        BERT, ``lm_positions`` without pre-training heads or outside ``0..seq``.
+        BERT, ``lm_positions`` without pre-training heads or outside ``0..seq``,
+        ``ddp_copies`` with the roofline method or not a boolean.
     """
     _check_options(method, precision, autocast)
     get_gpu(gpu)
@@ -1699,6 +1744,11 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     _check_memory_format(memory_format, method, spec)
     seq = _sequence(spec, batch, seq)
     _check_heads(heads, lm_positions, spec, seq)
+    if not isinstance(ddp_copies, bool):
+        raise SchedoptError("must be true or false", "--ddp-copies", ddp_copies)
+    if ddp_copies and method != "operator":
+        raise SchedoptError("needs the operator method (--method operator)", "--ddp-copies",
+                            ddp_copies)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
     label = spec.key.removeprefix("config:").removesuffix(".json")
@@ -1707,11 +1757,12 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     path += "-nchw" if memory_format == "nchw" else ""
     path += "-pretraining" if heads == "pretraining" else ""
     path += f"-lm{lm_positions}" if lm_positions else ""
+    path += "-ddp" if ddp_copies else ""
     ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}{path}", spec.key,
                    gpu.lower(), precision, batch, seq, grad, method=method,
                    recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
                    attention=attention, memory_format=memory_format, heads=heads,
-                   lm_positions=lm_positions)
+                   lm_positions=lm_positions, ddp_copies=ddp_copies)
     return estimate_trace(ts, spec, log=log)
 
 
