@@ -815,8 +815,8 @@ def load_model_spec(model: str) -> ModelSpec:
 @dataclass(frozen=True)
 class TraceSpec:
     """One estimated trace: model, GPU, compute precision, per-GPU batch, sequence length, cost
-    method, activation recomputation, micro-batches per iteration, autocast and attention path
-    (:func:`attention_path`)."""
+    method, activation recomputation, micro-batches per iteration, autocast, attention path
+    (:func:`attention_path`), activation layout, BERT heads and DDP's reducer kernels."""
 
     name: str
     model: str
@@ -1315,7 +1315,9 @@ def _layer_records(ts: TraceSpec, gpu: GPU, costs: _Costs, owned: dict[str, list
     is twice the forward, recomputation adds a forward to it, and with ``accumulate`` every
     backward adds its layer's gradients into the accumulated ones (:func:`_accumulation_s`)
     and the first K - 1 micro-batches (K - 2 of them with that add) are charged to the first
-    layer's forward; ``owned`` gives each layer's parameters, ``name_of`` their names."""
+    layer's forward; with ``ddp_copies`` the last backward of each layer also copies its
+    gradients into DDP's buckets and scales them (:func:`ddp_copy_in_s`); ``owned`` gives each
+    layer's parameters, ``name_of`` their names."""
     itemsize = {"float32": 4, "float16": 2, "bfloat16": 2}[ts.grad_dtype]
     opm = (operator_model(gpu, ts.precision, memory_format=ts.memory_format)
            if (ts.accumulate > 1 or ts.ddp_copies) and ts.method == "operator" else None)
