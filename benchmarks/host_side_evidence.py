@@ -55,9 +55,11 @@ out (its mean |error| counts the fitted rows too). ``reducer`` fits nothing on D
 own kernels on the compute stream are put into the traces (``estimate(..., ddp_copies=True)``:
 each gradient copied into its bucket and scaled during the backward, copied back before the
 update, as torch 1.4's ``reducer.cpp`` does), with the compute scale of the trace without them,
-the hook cost at 15 us and the shipped launch cost; ``reducer-s`` adds the published mean
-compute slowdown under overlapping communication (``overlap_slowdown`` 1.189, arXiv
-2507.03114, measured on A100/H100, not V100). Their 1-GPU rows are predictions, not fits.
+the scaling's kernel floor per bucket on the compute stream (``bucket_compute_s`` 5 us, the
+operator model's published kernel floor), the hook cost at 15 us and the shipped launch
+cost; ``reducer-s`` adds the published mean compute slowdown under overlapping communication
+(``overlap_slowdown`` 1.189, arXiv 2507.03114, measured on A100/H100, not V100). Their 1-GPU
+rows are predictions, not fits.
 
 The traces carry no per-layer host time (``host_forward_s = host_backward_s = 0``), so the host
 thread runs ahead of the GPU and a hook cost changes the 1-GPU prediction only once the hooks
@@ -91,6 +93,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 import schedopt
+from schedopt.measure.gpus import EAGER_KERNEL_S
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
 from schedopt.study.tune import TIE_REL
@@ -129,6 +132,10 @@ REDUCER_S = "reducer-s"
 #: 18.9% mean compute slowdown while communication overlaps it (arXiv 2507.03114, A100/H100;
 #: docs/instances.md), as ``overlap_slowdown``.
 PUBLISHED_SLOWDOWN = 1.189
+#: The reducer's scaling kernel per bucket (``bucket_compute_s``): the operator model's kernel
+#: floor (``schedopt.measure.gpus.EAGER_KERNEL_S``, 5 us: published launch and dispatch
+#: figures); its bytes are in the traces (``ddp_copies``).
+SCALING_KERNEL_S = EAGER_KERNEL_S
 METHODS = ("before", "after", DOCS_HOOK, LINK_FIT, REDUCER, REDUCER_S)
 
 
@@ -293,8 +300,10 @@ def run() -> dict[str, Any]:
                 "after": _cluster(cl[g], hook_overhead_s=hook),
                 DOCS_HOOK: _cluster(cl[g], hook_overhead_s=DOCS_HOOK_S),
                 LINK_FIT: slower_links(cl[g], lat, bw),
-                REDUCER: _cluster(cl[g], hook_overhead_s=DOCS_HOOK_S),
+                REDUCER: _cluster(cl[g], hook_overhead_s=DOCS_HOOK_S,
+                                  bucket_compute_s=SCALING_KERNEL_S),
                 REDUCER_S: _cluster(cl[g], hook_overhead_s=DOCS_HOOK_S,
+                                    bucket_compute_s=SCALING_KERNEL_S,
                                     overlap_slowdown=PUBLISHED_SLOWDOWN),
             }
             for cap in CAPS:

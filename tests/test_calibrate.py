@@ -145,7 +145,7 @@ def test_cli_calibrate_bad_options(tmp_path: Path, args: list[str], needle: str)
 
 def test_parse_fit() -> None:
     assert parse_fit(None) == [n for n in PARAMS if n not in (
-        "compute_scale", "launch_overhead", "hook_overhead")]
+        "compute_scale", "launch_overhead", "hook_overhead", "bucket_compute")]
     assert parse_fit("launch_overhead,hook_overhead") == ["launch_overhead", "hook_overhead"]
     assert parse_fit("compute_scale") == ["compute_scale"]
     assert parse_fit("overlap_slowdown, inter_latency") == ["overlap_slowdown", "inter_latency"]

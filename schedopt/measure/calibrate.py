@@ -85,6 +85,9 @@ PARAMS: dict[str, ParamSpec] = {p.name: p for p in (
     ParamSpec("hook_overhead", ("hook_overhead_s",), "linear", 0.0, 0.01, 1e-5,
               opt_in=True, description="host time of the reducer's hook per gradient tensor "
                                        "(s; only when named in --fit)"),
+    ParamSpec("bucket_compute", ("bucket_compute_s",), "linear", 0.0, 0.01, 1e-5,
+              opt_in=True, description="compute-stream time per bucket (s; only when named in "
+                                       "--fit)"),
     ParamSpec("compute_scale", (), "log", 0.2, 5.0, per_trace=True,
               description="the runs' compute time over the trace's, one per trace (only when "
                           "named in --fit)"),
@@ -202,7 +205,8 @@ class _Group:
             # a row whose costs a parameter does not change (the inter link of one node)
             # is not simulated again
             key = (i, scale, cl.comm_stages(model.plan.collective), cl.overlap_slowdown,
-                   cl.comm_slowdown, cl.launch_overhead_s, cl.hook_overhead_s)
+                   cl.comm_slowdown, cl.launch_overhead_s, cl.hook_overhead_s,
+                   cl.bucket_compute_s)
             if key not in self.cache:
                 self.cache[key] = simulate_model(recost(model, cl)).iteration_time_s
             out.append(self.cache[key])

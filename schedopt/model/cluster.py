@@ -191,6 +191,10 @@ class Cluster(BaseModel):
     launch_overhead_s, hook_overhead_s
         Host side: time of the launching thread per collective call and per gradient tensor
         (docs/model.md, "Host side"; at most 1 s each).
+    bucket_compute_s
+        Device time per bucket on the compute stream once its last gradient is in, before its
+        communication starts (DDP scales each bucket by ``1/world`` in one kernel; docs/model.md,
+        "Host side"; at most 1 s).
     comm_concurrency
         Collective calls in flight at once (default 1: one after another, as on one NCCL
         stream). torch's gloo process group runs 2 (two worker threads taking queued calls in
@@ -235,6 +239,10 @@ class Cluster(BaseModel):
         0.0, ge=0.0, le=MAX_CALL_S,
         description="Host time (s) of the reducer's hook per gradient tensor, on the launching "
         "thread after its layer's backward launch.")
+    bucket_compute_s: Number = Field(
+        0.0, ge=0.0, le=MAX_CALL_S,
+        description="Device time (s) per bucket on the compute stream once its last gradient "
+        "is in, before its communication (the framework's scaling kernel of the bucket).")
     comm_concurrency: Int = Field(
         1, ge=1, le=MAX_CONCURRENCY,
         description="Collective calls in flight at once (1: one after another; torch's gloo "
@@ -272,7 +280,7 @@ class Cluster(BaseModel):
             exclude["comm_slowdown"] = True
         if self.collective_overhead_s == 0.0:
             exclude["collective_overhead_s"] = True
-        for key in ("launch_overhead_s", "hook_overhead_s"):
+        for key in ("launch_overhead_s", "hook_overhead_s", "bucket_compute_s"):
             if getattr(self, key) == 0.0:
                 exclude[key] = True
         if self.comm_concurrency == 1:

@@ -83,11 +83,16 @@ class Relaxation:
     host
         Whether the host side is among them (its plans are then also weighed against
         :func:`launch_candidates`).
+    per_call
+        Whether a cost per collective call is among them (the host side's launches or the
+        buckets' compute-stream time): plans with fewer calls are weighed
+        (:func:`launch_candidates`).
     """
 
     factor: float
     effects: tuple[str, ...]
     host: bool = False
+    per_call: bool = False
 
     @property
     def only_host(self) -> bool:
@@ -153,9 +158,13 @@ def relaxation(cluster: Cluster, stages: Sequence[CommStage] | None = None, *,
     host = cluster.has_host or (trace is not None and trace.has_host)
     if host:
         effects.append("the host side (launch, hook and host times, which only add time)")
+    if cluster.bucket_compute_s > 0.0:
+        effects.append(f"the buckets' compute-stream time ({cluster.bucket_compute_s:g} s each,"
+                       " which only adds time)")
     if not effects:
         return None
-    return Relaxation(factor=factor, effects=tuple(effects), host=host)
+    return Relaxation(factor=factor, effects=tuple(effects), host=host,
+                      per_call=host or cluster.bucket_compute_s > 0.0)
 
 
 #: Share of one iteration's communication that the per-layer contention bound leaves out: the
@@ -533,12 +542,13 @@ def first_bucket_candidates(inst: Instance, segs: Segments,
 
 
 def launch_candidates(inst: Instance) -> list[Segments]:
-    """FIFO plans with few collective calls, to weigh where calls cost host time.
+    """FIFO plans with few collective calls, to weigh where calls cost host or compute time.
 
     The wait-for-all programme's best bucketing (cuts between layers) with at most ``c`` buckets
     for ``c = 1 ..`` :data:`MAX_COUNT_CANDIDATES`, and, for each multiple in
-    :data:`LAUNCH_SCALES` of the cluster's ``launch_overhead_s``, its best bucketing when each
-    bucket's start-up ``a`` also carries that much. They are candidates to simulate, not optima
+    :data:`LAUNCH_SCALES` of the cluster's cost per call (``launch_overhead_s`` plus
+    ``bucket_compute_s``), its best bucketing when each bucket's start-up ``a`` also carries
+    that much. They are candidates to simulate, not optima
     (the bound stays the model's without a host).
 
     Parameters
@@ -554,7 +564,7 @@ def launch_candidates(inst: Instance) -> list[Segments]:
     """
     from schedopt.optimize.dp import min_makespan
 
-    launch = inst.cluster.launch_overhead_s
+    launch = inst.cluster.launch_overhead_s + inst.cluster.bucket_compute_s
     if not inst.stages or launch <= 0:
         return []
     plans = count_candidates(inst)

@@ -1109,8 +1109,8 @@ def _beyond_the_model(search: SolveState, inst: Instance, relax: Relaxation, pla
     opts, cluster = search.opts, search.cluster
     found = None
     slowed = cluster.overlap_slowdown != 1.0 or cluster.comm_slowdown != 1.0
-    if relax.host or slowed:  # what calls cost: plans with fewer
-        candidates = launch_candidates(inst) if relax.host else []
+    if relax.per_call or slowed:  # what calls cost: plans with fewer
+        candidates = launch_candidates(inst) if relax.per_call else []
         if relax.host and opts.next_forward == "per-layer":  # the first forward's wait
             candidates += first_bucket_candidates(inst, inst.segments_of_plan(plan)[0])
         if slowed and not candidates:  # overlap is not free: fewer, larger calls

@@ -141,11 +141,14 @@ def build_dag(trace: Trace, cluster: Cluster, plan: Plan, iterations: int = 2) -
             lowest = min(lowest, first_layer[k]) if plan.overlap else 0
             fire_at[lowest].append(k)
     n_hooks = np.bincount(trace.ready_layer, minlength=len(trace.layers))
+    # the buckets' compute-stream time, in the backward that completes them (docs/model.md)
+    scaling = cluster.bucket_compute_s * np.bincount(first_layer, minlength=len(trace.layers))
     for t in range(iterations):
         _data_tasks(g, trace, plan, t, last_compute, add, res_seq)
         chain = _compute_order(trace, plan, first_layer, t, iterations - 1)
         for key in chain:
-            add(key, _compute_duration(trace, key, nbytes, total), ("compute",))
+            extra = float(scaling[key[2]]) if key[0] == "bwd" and len(key) == 3 else 0.0
+            add(key, _compute_duration(trace, key, nbytes, total) + extra, ("compute",))
         res_seq["compute"] += chain
         if host:
             _host_tasks(trace, cluster, plan, t, chain, fire_at, n_hooks, last_compute, add, g,

@@ -175,6 +175,9 @@ class Model:
             chain_dur = np.r_[trace.forward, trace.backward[::-1]]
         chain_kind, chain_index, chain_dur, chain_micro = _accumulate(
             trace, plan.accumulate, chain_kind, chain_index, chain_dur)
+        if units is None and cluster.bucket_compute_s > 0.0:
+            chain_dur = chain_dur + _bucket_compute(cluster, plan, chain_kind, chain_index,
+                                                    chain_micro, bucket_layer, n_l)
         used: list[str] = [r for st in stages for r in st.resources]
         if cluster.comm_concurrency > 1:
             _check_concurrency(cluster, plan, len(stages), units is not None)
@@ -274,6 +277,18 @@ class HostChain:
         """The end of every host task from the start of the iteration when the collective calls
         (``launch_s`` each) take no time: what the thread's work is whatever the plan."""
         return np.cumsum(self.dur) - launch_s * np.cumsum(self.is_launch)
+
+
+def _bucket_compute(cluster: Cluster, plan: Plan, kind: np.ndarray, index: np.ndarray,
+                    micro: np.ndarray | None, bucket_layer: np.ndarray, n_l: int) -> np.ndarray:
+    """The buckets' compute-stream time (``bucket_compute_s`` each) added to the chain: to the
+    last micro-batch's backward of the layer whose gradients complete them, which then readies
+    them (docs/model.md, "Host side")."""
+    last = kind == 1
+    if micro is not None:
+        last &= micro == plan.accumulate - 1
+    per_layer = np.bincount(bucket_layer, minlength=n_l).astype(float)
+    return np.where(last, cluster.bucket_compute_s * per_layer[index], 0.0)
 
 
 def _check_concurrency(cluster: Cluster, plan: Plan, n_stages: int, sharded: bool) -> None:
@@ -1027,7 +1042,8 @@ def recost(model: Model, cluster: Cluster) -> Model:
     """
     stages = cluster.comm_stages(model.plan.collective)
     if model.units is not None or model.plan.comm_dtype is not None or [
-            st.resources for st in stages] != [st.resources for st in model.stages]:
+            st.resources for st in stages] != [st.resources for st in model.stages] or (
+            cluster.bucket_compute_s != model.cluster.bucket_compute_s):
         return Model.build(model.trace, cluster, model.plan)
     comm = np.zeros_like(model.comm_dur)
     for s, st in enumerate(stages):
