@@ -266,3 +266,30 @@ def test_host_costs_are_fitted_with_intervals(tmp_path: Path) -> None:
         assert got[name].identified
         assert got[name].value == pytest.approx(truth[field], rel=1e-2)
     assert cal.mean_abs_error < 1e-4
+
+
+def test_bucket_compute_is_fitted(tmp_path: Path) -> None:
+    """Rows made with a known per-bucket compute-stream time (plans of 3 to 40-odd buckets):
+    ``--fit bucket_compute`` recovers it, and the other parameters stay as they were."""
+    from toy_measurements import make_trace
+
+    from schedopt.model.trace import Trace
+    from schedopt.policies import make_plan
+
+    fam = true_family()
+    (tmp_path / "prior.json").write_text(fam.model_dump_json())
+    tr = Trace.model_validate(make_trace(0))
+    (tmp_path / "t.json").write_text(tr.model_dump_json())
+    truth = 3e-4
+    lines = ["trace,cluster,nodes,policy,iteration_time_s"]
+    for nodes in (1, 2):
+        cl = fam.at(nodes).model_copy(update={"bucket_compute_s": truth})
+        for spec in ("cntk", "caffe-mpi", "ddp:bucket_cap_mb=1", "ddp:bucket_cap_mb=25"):
+            t = simulate(tr, cl, make_plan(tr, cl, spec)).iteration_time_s
+            lines.append(f"t.json,prior.json,{nodes},{spec},{t!r}")
+    (tmp_path / "rows.csv").write_text("\n".join(lines) + "\n")
+    (cal,) = calibrate(read_measurements(tmp_path / "rows.csv"), ["bucket_compute"])
+    (got,) = cal.params
+    assert got.name == "bucket_compute" and got.identified
+    assert got.value == pytest.approx(truth, rel=1e-2)
+    assert cal.mean_abs_error < 1e-4
