@@ -44,7 +44,8 @@ def host_cases(draw: st.DrawFn) -> tuple[Trace, Cluster, SolveOptions, int]:
         "inter_link": {"bandwidth_Bps": draw(st.floats(1e9, 1e10)),
                        "latency_s": draw(st.sampled_from([0.0, 1e-5, 3e-4]))},
         "launch_overhead_s": draw(st.sampled_from([0.0, 2e-5, 5e-4, 2e-3])),
-        "hook_overhead_s": draw(st.sampled_from([0.0, 1e-5, 2e-4]))})
+        "hook_overhead_s": draw(st.sampled_from([0.0, 1e-5, 2e-4])),
+        "bucket_compute_s": draw(st.sampled_from([0.0, 0.0, 3e-5, 1e-3]))})
     opts = SolveOptions(reorder=True, merge_layers=False, prefetch=draw(st.sampled_from([0, 1])),
                         partition_bytes=draw(st.sampled_from([None, None, 1_000_000])))
     return trace, cluster, opts, draw(st.sampled_from([1, 1, 2]))
@@ -74,8 +75,8 @@ def test_the_programme_is_the_optimum_of_every_plan(case) -> None:
                for segs in every_plan(inst)]
     best = min(periods)
     prog = host_programme(inst, _plan(inst, [(0, inst.n - 1)], opts, accumulate))
-    if prog is None:  # no host cost at all: the model without a host is exact
-        assert not (trace.has_host or cluster.has_host)
+    if prog is None:  # nothing but the model: the model is exact
+        assert not (trace.has_host or cluster.has_host or cluster.bucket_compute_s)
         return
     assert prog.exact == (opts.prefetch == 0)
     sol = solve_host_programme(prog, max(periods))
@@ -93,10 +94,10 @@ def test_the_programme_is_the_optimum_of_every_plan(case) -> None:
 @settings(max_examples=40, deadline=None)
 @given(case=host_cases())
 def test_solve_proves_the_brute_force_optimum(case) -> None:
-    """With host costs (and nothing else the model leaves out), ``solve`` in wait-for-all mode
-    returns the brute-force optimum of its class, proven."""
+    """With host costs or a compute time per bucket (and nothing else the model leaves out),
+    ``solve`` in wait-for-all mode returns the brute-force optimum of its class, proven."""
     trace, cluster, opts, _ = case
-    if not (trace.has_host or cluster.has_host):
+    if not (trace.has_host or cluster.has_host or cluster.bucket_compute_s):
         return
     opts = opts.model_copy(update={"time_limit_s": 5, "workers": 1, "seed": 0})
     inst = build_instance(trace, cluster, opts, merge=False)

@@ -15,7 +15,7 @@ from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
 from schedopt.optimize.host_side import host_bound, host_work
 from schedopt.optimize.instance import build_instance
-from schedopt.optimize.relax import first_bucket_candidates, without_host
+from schedopt.optimize.relax import first_bucket_candidates, without_added_time
 from schedopt.simulate.simulator import simulate
 
 from .host_instances import draw_host_times, every_plan, resnet_with_host
@@ -132,7 +132,7 @@ def test_the_first_forward_bounds_and_the_last_bucket_reaches_it() -> None:
     out; the first forward's bound lifts the bound above that model's optimum, and a larger
     last bucket, whose update fills part of that wait, comes within 0.01% of it."""
     tr, cl, opts = _resnet(0.5, "per-layer")
-    free = solve(*without_host(tr, cl), opts)
+    free = solve(*without_added_time(tr, cl), opts)
     assert free.status == Status.OPTIMAL
     res = solve(tr, cl, opts)
     assert res.bound_method == "host-side"

@@ -5,7 +5,9 @@ so where the host paces the backward every call delays the later backward launch
 period is no longer a function of the communication alone, and the programmes of
 :mod:`.dp` optimise the model without a host. For the wait-for-all class on one communication
 stage (one task per bucket, one at a time, on a cost line) this programme is exact with the
-host side.
+host side, and with the buckets' compute-stream time (``bucket_compute_s``, ``b``: each
+bucket's kernel after the backward that completes it, which delays every later backward the
+same way a call delays the later launches).
 
 **Canonical plans.** Layer ``j`` of the readying backward (the last micro-batch's, in chain
 order) has its host task end at ``h_j + c_j * launch``, ``h_j`` the host time up to it without
@@ -14,15 +16,16 @@ of the layer ``q`` that completes it and every earlier bucket of the launch orde
 maximum of their readiness positions), so in any plan the buckets launched at one ``q`` form a
 run of the launch order whose first bucket is ready only at ``q``: joining the run into one
 bucket starts it no later, ends it no later (one start-up and one launch instead of several)
-and moves every later host task earlier. Filling the buckets with every unit ready by their
+and moves every later host task earlier (and, with ``b``, every later backward). Filling the
+buckets with every unit ready by their
 ``q`` (the exchange argument of :mod:`.dp`: a unit moved into an earlier bucket released no
 later than the unit) keeps every ``q``, and so the host chain, and ends the link no later. So
 an optimal plan closes at most one bucket per layer, after its last unit, in readiness order:
 a plan is the set of layers that close a bucket.
 
 **The recurrence.** Between two closes at ``p < i`` the count ``c`` is fixed, and the device's
-end of layer ``i`` is ``D_i = max(D_p + B(p+1..i), c * launch + max_k (h_k + B(k..i)))``; the
-bucket closed at ``i`` is released at ``max(D_i, h_i + (c + 1) * launch)`` and ends at
+end of layer ``i`` is ``D_i = max(D_p + B(p+1..i), c * launch + max_k (h_k + B(k..i))) + b``;
+the bucket closed at ``i`` is released at ``max(D_i, h_i + (c + 1) * launch)`` and ends at
 ``F' = max(F, release) + time(bytes of p+1..i)``. A state after a close is ``(c, D, F)``: all
 three only delay what follows, so a state no better in all three than another at the same
 layer is dropped (a Pareto front per layer). The period is
@@ -85,6 +88,8 @@ class HostProgramme:
         The update's device time.
     stage
         The one communication stage.
+    bucket_s
+        Each bucket's compute-stream time (the cluster's ``bucket_compute_s``).
     exact
         Whether the value is the simulator's period (prefetch 0), or a lower bound of it.
     """
@@ -99,6 +104,7 @@ class HostProgramme:
     update_s: float
     stage: CommStage
     exact: bool
+    bucket_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -119,10 +125,10 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         The fine instance (its units give the bucketings).
     plan
         Any plan of the class: wait-for-all with overlap, not sharded, no ``comm_dtype``, on a
-        cluster with host costs, one communication stage on a cost line, one call at a time
-        and no contention slowdown.
+        cluster with host costs or a compute-stream time per bucket, one communication stage
+        on a cost line, one call at a time and no contention slowdown.
     """
-    from schedopt.simulate.simulator import chain_ends
+    from schedopt.simulate.simulator import Model, chain_ends
 
     trace, cluster = inst.trace, inst.cluster
     if (plan.next_forward != "wait-for-all" or not plan.overlap or plan.sharding is not None
@@ -132,15 +138,25 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
     stages = cluster.comm_stages(plan.collective)
     if len(stages) != 1 or stages[0].segments:
         return None
-    chain = host_chain(trace, cluster, plan)
-    if chain is None:
+    # the chain's own durations: each bucket's compute time is the programme's (``b``)
+    bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
+    plan = plan.model_copy(update={"cluster_hash": None})
+    if trace.has_host or cluster.has_host:
+        chain = host_chain(trace, bare, plan)
+        if chain is None:
+            return None
+        m, pre = chain
+        assert m.host is not None
+        of_chain = m.host.of_chain
+        rel = np.where(of_chain >= 0, pre[np.maximum(of_chain, 0)], -np.inf)
+        host_update = float(pre[-1])
+    elif cluster.bucket_compute_s > 0.0 and plan.sharding is None:  # no host: never waits
+        m = Model.build(trace, bare, plan)
+        rel, host_update = np.full(m.chain_dur.size, -np.inf), -np.inf
+    else:
         return None
-    m, pre = chain
-    assert m.host is not None
-    of_chain = m.host.of_chain
     readies = np.flatnonzero(m.readies)
     first = int(readies[0])
-    rel = np.where(of_chain >= 0, pre[np.maximum(of_chain, 0)], -np.inf)
     if inst.prefetch == 0:
         fwd0 = int(np.flatnonzero(m.chain_kind == 0)[0])
         rel[fwd0] = max(rel[fwd0], trace.io_s + trace.h2d_s)
@@ -154,8 +170,9 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         start_s=float(before[-1]) if before.size else 0.0,
         backward_s=m.chain_dur[readies].astype(float), host_s=rel[readies],
         nbytes=np.rint(per_layer[layers]).astype(np.int64), last_unit=last_unit[layers],
-        launch_s=float(cluster.launch_overhead_s), host_update_s=float(pre[-1]),
-        update_s=float(trace.update_s), stage=stages[0], exact=inst.prefetch == 0)
+        launch_s=float(cluster.launch_overhead_s), host_update_s=host_update,
+        update_s=float(trace.update_s), stage=stages[0], exact=inst.prefetch == 0,
+        bucket_s=float(cluster.bucket_compute_s))
 
 
 @dataclass
@@ -219,7 +236,8 @@ class _Sweep:
         at ``p`` with ``c`` calls, the device at ``dev`` and the link at ``link``."""
         prog, sb, cb = self.prog, self.sb, self.cb
         suf = np.maximum.accumulate(self.g[i::-1])[::-1]  # max of g over k..i, k = 0..i
-        end = np.maximum(dev + sb[i + 1] - sb[p + 1], c * prog.launch_s + suf[p + 1] + sb[i + 1])
+        end = np.maximum(dev + sb[i + 1] - sb[p + 1],
+                         c * prog.launch_s + suf[p + 1] + sb[i + 1]) + prog.bucket_s
         release = np.maximum(end, prog.host_s[i] + (c + 1) * prog.launch_s)
         nbytes = (cb[i + 1] - cb[p + 1]).astype(float)
         return end, np.maximum(link, release) + prog.stage.times(nbytes)

@@ -53,7 +53,7 @@ __all__ = ["FIRST_BUCKET_STEPS", "LAUNCH_SCALES", "MAX_COUNT_CANDIDATES", "MAX_D
            "SPLIT_LOW_LAYERS", "Relaxation", "contention_bound", "count_candidates",
            "curve_ratio", "first_bucket_candidates", "gradient_pieces", "host_free_period",
            "launch_candidates", "per_layer_overlap", "relaxation", "simulated_descent",
-           "split_candidates", "without_host"]
+           "split_candidates", "without_added_time"]
 
 #: Multiples of the launch cost tried as extra start-up cost per bucket (:func:`launch_candidates`):
 #: a call delays its own start by one launch when the host runs ahead, and every later backward
@@ -83,23 +83,29 @@ class Relaxation:
     host
         Whether the host side is among them (its plans are then also weighed against
         :func:`launch_candidates`).
-    per_call
-        Whether a cost per collective call is among them (the host side's launches or the
-        buckets' compute-stream time): plans with fewer calls are weighed
-        (:func:`launch_candidates`).
+    bucket
+        Whether the buckets' compute-stream time (``bucket_compute_s``) is among them.
     """
 
     factor: float
     effects: tuple[str, ...]
     host: bool = False
-    per_call: bool = False
+    bucket: bool = False
 
     @property
-    def only_host(self) -> bool:
-        """Whether the host side is all the model leaves out (then a plan's period without a
-        host is the model's own, and the model's proven optimum without a host bounds every
-        plan with one: :func:`host_free_period`)."""
-        return self.host and len(self.effects) == 1
+    def per_call(self) -> bool:
+        """Whether a cost per collective call is among the effects (the host side's launches
+        or the buckets' compute-stream time): plans with fewer calls are then weighed
+        (:func:`launch_candidates`)."""
+        return self.host or self.bucket
+
+    @property
+    def only_added_time(self) -> bool:
+        """Whether the host side and the buckets' compute-stream time are all the model leaves
+        out (then a plan's period without them is the model's own, and the model's proven
+        optimum bounds every plan with them: :func:`host_free_period`; the exact programme
+        of :mod:`.host_dp` covers both)."""
+        return self.per_call and len(self.effects) == int(self.host) + int(self.bucket)
 
     @property
     def note(self) -> str:
@@ -164,7 +170,7 @@ def relaxation(cluster: Cluster, stages: Sequence[CommStage] | None = None, *,
     if not effects:
         return None
     return Relaxation(factor=factor, effects=tuple(effects), host=host,
-                      per_call=host or cluster.bucket_compute_s > 0.0)
+                      bucket=cluster.bucket_compute_s > 0.0)
 
 
 #: Share of one iteration's communication that the per-layer contention bound leaves out: the
@@ -579,8 +585,9 @@ def launch_candidates(inst: Instance) -> list[Segments]:
     return plans
 
 
-def without_host(trace: Trace, cluster: Cluster) -> tuple[Trace, Cluster]:
-    """``trace`` and ``cluster`` with every host cost at 0 (the model without a host).
+def without_added_time(trace: Trace, cluster: Cluster) -> tuple[Trace, Cluster]:
+    """``trace`` and ``cluster`` with every host cost and the buckets' compute-stream time at 0
+    (the optimizer's model: what :attr:`Relaxation.only_added_time` leaves out only adds time).
 
     Parameters
     ----------
@@ -590,23 +597,24 @@ def without_host(trace: Trace, cluster: Cluster) -> tuple[Trace, Cluster]:
     Returns
     -------
     trace, cluster
-        New, validated copies (their fingerprints are those of files without the host fields).
+        New, validated copies (their fingerprints are those of files without these fields).
     """
     tdoc = trace.model_dump()
     tdoc["host_update_s"] = 0.0
     for layer in tdoc["layers"]:
         layer["host_forward_s"] = layer["host_backward_s"] = 0.0
     cdoc = cluster.model_dump()
-    cdoc["launch_overhead_s"] = cdoc["hook_overhead_s"] = 0.0
+    cdoc["launch_overhead_s"] = cdoc["hook_overhead_s"] = cdoc["bucket_compute_s"] = 0.0
     return Trace.model_validate(tdoc), Cluster.model_validate(cdoc)
 
 
 def host_free_period(trace: Trace, cluster: Cluster, plan: Plan) -> float:
-    """The simulated period of ``plan`` without any host cost (seconds).
+    """The simulated period of ``plan`` without any host cost nor the buckets' compute-stream
+    time (seconds).
 
-    Every plan's period with host costs is at least this (the host side only adds time), so when
-    ``plan`` is the proven optimum of the model without a host, this is a lower bound of every
-    plan's period with them.
+    Every plan's period with them is at least this (both only add time), so when ``plan`` is
+    the proven optimum of the model without them, this is a lower bound of every plan's period
+    with them.
 
     Parameters
     ----------
@@ -617,7 +625,7 @@ def host_free_period(trace: Trace, cluster: Cluster, plan: Plan) -> float:
     """
     from schedopt.simulate.simulator import simulate
 
-    free_trace, free_cluster = without_host(trace, cluster)
+    free_trace, free_cluster = without_added_time(trace, cluster)
     moved = plan.model_copy(update={
         "trace_hash": None if plan.trace_hash is None else free_trace.fingerprint(),
         "cluster_hash": None if plan.cluster_hash is None else free_cluster.fingerprint()})

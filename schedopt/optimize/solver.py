@@ -1077,7 +1077,7 @@ def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan
         notes.append(f"bound {cost:.6g} s from the contention's cost (every iteration's "
                      "compute and communication share its time)")
         bound_s = cost
-    if relax.only_host and best.bound >= best.value:  # the optimum without a host
+    if relax.only_added_time and best.bound >= best.value:  # the model's own optimum
         free = host_free_period(trace, cluster, model_plan)
         if abs(best.value * tick - free) <= AGREE * free:
             bound_s = max(bound_s, free)
@@ -1088,8 +1088,9 @@ def _relaxed_bound(search: SolveState, relax: Relaxation, plan: Plan, model_plan
                          "work per step, and its cycle with the device)")
             bound_s, method = host_s, Method.HOST_SIDE
     if exact_s > bound_s:
-        notes.append(f"bound {exact_s:.6g} s from the exact programme with the host side "
-                     "(one bucket per layer at most, in readiness order)")
+        notes.append(f"bound {exact_s:.6g} s from the exact programme with the host side and"
+                     " the buckets' compute time (one bucket per layer at most, in readiness"
+                     " order)")
         bound_s, method = exact_s, Method.DP
     return bound_s, method
 
@@ -1118,7 +1119,7 @@ def _beyond_the_model(search: SolveState, inst: Instance, relax: Relaxation, pla
         found = _host_candidates(search, inst, plan, sim, candidates)
         if found is not None:
             plan, sim = found[0], found[1]
-    exact = _host_programme(search, plan, sim) if relax.only_host else None
+    exact = _host_programme(search, plan, sim) if relax.only_added_time else None
     if exact is None:
         return found, 0.0
     if exact[1] < sim * (1 - 1e-12):
