@@ -81,6 +81,10 @@ def test_info_trace_and_cluster() -> None:
     c = run_json("info", C)
     assert isinstance(c, dict)
     assert (c["kind"], c["world_size"], c["alpha_s"]) == ("cluster", 4, 1e-3)
+    host = run_json("info", "dgx1-v100")
+    assert isinstance(host, dict)
+    assert (host["launch_overhead_s"], host["hook_overhead_s"], host["bucket_compute_s"]) == (
+        1e-5, 0.0, 0.0)
 
 
 @pytest.mark.parametrize("kind", ["trace", "cluster", "cluster-family", "plan"])

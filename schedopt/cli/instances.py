@@ -47,6 +47,8 @@ def info(
             "gpus_per_node": obj.gpus_per_node, "world_size": obj.world_size,
             "collective": obj.collective, "alpha_s": alpha, "beta_s_per_byte": beta,
             "stages": [s.__dict__ for s in obj.comm_stages()],
+            "launch_overhead_s": obj.launch_overhead_s, "hook_overhead_s": obj.hook_overhead_s,
+            "bucket_compute_s": obj.bucket_compute_s,
             "fingerprint": obj.fingerprint(), "source": obj.source,
         }
     if as_json:

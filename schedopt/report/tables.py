@@ -180,7 +180,10 @@ def _info_value(key: str, value: Any) -> str:
 
 _INFO_LABELS = {"alpha_s": "alpha (per bucket)", "beta_s_per_byte": "beta (per byte)",
                 "forward_s": "forward (sum)", "backward_s": "backward (sum)",
-                "stages": "stages (per bucket)"}
+                "stages": "stages (per bucket)",
+                "launch_overhead_s": "launch (host, per call)",
+                "hook_overhead_s": "hook (host, per tensor)",
+                "bucket_compute_s": "compute stream (per bucket)"}
 
 
 def info_table(data: dict[str, Any]) -> Table:
