@@ -16,12 +16,16 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
+from schedopt.optimize.instance import build_instance
 from schedopt.optimize.relax import relaxation
 from schedopt.policies import make_plan
 from schedopt.simulate.dag import build_dag, check_schedule, longest_path_starts
 from schedopt.simulate.simulator import simulate
 
+from .host_instances import every_plan
 from .strategies import clusters, traces
+from .test_host_dp import _plan as host_plan
+from .test_host_dp import host_cases
 
 SPECS = st.sampled_from(["cntk", "caffe-mpi", "mxnet", "ddp:bucket_cap_mb=1",
                          "ddp:bucket_cap_mb=1,prefetch=0"])
@@ -137,3 +141,26 @@ def test_zero_keeps_the_fingerprint() -> None:
         "instances/clusters/dgx1-v100.json").read_text()))
     assert _with(cluster, 0.0).fingerprint() == cluster.fingerprint()
     assert _with(cluster, 1e-5).fingerprint() != cluster.fingerprint()
+
+
+@settings(max_examples=40, deadline=None)
+@given(case=host_cases(), mode=st.sampled_from(["wait-for-all", "per-layer"]),
+       c=st.sampled_from([3e-5, 5e-4, 2e-3]))
+def test_solve_bounds_every_plan_and_claims_only_the_optimum(case, mode: str, c: float) -> None:
+    """With a compute time per bucket (and host costs at times), in both modes: ``solve``'s
+    bound is at most every plan's simulated period (every bucketing, launch order and
+    partition), its plan is a plan of the class, and OPTIMAL is the brute-force optimum."""
+    trace, cluster, opts, _ = case
+    cluster = _with(cluster, c)
+    opts = opts.model_copy(update={"time_limit_s": 5, "workers": 1, "seed": 0,
+                                   "next_forward": mode})
+    inst = build_instance(trace, cluster, opts, merge=False)
+    if inst.n > 5:
+        return
+    brute = min(simulate(trace, cluster, host_plan(inst, segs, opts)).iteration_time_s
+                for segs in every_plan(inst))
+    res = solve(trace, cluster, opts)
+    assert res.bound_s <= brute * (1 + 1e-9)
+    assert res.iteration_time_s >= brute * (1 - 1e-9)
+    if res.status == Status.OPTIMAL:
+        assert res.iteration_time_s == pytest.approx(brute, rel=1e-9)

@@ -138,11 +138,9 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
     stages = cluster.comm_stages(plan.collective)
     if len(stages) != 1 or stages[0].segments:
         return None
-    # the chain's own durations: each bucket's compute time is the programme's (``b``)
-    bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
-    plan = plan.model_copy(update={"cluster_hash": None})
+    # the chain without the buckets' compute time: that is the programme's own (``b``)
     if trace.has_host or cluster.has_host:
-        chain = host_chain(trace, bare, plan)
+        chain = host_chain(trace, cluster, plan)
         if chain is None:
             return None
         m, pre = chain
@@ -150,8 +148,9 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         of_chain = m.host.of_chain
         rel = np.where(of_chain >= 0, pre[np.maximum(of_chain, 0)], -np.inf)
         host_update = float(pre[-1])
-    elif cluster.bucket_compute_s > 0.0 and plan.sharding is None:  # no host: never waits
-        m = Model.build(trace, bare, plan)
+    elif cluster.bucket_compute_s > 0.0:  # no host: a thread that never waits
+        bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
+        m = Model.build(trace, bare, plan.model_copy(update={"cluster_hash": None}))
         rel, host_update = np.full(m.chain_dur.size, -np.inf), -np.inf
     else:
         return None

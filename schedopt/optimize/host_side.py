@@ -117,12 +117,15 @@ class HostWork:
 def host_chain(trace: Trace, cluster: Cluster, plan: Plan) -> tuple[Model, np.ndarray] | None:
     """The simulator's model of ``plan`` and the end of every host task of an iteration when
     the collective calls take no time (:meth:`.HostChain.ends_without_calls`), or None for
-    sharded plans and without a host side."""
+    sharded plans and without a host side. The compute chain leaves out the buckets' compute
+    time (``bucket_compute_s``), which depends on the bucketing: what is built on it holds for
+    every plan of the class."""
     from schedopt.simulate.simulator import Model
 
     if plan.sharding is not None:
         return None
-    m = Model.build(trace, cluster, plan)
+    bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
+    m = Model.build(trace, bare, plan.model_copy(update={"cluster_hash": None}))
     if m.host is None:
         return None
     return m, m.host.ends_without_calls(float(cluster.launch_overhead_s))

@@ -288,7 +288,9 @@ def _bucket_compute(cluster: Cluster, plan: Plan, kind: np.ndarray, index: np.nd
     if micro is not None:
         last &= micro == plan.accumulate - 1
     per_layer = np.bincount(bucket_layer, minlength=n_l).astype(float)
-    return np.where(last, cluster.bucket_compute_s * per_layer[index], 0.0)
+    out = np.zeros(kind.size)
+    out[last] = cluster.bucket_compute_s * per_layer[index[last]]  # other indices: buckets
+    return out
 
 
 def _check_concurrency(cluster: Cluster, plan: Plan, n_stages: int, sharded: bool) -> None:
