@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from schedopt.model.cluster import Cluster
 from schedopt.model.trace import Trace
+from schedopt.optimize import SolveOptions
 from schedopt.optimize.instance import Instance, Segments
 
 
@@ -46,3 +47,19 @@ def every_plan(inst: Instance, reorder: bool = True) -> Iterator[Segments]:
         orders = itertools.permutations(range(len(segs))) if reorder else [range(len(segs))]
         for perm in orders:
             yield [segs[k] for k in perm]
+
+
+def brute_force_optimum(trace: Trace, cluster: Cluster, opts: SolveOptions,
+                        max_units: int = 5) -> float | None:
+    """The least simulated period over every plan of the class of ``opts`` (every bucketing,
+    launch order and partition) of a small instance; None above ``max_units`` units."""
+    from schedopt.optimize.instance import build_instance
+    from schedopt.simulate.simulator import simulate
+
+    inst = build_instance(trace, cluster, opts, merge=False)
+    if inst.n > max_units:
+        return None
+    knobs = {"next_forward": opts.next_forward, "reorder": opts.reorder,
+             "partition_bytes": opts.partition_bytes}
+    return min(simulate(trace, cluster, inst.to_plan(segs, knobs=knobs)).iteration_time_s
+               for segs in every_plan(inst))

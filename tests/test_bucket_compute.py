@@ -16,15 +16,13 @@ from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
 from schedopt.optimize import SolveOptions, Status, solve
-from schedopt.optimize.instance import build_instance
 from schedopt.optimize.relax import relaxation
 from schedopt.policies import make_plan
 from schedopt.simulate.dag import build_dag, check_schedule, longest_path_starts
 from schedopt.simulate.simulator import simulate
 
-from .host_instances import every_plan
+from .host_instances import brute_force_optimum
 from .strategies import clusters, traces
-from .test_host_dp import _plan as host_plan
 from .test_host_dp import host_cases
 
 SPECS = st.sampled_from(["cntk", "caffe-mpi", "mxnet", "ddp:bucket_cap_mb=1",
@@ -154,11 +152,9 @@ def test_solve_bounds_every_plan_and_claims_only_the_optimum(case, mode: str, c:
     cluster = _with(cluster, c)
     opts = opts.model_copy(update={"time_limit_s": 5, "workers": 1, "seed": 0,
                                    "next_forward": mode})
-    inst = build_instance(trace, cluster, opts, merge=False)
-    if inst.n > 5:
+    brute = brute_force_optimum(trace, cluster, opts)
+    if brute is None:
         return
-    brute = min(simulate(trace, cluster, host_plan(inst, segs, opts)).iteration_time_s
-                for segs in every_plan(inst))
     res = solve(trace, cluster, opts)
     assert res.bound_s <= brute * (1 + 1e-9)
     assert res.iteration_time_s >= brute * (1 - 1e-9)
