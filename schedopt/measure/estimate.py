@@ -53,7 +53,7 @@ import contextlib
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -1728,6 +1728,29 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     Raises
     ------
     SchedoptError
+        For bad input, one line naming the option (:func:`_checked`).
+    """
+    spec, seq = _checked(model, gpu, precision, batch, seq, accumulate, method, autocast,
+                         attention, memory_format, heads, lm_positions, ddp_copies)
+    grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
+                                                                                  "float32")
+    ts = TraceSpec("", spec.key, gpu.lower(), precision, batch, seq, grad, method=method,
+                   recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
+                   attention=attention, memory_format=memory_format, heads=heads,
+                   lm_positions=lm_positions, ddp_copies=ddp_copies)
+    return estimate_trace(replace(ts, name=name or _default_name(ts)), spec, log=log)
+
+
+def _checked(model: str | ModelSpec, gpu: str, precision: str, batch: int, seq: int | None,
+             accumulate: int, method: str, autocast: object, attention: str,
+             memory_format: str, heads: str, lm_positions: int, ddp_copies: object
+             ) -> tuple[ModelSpec, int]:
+    """:func:`estimate`'s arguments checked: the model's spec and its sequence length
+    (:func:`_sequence`).
+
+    Raises
+    ------
+    SchedoptError
         For bad input: unknown model, GPU, precision, method or attention, sizes out of range,
         ``autocast`` with a precision other than bf16 and fp16, ``attention="flash"`` where the
         profile has no fused kernel at ``precision``, ``memory_format`` unknown, with the
@@ -1744,28 +1767,31 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         operator_model(gpu, precision)
     attention_path(attention, gpu, precision, method, spec.kind not in IMAGE_KINDS)
     _check_memory_format(memory_format, method, spec)
-    seq = _sequence(spec, batch, seq)
-    _check_heads(heads, lm_positions, spec, seq)
+    length = _sequence(spec, batch, seq)
+    _check_heads(heads, lm_positions, spec, length)
+    _check_ddp_copies(ddp_copies, method)
+    return spec, length
+
+
+def _check_ddp_copies(ddp_copies: object, method: str) -> None:
+    """One-line errors for ``ddp_copies`` that is not a boolean or goes with the roofline."""
     if not isinstance(ddp_copies, bool):
         raise SchedoptError("must be true or false", "--ddp-copies", ddp_copies)
     if ddp_copies and method != "operator":
         raise SchedoptError("needs the operator method (--method operator)", "--ddp-copies",
                             ddp_copies)
-    grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
-                                                                                  "float32")
-    label = spec.key.removeprefix("config:").removesuffix(".json")
-    mode = f"{precision}-autocast" if autocast else precision
-    path = "" if attention == "auto" else f"-{attention}"
-    path += "-nchw" if memory_format == "nchw" else ""
-    path += "-pretraining" if heads == "pretraining" else ""
-    path += f"-lm{lm_positions}" if lm_positions else ""
-    path += "-ddp" if ddp_copies else ""
-    ts = TraceSpec(name or f"{label}-{gpu.lower()}-{mode}-b{batch}{path}", spec.key,
-                   gpu.lower(), precision, batch, seq, grad, method=method,
-                   recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
-                   attention=attention, memory_format=memory_format, heads=heads,
-                   lm_positions=lm_positions, ddp_copies=ddp_copies)
-    return estimate_trace(ts, spec, log=log)
+
+
+def _default_name(ts: TraceSpec) -> str:
+    """``MODEL-GPU-PRECISION-bBATCH`` with the suffixes of :func:`estimate`'s ``name``."""
+    label = ts.model.removeprefix("config:").removesuffix(".json")
+    mode = f"{ts.precision}-autocast" if ts.autocast else ts.precision
+    path = "" if ts.attention == "auto" else f"-{ts.attention}"
+    path += "-nchw" if ts.memory_format == "nchw" else ""
+    path += "-pretraining" if ts.heads == "pretraining" else ""
+    path += f"-lm{ts.lm_positions}" if ts.lm_positions else ""
+    path += "-ddp" if ts.ddp_copies else ""
+    return f"{label}-{ts.gpu}-{mode}-b{ts.batch}{path}"
 
 
 @dataclass
