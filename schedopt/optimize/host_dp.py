@@ -49,7 +49,7 @@ import numpy as np
 
 from schedopt.model.cluster import CommStage
 from schedopt.model.plan import Plan
-from schedopt.optimize.host_side import host_chain
+from schedopt.optimize.host_side import host_chain, model_without_buckets
 from schedopt.optimize.instance import Instance, Segments
 
 __all__ = ["CANDIDATE_S", "MAX_STATES", "ROUNDING", "HostProgramme", "HostSolution",
@@ -128,7 +128,7 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         cluster with host costs or a compute-stream time per bucket, one communication stage
         on a cost line, one call at a time and no contention slowdown.
     """
-    from schedopt.simulate.simulator import Model, chain_ends
+    from schedopt.simulate.simulator import chain_ends
 
     trace, cluster = inst.trace, inst.cluster
     if (plan.next_forward != "wait-for-all" or not plan.overlap or plan.sharding is not None
@@ -149,8 +149,7 @@ def host_programme(inst: Instance, plan: Plan) -> HostProgramme | None:
         rel = np.where(of_chain >= 0, pre[np.maximum(of_chain, 0)], -np.inf)
         host_update = float(pre[-1])
     elif cluster.bucket_compute_s > 0.0:  # no host: a thread that never waits
-        bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
-        m = Model.build(trace, bare, plan.model_copy(update={"cluster_hash": None}))
+        m = model_without_buckets(trace, cluster, plan)
         rel, host_update = np.full(m.chain_dur.size, -np.inf), -np.inf
     else:
         return None

@@ -65,7 +65,7 @@ from schedopt.optimize.shared_link import MAX_UNITS, fewest_bucket_count
 if TYPE_CHECKING:  # pragma: no cover
     from schedopt.simulate.simulator import Model
 
-__all__ = ["HostWork", "host_bound", "host_chain", "host_work"]
+__all__ = ["HostWork", "host_bound", "host_chain", "host_work", "model_without_buckets"]
 
 
 @dataclass(frozen=True)
@@ -114,18 +114,24 @@ class HostWork:
         return max(self.serial(buckets), self.cycle_s)
 
 
+def model_without_buckets(trace: Trace, cluster: Cluster, plan: Plan) -> Model:
+    """The simulator's model of ``plan`` without the buckets' compute time
+    (``bucket_compute_s``, which depends on the bucketing)."""
+    from schedopt.simulate.simulator import Model
+
+    bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
+    return Model.build(trace, bare, plan.model_copy(update={"cluster_hash": None}))
+
+
 def host_chain(trace: Trace, cluster: Cluster, plan: Plan) -> tuple[Model, np.ndarray] | None:
     """The simulator's model of ``plan`` and the end of every host task of an iteration when
     the collective calls take no time (:meth:`.HostChain.ends_without_calls`), or None for
     sharded plans and without a host side. The compute chain leaves out the buckets' compute
     time (``bucket_compute_s``), which depends on the bucketing: what is built on it holds for
     every plan of the class."""
-    from schedopt.simulate.simulator import Model
-
     if plan.sharding is not None:
         return None
-    bare = cluster.model_copy(update={"bucket_compute_s": 0.0})
-    m = Model.build(trace, bare, plan.model_copy(update={"cluster_hash": None}))
+    m = model_without_buckets(trace, cluster, plan)
     if m.host is None:
         return None
     return m, m.host.ends_without_calls(float(cluster.launch_overhead_s))
