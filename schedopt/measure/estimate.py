@@ -1288,8 +1288,8 @@ def ddp_copy_in_s(opm: OperatorModel, tensor_bytes: list[int]) -> float:
     """Device time (s) of DDP's reducer on the compute stream while one layer's gradients of
     ``tensor_bytes`` become ready: each gradient is copied into its bucket (a memory-bound
     kernel reading and writing it, 2 x its bytes) and the bucket is scaled by ``1/world`` in
-    place (2 x the bytes again; one kernel per bucket, whose floor depends on the plan and is
-    left out).
+    place (2 x the bytes again; one kernel per bucket, whose fixed cost depends on the plan:
+    the cluster's ``bucket_compute_s``).
 
     torch ``torch/csrc/distributed/c10d/reducer.cpp`` (1.2-1.4: ``mark_variable_ready_dense``
     copies with ``bucket_view.copy_(grad)``, ``replica.contents.div_(world size)`` once the
