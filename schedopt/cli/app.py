@@ -99,8 +99,17 @@ app.add_typer(import_app, name="import")
 app.command("explain")(explain_cmd)
 
 def main() -> None:
-    """Entry point of the ``schedopt`` console script."""
-    sys.exit(run(sys.argv[1:]))
+    """Entry point of the ``schedopt`` console script.
+
+    A process that ran as a rank of a launcher (``--launcher env``) ends through
+    :func:`schedopt.measure.launch.exit_process`, which skips the interpreter's finalization
+    that torch's gloo threads can abort.
+    """
+    status = run(sys.argv[1:])
+    launch = sys.modules.get("schedopt.measure.launch")  # imported only by the rank commands
+    if launch is not None:
+        launch.exit_process(status)
+    sys.exit(status)
 
 
 def run(argv: list[str]) -> int:

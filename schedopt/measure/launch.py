@@ -32,13 +32,13 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from schedopt.errors import SchedoptError
 
 __all__ = ["BACKENDS", "ENV_VARS", "MAX_PROCS", "MAX_THREADS", "MAX_TIMEOUT_S", "MAX_WORLD",
-           "AnyLaunch", "EnvLaunch", "Launch", "env_launch", "joined", "launch", "run_joined",
-           "write_text_atomic"]
+           "AnyLaunch", "EnvLaunch", "Launch", "env_launch", "exit_process", "joined", "launch",
+           "run_joined", "write_text_atomic"]
 
 #: Backends the benchmarks accept.
 BACKENDS = ("gloo", "nccl")
@@ -52,6 +52,9 @@ MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MAX_WORLD = 2**20
 #: The variables a launcher such as torchrun sets in every rank (``--launcher env``).
 ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+#: Whether this process has joined a ``torch.distributed`` process group (:func:`exit_process`).
+_joined_group = False
 
 @dataclass(frozen=True)
 class Launch:
@@ -418,6 +421,8 @@ def _init(spec: AnyLaunch, rank: int, init_method: str) -> None:
 
     import torch.distributed as dist
 
+    global _joined_group
+    _joined_group = True
     dist.init_process_group(spec.backend, init_method=init_method, rank=rank,
                             world_size=spec.procs, timeout=timedelta(seconds=spec.timeout_s))
 
@@ -471,5 +476,33 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 
 
+def exit_process(status: int) -> NoReturn:
+    """End this process with ``status``; once it has joined a process group, without the
+    interpreter's finalization.
+
+    A gloo process group outlives :func:`torch.distributed.destroy_process_group` once
+    DistributedDataParallel has used it (torch 2.13: its worker threads still run), and a worker
+    thread frees the last collective's work after the caller's wait has returned. When that free
+    drops a tensor that Python also saw (``all_gather_object``'s buffers) while the interpreter
+    is finalizing, the thread cannot take the GIL and the process aborts ("terminate called
+    without an active exception", SIGABRT) after all of its output was written; torchrun then
+    reports the rank as failed. Such a process therefore flushes its standard streams and ends
+    with :func:`os._exit`: every file it writes is complete (written through a temporary file
+    and a rename) before this is called.
+
+    Parameters
+    ----------
+    status : int
+        The exit status.
+    """
+    if not _joined_group:
+        sys.exit(status)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+    os._exit(status)
+
+
 if __name__ == "__main__":  # a rank started by launch()
-    sys.exit(_worker(sys.argv[1:]))
+    exit_process(_worker(sys.argv[1:]))
