@@ -192,3 +192,31 @@ def test_budget_shares_take_their_fraction_of_the_time_left() -> None:
     assert budget.until(share) - now == pytest.approx(min(2.0, 0.1 * budget.left()), abs=0.05)
     assert budget.of_limit(solve_mod.BASELINES) == pytest.approx(budget.t0 + 5.0)
     assert budget.until(Share(1.0)) <= budget.deadline
+
+
+class _RaisesWhenFreed:
+    """An object whose finaliser raises ``exc`` (Python reports it to ``sys.unraisablehook``)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def __del__(self) -> None:
+        raise self.exc
+
+
+def test_a_swallowed_stop_is_not_reported_but_other_errors_are(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop raised where Python swallows it (a finaliser, a gc callback) is repeated by the
+    timer, so it is not printed as "Exception ignored"; any other swallowed error still is."""
+    from schedopt.optimize.control import Control, Halt, StepTimeout
+
+    seen: list[type[BaseException]] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value)))
+    before = sys.unraisablehook
+    with Control(time.perf_counter() + 60.0):
+        for exc in (StepTimeout(), Halt(), ValueError("a real bug")):
+            _RaisesWhenFreed(exc)  # freed at once: its finaliser raises
+    assert seen == [ValueError]
+    assert sys.unraisablehook is before  # restored
+    _RaisesWhenFreed(StepTimeout())  # outside a solve: reported as before
+    assert seen == [ValueError, StepTimeout]

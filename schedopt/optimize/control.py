@@ -11,7 +11,9 @@ main thread it installs a SIGINT handler and a real-time timer (``SIGALRM``) at 
 * inside :meth:`Control.shield` (the few lines that record a new best plan) the signal is
   only recorded, and :class:`Halt` is raised when the shield ends;
 * once stopped, the timer repeats the stop every :data:`REPEAT_S` seconds, in case Python
-  swallowed it (an exception raised inside a garbage-collector callback or a finaliser).
+  swallowed it (an exception raised inside a garbage-collector callback or a finaliser); such a
+  swallowed stop is not reported as an "Exception ignored" on stderr (``sys.unraisablehook``
+  passes every other exception on).
 
 A second Ctrl-C raises :class:`KeyboardInterrupt` at once. Interruption is thus known from the
 signal itself (:attr:`Control.interrupted`), never guessed from wall time. Outside the main
@@ -22,6 +24,7 @@ steps, and each step keeps its own share.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -66,6 +69,7 @@ class Control:
         self._solver: cp_model.CpSolver | None = None
         self._installed = False
         self._old: dict[int, Any] = {}
+        self._old_unraisable: Callable[[Any], Any] | None = None
         #: :class:`Halt` is raised only while this is set (the search); afterwards a stop is
         #: only recorded, so that the result is always built.
         self.searching = False
@@ -94,6 +98,8 @@ class Control:
             self._old = {signal.SIGINT: signal.signal(signal.SIGINT, self._on_sigint),
                          signal.SIGALRM: signal.signal(signal.SIGALRM, self._on_alarm)}
             self._installed = True
+            self._old_unraisable = sys.unraisablehook
+            sys.unraisablehook = self._on_unraisable
             self._arm(self.deadline)
         return self
 
@@ -102,6 +108,9 @@ class Control:
             signal.setitimer(signal.ITIMER_REAL, 0)
             for sig, old in self._old.items():
                 signal.signal(sig, old)
+            if self._old_unraisable is not None:
+                sys.unraisablehook = self._old_unraisable
+                self._old_unraisable = None
             self._installed = False
 
     def _arm(self, at: float) -> None:
@@ -130,6 +139,15 @@ class Control:
               and time.perf_counter() >= self._armed - 1e-3):  # not a late, stale alarm
             signal.setitimer(signal.ITIMER_REAL, REPEAT_S)  # again, until heard
             raise StepTimeout
+
+    def _on_unraisable(self, unraisable: Any) -> None:
+        """Python swallowed an exception (in a finaliser or a garbage-collector callback): a
+        stop of this control is repeated by the timer, so it is dropped silently; anything else
+        goes to the hook that was in place before."""
+        if isinstance(unraisable.exc_value, (Halt, StepTimeout)):
+            return
+        if self._old_unraisable is not None:
+            self._old_unraisable(unraisable)
 
     def _stop(self) -> None:
         if self._solver is not None:
