@@ -442,6 +442,37 @@ def test_torchrun_two_nodes_auto_detected(workdir: Path) -> None:
     assert int(row["samples"]) == 2 * 2 and "DDP built the 2 planned buckets" in row["source"]
 
 
+@pytest.mark.torch
+@pytest.mark.slow
+def test_bench_comm_under_torchrun_on_two_nodes(workdir: Path) -> None:
+    """bench-comm as the ranks of torchrun: rank 0 writes the file, with one ``Rank`` line per
+    rank of the launch, and fit-comm reads it as a two-rank table."""
+    pytest.importorskip("torch")
+    port = free_port()
+    args = ["bench-comm", "--sizes", "256K:4M", "--iters", "3", "--warmup", "1",
+            "--overlap-repeats", "0", "--launch-calls", "5", "--timeout", "60",
+            "--out", "comm.txt"]
+    done = finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)], 90)
+    for code, _, err in done:
+        assert code == 0, err[-3000:]
+    (_, out0, err0), (_, out1, err1) = done
+    assert "note: WORLD_SIZE is set: bench-comm runs as one of the 2 ranks" in err0
+    assert "wrote comm.txt (gloo, 2 ranks on 2 nodes (launcher env), OMP_NUM_THREADS=1" in out0
+    assert out1 == "" and "note:" not in err1  # rank 1 prints and writes nothing
+    text = Path("comm.txt").read_text()
+    assert "backend gloo, 2 ranks on 2 nodes (launcher env)," in text.splitlines()[0]
+    ranks = [line for line in text.splitlines() if line.startswith("#  Rank")]
+    assert [line.split()[2] for line in ranks] == ["0", "1"]
+    assert [line.split()[-2] for line in ranks] == ["0", "0"]  # LOCAL_RANK of each node
+    assert [int(line.split()[0]) for line in text.splitlines() if not line.startswith("#")
+            ] == [2**k for k in range(18, 23)]
+    assert read_slowdowns("comm.txt")["launch_overhead_s"] > 0
+    _ok(runner.invoke(app, ["fit-comm", "comm.txt", "--out", "fitted.json"]))
+    assert Cluster.model_validate_json(Path("fitted.json").read_text()).world_size == 2
+    assert sorted(p.name for p in workdir.iterdir() if not p.name.startswith("__")) == [
+        "benchmodels.py", "comm.txt", "fitted.json"]
+
+
 HOSTILE_ENV = {
     "world-not-a-number": ({"WORLD_SIZE": "abc"}, [], "error: WORLD_SIZE: "),
     "world-of-one": ({"WORLD_SIZE": "1"}, [], "error: WORLD_SIZE: "),
@@ -457,8 +488,15 @@ HOSTILE_ENV = {
 }
 
 
+#: The command lines the launcher's variables are refused for (each with its --out).
+LAUNCHED = {"bench-ddp": [*DDP_TINY, "-p", "ddp", "--out", "runs.csv"],
+            "bench-comm": ["bench-comm", "--sizes", "4K:8K", "--out", "comm.txt"]}
+
+
+@pytest.mark.parametrize("command", sorted(LAUNCHED))
 @pytest.mark.parametrize("case_id", sorted(HOSTILE_ENV))
-def test_hostile_launcher_env(case_id: str, workdir: Path, monkeypatch: pytest.MonkeyPatch,
+def test_hostile_launcher_env(case_id: str, command: str, workdir: Path,
+                              monkeypatch: pytest.MonkeyPatch,
                               capsys: pytest.CaptureFixture[str]) -> None:
     changes, extra, needle = HOSTILE_ENV[case_id]
     env = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
@@ -468,8 +506,7 @@ def test_hostile_launcher_env(case_id: str, workdir: Path, monkeypatch: pytest.M
             monkeypatch.delenv(name, raising=False)
         else:
             monkeypatch.setenv(name, value)
-    line = refused([*DDP_TINY, "-p", "ddp", "--out", "runs.csv", *extra], needle, workdir,
-                   capsys)
+    line = refused([*LAUNCHED[command], *extra], needle, workdir, capsys)
     assert line.startswith(needle)
 
 

@@ -80,7 +80,6 @@ RobustClustersOpt = Annotated[
                                    help="Minimise the worst case over these clusters too"
                                    " (comma-separated or repeated).")
 ]
-ProcsOpt = Annotated[int, typer.Option("--procs", help="Local processes (ranks).")]
 ThreadsOpt = Annotated[
     int, typer.Option("--threads", help="OMP_NUM_THREADS and torch threads of every rank.")
 ]

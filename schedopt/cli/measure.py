@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from schedopt.cli.common import (
-    ProcsOpt,
     ThreadsOpt,
     TimeoutOpt,
     rel_to,
@@ -145,11 +144,27 @@ def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
 
 
 
+#: ``--procs`` of the commands that run under a launcher too (``--launcher env``).
+RankProcsOpt = Annotated[
+    int | None, typer.Option("--procs", help="Local processes (ranks; default 2). Under a"
+                             " launcher its WORLD_SIZE counts the ranks.")
+]
+#: ``--launcher`` of ``bench-comm`` and ``bench-ddp``.
+LauncherOpt = Annotated[
+    str, typer.Option("--launcher", help="local: start --procs local ranks. env: this"
+                      " process is one rank a launcher started (torchrun, one node or"
+                      " several: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);"
+                      " rank 0 writes --out. auto: env when WORLD_SIZE is set, else local.",
+                      **choice(*LAUNCHERS))
+]
+
+
 def bench_comm_cmd(
     out: Annotated[Path, typer.Option("--out", help="Output file (nccl-tests layout).")],
     backend: Annotated[str, typer.Option("--backend", help="gloo | nccl", **choice(*BACKENDS))
                        ] = "gloo",
-    procs: ProcsOpt = 2,
+    procs: RankProcsOpt = None,
+    launcher: LauncherOpt = "auto",
     sizes: Annotated[
         str, typer.Option("--sizes", help="MIN:MAX message bytes (K, M, G suffixes).")
     ] = "4K:64M",
@@ -175,8 +190,8 @@ def bench_comm_cmd(
     timeout: TimeoutOpt = 600.0,
 ) -> None:
     """Measure all-reduce latency over message sizes, the contention between compute and
-    communication and the host cost of launching one call, on local ranks (needs torch);
-    `fit-comm` reads the output."""
+    communication and the host cost of launching one call, on local ranks or as the ranks of
+    torchrun (--launcher env; needs torch); `fit-comm` reads the output."""
     from schedopt.files import output_files
     from schedopt.measure.bench_comm import (
         MAX_MESSAGE_BYTES,
@@ -184,24 +199,34 @@ def bench_comm_cmd(
         format_nccl_tests,
         parse_sizes,
     )
-    from schedopt.measure.launch import Launch
+    from schedopt.measure.launch import EnvLaunch, joined
     from schedopt.model.limits import check_int_option
 
-    with user_errors(), output_files({"--out": out}) as files:
+    with user_errors():
         need_torch("bench-comm")
-        spec = Launch(procs, backend, threads, timeout).check()
+        spec = _rank_launch(launcher, procs, backend, threads, timeout)
+    writes = not isinstance(spec, EnvLaunch) or spec.writes  # under a launcher: rank 0 alone
+    with user_errors(), output_files({"--out": out if writes else None}) as files:
         lo, hi = parse_sizes(sizes)
         check_int_option(iters, "--iters", 1, MAX_REPEATS)
         check_int_option(warmup, "--warmup", 0, MAX_REPEATS)
         check_int_option(overlap_repeats, "--overlap-repeats", 0, MAX_REPEATS)
         check_int_option(overlap_bytes, "--overlap-bytes", 4, MAX_MESSAGE_BYTES)
         check_int_option(launch_calls, "--launch-calls", 0, MAX_REPEATS)
-        with progress(f"bench-comm: all-reduces of {lo:,} to {hi:,} B on {procs} {backend}"
-                      " ranks"):
+        _note_auto(launcher, spec, "bench-comm")
+        with progress(f"bench-comm: all-reduces of {lo:,} to {hi:,} B on {spec.procs} "
+                      f"{backend} ranks", enabled=writes), joined(spec) as spec:
             res = bench_comm(spec, min_bytes=lo, max_bytes=hi, iters=iters, warmup=warmup,
                              overlap_bytes=overlap_bytes, overlap_repeats=overlap_repeats,
                              pattern=pattern, launch_calls=launch_calls)
-        files.write_text(out, format_nccl_tests(res))
+        if writes:
+            files.write_text(out, format_nccl_tests(res))
+    if writes:
+        _echo_comm(res, out)
+
+
+def _echo_comm(res: Any, out: Path) -> None:
+    """Print ``bench-comm``'s figures and the file written."""
     for n, t in zip(res.sizes, res.times, strict=True):
         typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
     if res.overlap_slowdown is not None:
@@ -213,8 +238,8 @@ def bench_comm_cmd(
     if res.launch_overhead_s is not None:
         typer.echo(f"launch cost {res.launch_overhead_s * 1e6:.1f} us per call (host, median of"
                    f" {res.launch_calls} asynchronous calls)")
-    typer.echo(f"wrote {out} ({backend}, {procs} processes, OMP_NUM_THREADS={threads}, calls"
-               f" {pattern})")
+    typer.echo(f"wrote {out} ({res.launch.backend}, {_ran_on(res.launch)}, "
+               f"OMP_NUM_THREADS={res.launch.threads}, calls {res.pattern})")
 
 
 def bench_ddp_cmd(
@@ -239,17 +264,8 @@ def bench_ddp_cmd(
     input_dtype: Annotated[
         str, typer.Option("--input-dtype", help="float32, or int64 for token ids.")
     ] = "float32",
-    procs: Annotated[
-        int | None, typer.Option("--procs", help="Local processes (ranks; default 2). Under a"
-                                 " launcher its WORLD_SIZE counts the ranks.")
-    ] = None,
-    launcher: Annotated[
-        str, typer.Option("--launcher", help="local: start --procs local ranks. env: this"
-                          " process is one rank a launcher started (torchrun, one node or"
-                          " several: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);"
-                          " rank 0 writes --out. auto: env when WORLD_SIZE is set, else local.",
-                          **choice(*LAUNCHERS))
-    ] = "auto",
+    procs: RankProcsOpt = None,
+    launcher: LauncherOpt = "auto",
     backend: Annotated[str, typer.Option("--backend", help="gloo | nccl", **choice(*BACKENDS))
                        ] = "gloo",
     iters: Annotated[int, typer.Option("--iters", help="Timed iterations per run.")] = 20,
@@ -272,14 +288,14 @@ def bench_ddp_cmd(
 
     with user_errors():
         need_torch("bench-ddp")
-        spec = _ddp_launch(launcher, procs, backend, threads, timeout)
+        spec = _rank_launch(launcher, procs, backend, threads, timeout)
     writes = not isinstance(spec, EnvLaunch) or spec.writes  # under a launcher: rank 0 alone
     with user_errors(), output_files({"--out": out if writes else None}) as files:
         tr, cl = _ddp_instance(trace, cluster, spec, iters, warmup, rounds)
         trace_path, cluster_path = instance_path(trace, "trace"), instance_path(cluster,
                                                                                 "cluster")
         configs = ddp_configs(tr, cl, policies or [], plans or [], out.parent)
-        _note_auto(launcher, spec)
+        _note_auto(launcher, spec, "bench-ddp")
         with progress(f"bench-ddp: {len(configs)} configurations x {rounds} rounds on "
                       f"{spec.procs} {backend} ranks", enabled=writes), joined(spec) as spec:
             rows = bench_ddp(configs, spec, factory=factory, input_shape=input_shape,
@@ -312,10 +328,10 @@ def _ddp_instance(trace: str, cluster: str, spec: AnyLaunch, iters: int, warmup:
     return tr, cl
 
 
-def _ddp_launch(launcher: str, procs: int | None, backend: str, threads: int, timeout: float
-                ) -> AnyLaunch:
-    """How ``bench-ddp`` runs its ranks: ``--launcher auto`` is ``env`` when ``WORLD_SIZE`` is
-    set (:func:`_note_auto` says so), ``local`` otherwise.
+def _rank_launch(launcher: str, procs: int | None, backend: str, threads: int, timeout: float
+                 ) -> AnyLaunch:
+    """How ``bench-comm`` or ``bench-ddp`` runs its ranks: ``--launcher auto`` is ``env`` when
+    ``WORLD_SIZE`` is set (:func:`_note_auto` says so), ``local`` otherwise.
 
     Raises
     ------
@@ -336,12 +352,12 @@ def _ddp_launch(launcher: str, procs: int | None, backend: str, threads: int, ti
     return spec
 
 
-def _note_auto(launcher: str, spec: AnyLaunch) -> None:
+def _note_auto(launcher: str, spec: AnyLaunch, command: str) -> None:
     """Say on rank 0's stderr that ``--launcher auto`` found a launcher's ranks."""
     from schedopt.measure.launch import EnvLaunch
 
     if launcher == "auto" and isinstance(spec, EnvLaunch) and spec.writes:
-        typer.echo(f"note: WORLD_SIZE is set: bench-ddp runs as one of the {spec.world_size} "
+        typer.echo(f"note: WORLD_SIZE is set: {command} runs as one of the {spec.world_size} "
                    "ranks a launcher started (--launcher env; --launcher local starts local "
                    "ranks)", err=True)
 

@@ -7,6 +7,9 @@ talks over loopback, nccl over the GPUs). Every process runs with ``OMP_NUM_THRE
 them: a rank that exits with an error, or that has not finished in time, stops the whole run
 (every rank is killed) with a one-line :class:`~schedopt.errors.SchedoptError`, and nothing is
 written. torch is imported only inside the worker processes and the functions that need it.
+With ``--launcher env`` (:class:`~schedopt.measure.launch.EnvLaunch`) the same worker runs in
+this process as one rank of torchrun, on one node or several (:mod:`schedopt.measure.launch`):
+the way to measure the network between nodes.
 
 bench-comm (:func:`bench_comm`)
     All-reduce latency of float32 messages from ``min_bytes`` to ``max_bytes`` (powers of two):
@@ -53,7 +56,7 @@ from typing import Any
 
 from schedopt.errors import SchedoptError
 from schedopt.measure.comm_tables import PATTERNS
-from schedopt.measure.launch import Launch, launch
+from schedopt.measure.launch import AnyLaunch, EnvLaunch, Launch, launch, run_joined
 
 __all__ = [
     "CommBench",
@@ -253,13 +256,29 @@ def _launch_cost(job: dict[str, Any]) -> float | None:
 
 
 def comm_worker(job: dict[str, Any], rank: int) -> dict[str, Any]:
+    """One rank of :func:`bench_comm` (in a process :func:`launch` starts, or under a launcher
+    through :func:`~schedopt.measure.launch.run_joined`)."""
+    import socket
+
     sizes = _sizes(job["min_bytes"], job["max_bytes"])
     times = [_time_allreduce(job, n) for n in sizes]
     t_op = _time_allreduce(job, job["overlap_bytes"])
     return {"rank": rank, "sizes": sizes, "times": times, "overlap_op_s": t_op,
             **(_overlap(job, t_op) if job["overlap_repeats"] else {"pairs": [],
                                                                    "comm_pairs": []}),
-            "launch_s": _launch_cost(job)}
+            "launch_s": _launch_cost(job), "host": socket.gethostname(),
+            "device": _device_index(job, rank)}
+
+
+def _device_index(job: dict[str, Any], rank: int) -> int:
+    """The rank's GPU with nccl; with gloo its local rank (``LOCAL_RANK`` under a launcher)."""
+    import os
+
+    if job["backend"] == "nccl":
+        import torch
+
+        return int(torch.cuda.current_device())
+    return int(os.environ.get("LOCAL_RANK", rank))
 
 
 @dataclass(frozen=True)
@@ -289,13 +308,16 @@ class CommBench:
         measured.
     launch_calls
         Calls timed for ``launch_overhead_s``.
+    ranks
+        ``(host, device)`` of every rank, in rank order (the device: the rank's GPU with nccl,
+        its local rank with gloo).
     """
 
     sizes: list[int]
     times: list[float]
     overlap_slowdown: float | None
     overlap_pairs: list[tuple[float, float]]
-    launch: Launch
+    launch: AnyLaunch
     overlap_bytes: int
     compute: tuple[int, int]
     comm_slowdown: float | None = None
@@ -303,9 +325,10 @@ class CommBench:
     pattern: str = "isolated"
     launch_overhead_s: float | None = None
     launch_calls: int = 0
+    ranks: tuple[tuple[str, int], ...] = ()
 
 
-def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**20,
+def bench_comm(spec: AnyLaunch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**20,
                iters: int = 10, warmup: int = 3, overlap_bytes: int | None = None,
                overlap_repeats: int = 5, compute_dim: int = 512,
                compute_reps: int = 25, pattern: str = "isolated",
@@ -315,7 +338,9 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
     Parameters
     ----------
     spec
-        Processes, backend, threads, time limit.
+        Processes, backend, threads, time limit: local ranks (:class:`Launch`), or this process
+        as one rank of a launcher (:class:`~schedopt.measure.launch.EnvLaunch`, inside
+        :func:`~schedopt.measure.launch.joined`; every rank returns the same result).
     min_bytes, max_bytes
         Message sizes: powers of two times ``min_bytes`` up to ``max_bytes``.
     iters, warmup
@@ -360,7 +385,7 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
            "warmup": warmup, "overlap_bytes": ob,
            "overlap_repeats": overlap_repeats, "compute_dim": compute_dim,
            "compute_reps": compute_reps, "pattern": pattern, "launch_calls": launch_calls}
-    results = launch(job, spec)
+    results = launch(job, spec) if isinstance(spec, Launch) else run_joined(job, spec)
     first = results[0]
     pairs = [(a, u) for a, u, _ in first["pairs"]]
     if first["pairs"] and not all(c for _, _, c in first["pairs"]):
@@ -372,7 +397,8 @@ def bench_comm(spec: Launch, *, min_bytes: int = 4096, max_bytes: int = 64 * 2**
                  else None)
     return CommBench(first["sizes"], first["times"], slow, pairs, spec, ob,
                      (compute_dim, compute_reps), comm_slow, comm_pairs, pattern,
-                     first.get("launch_s"), launch_calls)
+                     first.get("launch_s"), launch_calls,
+                     tuple((r["host"], r["device"]) for r in results))
 
 
 def format_nccl_tests(res: CommBench) -> str:
@@ -384,12 +410,15 @@ def format_nccl_tests(res: CommBench) -> str:
     how = ("the median over the timed calls of the slowest rank's time, each call alone after"
            " a barrier" if res.pattern == "isolated" else
            "the slowest rank's mean over the timed calls, launched back to back")
+    ran = sp.describe() if isinstance(sp, EnvLaunch) else f"{p} local processes"
     lines = [f"# schedopt bench-comm: all_reduce_perf layout (nccl-tests), backend {sp.backend},"
-             f" {p} local processes, OMP_NUM_THREADS={sp.threads}",
+             f" {ran}, OMP_NUM_THREADS={sp.threads}",
              f"# schedopt pattern {res.pattern}",
              f"# times (us) are {how}"]
-    lines += [f"#  Rank {r:2d} Group  0 Pid {0:6d} on localhost device {r:2d} [{sp.backend}]"
-              for r in range(p)]
+    where = res.ranks if isinstance(sp, EnvLaunch) and len(res.ranks) == p else \
+        [("localhost", r) for r in range(p)]
+    lines += [f"#  Rank {r:2d} Group  0 Pid {0:6d} on {host} device {dev:2d} [{sp.backend}]"
+              for r, (host, dev) in enumerate(where)]
     loop = f"compute loop ({res.compute[1]} products of {res.compute[0]}^2 float32)"
     op = f"all-reduce of {res.overlap_bytes} B"
     for field, value, pairs, what, under in (

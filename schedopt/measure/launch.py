@@ -9,8 +9,9 @@ them: a rank that exits with an error, or that has not finished in time, stops t
 written. A job names its worker as ``MODULE:FUNCTION`` (``job["worker"]``), called in each rank
 as ``FUNCTION(job, rank)``; torch is imported only inside the ranks.
 
-``bench-ddp --launcher env`` runs the same worker under a launcher instead (torchrun, on one node
-or several): every process the launcher started is one rank, reads its place from the
+``bench-comm`` and ``bench-ddp`` with ``--launcher env`` run the same worker under a launcher
+instead (torchrun, on one node or several): every process the launcher started is one rank,
+reads its place from the
 ``torch.distributed`` environment variables (:func:`env_launch`), meets the others through
 ``env://`` (:func:`joined`, at most ``timeout_s``), runs the job and gathers every rank's result
 with a collective (:func:`run_joined`), so that each rank holds the same results as
