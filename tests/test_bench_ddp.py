@@ -389,6 +389,16 @@ def _torchrun(port: int, nodes: int, procs: int, node: int, *args: str) -> subpr
                             text=True)
 
 
+def _on_two_torchrun_nodes(args: list[str]) -> list[tuple[str, str]]:
+    """Run ``schedopt ARGS`` as two torchrun nodes of one rank each; every node must exit with
+    0. Returns each node's (stdout, stderr)."""
+    port = free_port()
+    done = finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)], 90)
+    for code, _, err in done:
+        assert code == 0, err[-3000:]
+    return [(out, err) for _, out, err in done]
+
+
 def _tiny_inputs() -> None:
     Path("two.json").write_text(json.dumps(CLUSTER))
     _profile("tiny")
@@ -428,12 +438,8 @@ def test_torchrun_one_node_rank0_writes_the_local_rows(workdir: Path) -> None:
 def test_torchrun_two_nodes_auto_detected(workdir: Path) -> None:
     pytest.importorskip("torch")
     _tiny_inputs()
-    port = free_port()
     args = [*DDP_TINY, "-p", "ddp:bucket_cap_mb=0.1", "--out", "runs.csv"]  # --launcher auto
-    done = finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)], 90)
-    for code, _, err in done:
-        assert code == 0, err[-3000:]
-    (_, out0, err0), (_, out1, _) = done
+    (out0, err0), (out1, _) = _on_two_torchrun_nodes(args)
     assert "note: WORLD_SIZE is set: bench-ddp runs as one of the 2 ranks" in err0
     assert "wrote runs.csv: 1 rows (gloo, 2 ranks on 2 nodes (launcher env)," in out0
     assert "wrote" not in out1  # rank 1 (node 1) writes nothing
@@ -448,14 +454,10 @@ def test_bench_comm_under_torchrun_on_two_nodes(workdir: Path) -> None:
     """bench-comm as the ranks of torchrun: rank 0 writes the file, with one ``Rank`` line per
     rank of the launch, and fit-comm reads it as a two-rank table."""
     pytest.importorskip("torch")
-    port = free_port()
     args = ["bench-comm", "--sizes", "256K:4M", "--iters", "3", "--warmup", "1",
             "--overlap-repeats", "0", "--launch-calls", "5", "--timeout", "60",
             "--out", "comm.txt"]
-    done = finish([_torchrun(port, 2, 1, node, *args) for node in (0, 1)], 90)
-    for code, _, err in done:
-        assert code == 0, err[-3000:]
-    (_, out0, err0), (_, out1, err1) = done
+    (out0, err0), (out1, err1) = _on_two_torchrun_nodes(args)
     assert "note: WORLD_SIZE is set: bench-comm runs as one of the 2 ranks" in err0
     assert "wrote comm.txt (gloo, 2 ranks on 2 nodes (launcher env), OMP_NUM_THREADS=1" in out0
     assert out1 == "" and "note:" not in err1  # rank 1 prints and writes nothing
