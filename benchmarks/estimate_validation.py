@@ -586,7 +586,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"H200 per-step mean |error|, {method}, {len(errs)} traces not used in the fit:"
               f" {statistics.mean(errs):.1%}")
     print()
-    for method, errs in imported_rows().items():
+    imported = imported_rows()
+    for method, errs in imported.items():
         if errs:
             print(f"imported per-step mean |error|, {method}, {len(errs)} traces:"
                   f" {statistics.mean(errs):.1%}")
@@ -606,7 +607,18 @@ def main(argv: list[str] | None = None) -> int:
             verdict = "upper bound holds" if ratio >= 1 else "UPPER BOUND VIOLATED"
             print(f"binned row {label}: full-padding estimate / measured = {ratio:.2f}"
                   f" ({verdict}; not in the mean)")
+        print_pooled(held, imported, pub)
     return 0
+
+
+def print_pooled(*groups: dict[str, list[float]]) -> None:
+    """The mean |error| per step over every measured step not used in a fit (the H200 traces,
+    the imported traces and the published rows together), per method."""
+    for method in ("operator", "roofline"):
+        errs = [e for group in groups for e in group.get(method, [])]
+        if errs:
+            print(f"every measured step not used in a fit, {method}: mean |error|"
+                  f" {statistics.mean(errs):.1%} over {len(errs)} steps (max {max(errs):.1%})")
 
 
 if __name__ == "__main__":
