@@ -16,8 +16,9 @@ two BERT rows of :data:`BINNED` ran length-binned data (fewer tokens than batch 
 full-padding estimate is an upper bound, checked, and left out of the mean |error|.
 ``--breakdown`` prints instead what each kind of operator costs per token for BERT-large on the
 A100 at sequence 128 and 512 (:func:`~schedopt.measure.estimate.operator_breakdown`).
-``--layers`` prints instead one BERT-large layer in fp16 on the V100 and the A100, its best
-estimated throughput over a published micro-benchmark's grid against that benchmark's best
+``--layers`` prints instead one BERT-large layer and one GPT-2-medium block in fp16 on the V100
+and the A100, their best estimated throughput over a published micro-benchmark's grid against
+that benchmark's best
 (:data:`LAYER_BENCH`: measured by others, not used in any fit).
 The ResNet-50 H200 trace and the published "AMP" rows ran under automatic mixed precision and
 are estimated with ``autocast=True`` (float32 weights and gradients, docs/estimate.md), except
@@ -530,41 +531,55 @@ def breakdown() -> None:
               f" {total / tokens * 1e6:.2f} | | |")
 
 
-#: The best BERT-large layer throughput (fp16 weights, TFLOP/s of the notebook's formula) over
-#: sequences 128 and 512 and batches 2-128, forward and forward+backward, from
-#: mli/transformers-benchmarks README.md (commit 04df81d, "Micro-Benchmarking Summary", PyTorch
-#: 1.13 / CUDA 11.7 containers; ``micro_bench.ipynb``: transformers ``BertLayer(config).half()``
-#: of bert-large-uncased in training mode on ``torch.randn(b, s, h)``, ``layer(X)`` and
-#: ``layer(X)[0].sum().backward()``, the median of at least 3 s of runs).
-LAYER_BENCH = {"v100": (56.0, 67.0), "a100": (110.0, 136.0)}
-LAYER_GRID = {"seq": (128, 512), "batch": (2, 4, 8, 16, 32, 64, 128)}
+#: The best throughput of one layer (fp16 weights, TFLOP/s of the notebook's formula) over a grid
+#: of sequences and batches, forward and forward+backward, from mli/transformers-benchmarks
+#: README.md (commit 04df81d, "Micro-Benchmarking Summary": A100 80GB and V100 16GB, PyTorch
+#: 1.13 / CUDA 11.7 containers). ``micro_bench.ipynb`` builds the layer with transformers
+#: (``BertLayer(config).half()`` of bert-large-uncased; ``GPT2Block(config).half()`` of
+#: gpt2-medium), in training mode, on ``torch.randn(b, s, h)``, and times ``layer(X)`` and
+#: ``layer(X)[0].sum().backward()`` (the median of at least 3 s of runs). Per layer: the
+#: configuration, the estimated trace's layer prefix, the grid and the published best figures.
+LAYER_BENCH: dict[str, dict[str, Any]] = {
+    "bert-large": {
+        "config": {"model_type": "bert", "hidden_size": 1024, "num_hidden_layers": 1,
+                   "num_attention_heads": 16, "intermediate_size": 4096},
+        "prefix": ".layer.0.", "seq": (128, 512), "batch": (2, 4, 8, 16, 32, 64, 128),
+        "best": {"v100": (56.0, 67.0), "a100": (110.0, 136.0)}},
+    "gpt2-medium": {
+        "config": {"model_type": "gpt2", "n_embd": 1024, "n_layer": 1, "n_head": 16,
+                   "n_positions": 1024, "vocab_size": 50257},
+        "prefix": ".h.0.", "seq": (512, 1024), "batch": (2, 4, 8, 16, 32, 64),
+        "best": {"v100": (34.0, 37.0), "a100": (45.0, 53.0)}},
+}
 
 
 def layer_rows() -> None:
-    """One BERT-large layer estimated over the micro-benchmark's grid against its best figures
-    (:data:`LAYER_BENCH`): the estimate's best throughput over the same grid, by the notebook's
-    FLOP formula (forward ``24 b s h^2 + 4 b h s^2``, forward+backward three times that)."""
+    """One BERT-large layer and one GPT-2-medium block estimated over the micro-benchmark's grid
+    against its best figures (:data:`LAYER_BENCH`): the estimate's best throughput over the same
+    grid, by the notebook's FLOP formula (forward ``24 b s h^2 + 4 b h s^2``, the full square
+    of the causal attention included; forward+backward three times that)."""
     from schedopt.measure.estimate import config_spec
 
-    h = 1024
-    spec = config_spec({"model_type": "bert", "hidden_size": h, "num_hidden_layers": 1,
-                        "num_attention_heads": 16, "intermediate_size": 4096}, "bert-layer")
-    print("| GPU | estimated best fwd / fwd+bwd TFLOP/s (at b, s) | measured best | ratio |")
-    print("| --- | --- | --- | --- |")
-    for gpu, (m_fwd, m_all) in LAYER_BENCH.items():
-        best_f = best_a = (0.0, 0, 0)
-        for s in LAYER_GRID["seq"]:
-            for b in LAYER_GRID["batch"]:
-                tr = estimate(spec, gpu, "fp16", b, s, attention="eager")
-                lay = [la for la in tr.layers if ".layer.0." in la.name]
-                fwd = sum(la.forward_s for la in lay)
-                both = fwd + sum(la.backward_s for la in lay)
-                flops = 24 * b * s * h * h + 4 * b * h * s * s
-                best_f = max(best_f, (flops / fwd / 1e12, b, s))
-                best_a = max(best_a, (3 * flops / both / 1e12, b, s))
-        print(f"| {gpu} | {best_f[0]:.1f} (b{best_f[1]}, s{best_f[2]}) / {best_a[0]:.1f}"
-              f" (b{best_a[1]}, s{best_a[2]}) | {m_fwd:g} / {m_all:g} |"
-              f" {best_f[0] / m_fwd:.2f} / {best_a[0] / m_all:.2f} |")
+    print("| layer | GPU | estimated best fwd / fwd+bwd TFLOP/s (at b, s) | measured best |"
+          " ratio |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, bench in LAYER_BENCH.items():
+        h = 1024
+        spec = config_spec(bench["config"], f"{name}-layer")
+        for gpu, (m_fwd, m_all) in bench["best"].items():
+            best_f = best_a = (0.0, 0, 0)
+            for s in bench["seq"]:
+                for b in bench["batch"]:
+                    tr = estimate(spec, gpu, "fp16", b, s, attention="eager")
+                    lay = [la for la in tr.layers if bench["prefix"] in la.name]
+                    fwd = sum(la.forward_s for la in lay)
+                    both = fwd + sum(la.backward_s for la in lay)
+                    flops = 24 * b * s * h * h + 4 * b * h * s * s
+                    best_f = max(best_f, (flops / fwd / 1e12, b, s))
+                    best_a = max(best_a, (3 * flops / both / 1e12, b, s))
+            print(f"| {name} | {gpu} | {best_f[0]:.1f} (b{best_f[1]}, s{best_f[2]}) /"
+                  f" {best_a[0]:.1f} (b{best_a[1]}, s{best_a[2]}) | {m_fwd:g} / {m_all:g} |"
+                  f" {best_f[0] / m_fwd:.2f} / {best_a[0] / m_all:.2f} |")
 
 
 def main(argv: list[str] | None = None) -> int:
