@@ -26,6 +26,7 @@ MAX_ROUNDS = 1_000
 LAUNCHERS = ("auto", "local", "env")
 
 if TYPE_CHECKING:
+    from schedopt.measure.bench_comm import CommBench
     from schedopt.measure.bench_ddp import DdpRow
     from schedopt.measure.launch import AnyLaunch
     from schedopt.model.trace import Trace
@@ -225,7 +226,7 @@ def bench_comm_cmd(
         _echo_comm(res, out)
 
 
-def _echo_comm(res: Any, out: Path) -> None:
+def _echo_comm(res: CommBench, out: Path) -> None:
     """Print ``bench-comm``'s figures and the file written."""
     for n, t in zip(res.sizes, res.times, strict=True):
         typer.echo(f"{n:>12,} B  {t * 1e3:10.3f} ms")
