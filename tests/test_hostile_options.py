@@ -178,13 +178,11 @@ def _no_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
     def started(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a rank was started")
 
-    import schedopt.measure.bench_comm as bench_comm
-    import schedopt.measure.bench_ddp as bench_ddp
     import schedopt.measure.launch as launch
     import schedopt.measure.profile as profile
 
-    for module in (launch, bench_comm, bench_ddp):
-        monkeypatch.setattr(module, "launch", started)
+    for name in ("launch", "run_joined"):  # what run_ranks calls
+        monkeypatch.setattr(launch, name, started)
     monkeypatch.setattr(launch.subprocess, "Popen", started)
     monkeypatch.setattr(profile, "profile_model", started)
     monkeypatch.setattr(profile, "build_model", started)

@@ -56,7 +56,7 @@ from typing import Any
 
 from schedopt.errors import SchedoptError
 from schedopt.measure.comm_tables import PATTERNS
-from schedopt.measure.launch import AnyLaunch, EnvLaunch, Launch, launch, run_joined
+from schedopt.measure.launch import AnyLaunch, EnvLaunch, run_ranks
 
 __all__ = [
     "CommBench",
@@ -338,9 +338,11 @@ def bench_comm(spec: AnyLaunch, *, min_bytes: int = 4096, max_bytes: int = 64 * 
     Parameters
     ----------
     spec
-        Processes, backend, threads, time limit: local ranks (:class:`Launch`), or this process
-        as one rank of a launcher (:class:`~schedopt.measure.launch.EnvLaunch`, inside
-        :func:`~schedopt.measure.launch.joined`; every rank returns the same result).
+        Processes, backend, threads, time limit: local ranks
+        (:class:`~schedopt.measure.launch.Launch`), or this process as one rank of a launcher
+        (:class:`~schedopt.measure.launch.EnvLaunch`, inside
+        :func:`~schedopt.measure.launch.joined`; every rank returns the same result;
+        :func:`~schedopt.measure.launch.run_ranks`).
     min_bytes, max_bytes
         Message sizes: powers of two times ``min_bytes`` up to ``max_bytes``.
     iters, warmup
@@ -385,7 +387,7 @@ def bench_comm(spec: AnyLaunch, *, min_bytes: int = 4096, max_bytes: int = 64 * 
            "warmup": warmup, "overlap_bytes": ob,
            "overlap_repeats": overlap_repeats, "compute_dim": compute_dim,
            "compute_reps": compute_reps, "pattern": pattern, "launch_calls": launch_calls}
-    results = launch(job, spec) if isinstance(spec, Launch) else run_joined(job, spec)
+    results = run_ranks(job, spec)
     first = results[0]
     pairs = [(a, u) for a, u, _ in first["pairs"]]
     if first["pairs"] and not all(c for _, _, c in first["pairs"]):

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from schedopt.errors import SchedoptError
-from schedopt.measure.launch import AnyLaunch, Launch, launch, run_joined, write_text_atomic
+from schedopt.measure.launch import AnyLaunch, run_ranks, write_text_atomic
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
@@ -355,7 +355,7 @@ def bench_ddp(configs: list[DdpConfig], spec: AnyLaunch, *, factory: str, input_
                         "first_bucket_bytes": c.first_bucket_bytes} for c in configs]}
     rows: list[DdpRow] = []
     for rnd in range(rounds):
-        results = launch(job, spec) if isinstance(spec, Launch) else run_joined(job, spec)
+        results = run_ranks(job, spec)
         rows += summarize(configs, results, rnd)
     return rows
 

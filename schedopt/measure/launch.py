@@ -39,7 +39,7 @@ from schedopt.errors import SchedoptError
 
 __all__ = ["BACKENDS", "ENV_VARS", "MAX_PROCS", "MAX_THREADS", "MAX_TIMEOUT_S", "MAX_WORLD",
            "AnyLaunch", "EnvLaunch", "Launch", "env_launch", "exit_process", "joined", "launch",
-           "run_joined", "write_text_atomic"]
+           "run_joined", "run_ranks", "write_text_atomic"]
 
 #: Backends the benchmarks accept.
 BACKENDS = ("gloo", "nccl")
@@ -394,6 +394,18 @@ def run_joined(job: dict[str, Any], spec: EnvLaunch) -> list[dict[str, Any]]:
     except Exception as exc:
         raise SchedoptError(f"rank {spec.rank} of {spec.world_size}: {_exc_line(exc)}"
                             ) from None
+
+
+def run_ranks(job: dict[str, Any], spec: AnyLaunch) -> list[dict[str, Any]]:
+    """Every rank's result of ``job``, in rank order: local ranks started by :func:`launch`, or
+    this process as one rank of a launcher (:func:`run_joined`, inside :func:`joined`).
+
+    Raises
+    ------
+    SchedoptError
+        A rank failed or hung (as :func:`launch` and :func:`run_joined` say).
+    """
+    return launch(job, spec) if isinstance(spec, Launch) else run_joined(job, spec)
 
 
 def _full_job(job: dict[str, Any], spec: AnyLaunch) -> dict[str, Any]:
