@@ -29,6 +29,17 @@ It writes ``DIR/<model>-<tag>-....json`` (names as the shipped measured traces) 
 line per trace, with the median of whole iterations timed without the per-layer hooks beside
 the trace's sum. ``--smoke`` runs the same code on the CPU at batch 2 (and 16 tokens), for a
 check without a GPU.
+
+``--sweep`` measures the GPU itself instead, for the estimator's operator model
+(:func:`schedopt.measure.gpu_bench.bench_gpu`: matrix products over a grid of shapes, a
+streaming copy, the kernel floor and flash attention), once per precision of ``--precisions``
+(default bf16, fp16, tf32, fp32), each run on the profile of the runs before it, and writes
+``DIR/gpu-<tag>.json`` (the profile, as ``schedopt bench-gpu`` writes it) and
+``DIR/gpu-<tag>-products.json`` (every timed product, the device and the software). It prints
+one row per precision: the fitted rate and ``k_half``, the mean |fitted / measured - 1| of the
+products, and the rate against what the shipped profile of the same GPU
+(:func:`~schedopt.measure.gpu_bench.base_for`) prices a 8192-cube product at. With
+``--smoke`` it runs the quick grid on the CPU (``--base v100`` for the figures not measured).
 """
 
 from __future__ import annotations
@@ -213,6 +224,47 @@ def compare(measured_tag: str, estimated_tag: str) -> None:
               f"1.5x | | | | {cells[0]} | {cells[1]} |")
 
 
+def sweep(args: argparse.Namespace) -> None:
+    """``--sweep`` (module docstring): the device's profile, precision by precision."""
+    from schedopt.measure.estimate import operator_model
+    from schedopt.measure.gpu_bench import (
+        QUICK_SHAPES,
+        SHAPES,
+        base_for,
+        bench_gpu,
+        device_info,
+        measured_profile,
+    )
+    from schedopt.measure.gpus import check_profile, get_gpu, gpu_profile_data
+
+    device = "cpu" if args.smoke else "cuda"
+    shipped = get_gpu("v100" if args.smoke else base_for(*device_info(device)))
+    prof, products = shipped, []
+    print("| device | precision | rate (TFLOP/s) | k_half | fit mean abs. error |"
+          " 8192^3 product, shipped profile / measured |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for precision in args.precisions.split(","):
+        res = bench_gpu(device, precision, shapes=QUICK_SHAPES if args.smoke else SHAPES,
+                        repeats=args.repeats, stream_mib=16 if args.smoke else 1024,
+                        attention=not args.smoke)
+        prof = check_profile(measured_profile(res, prof, name=f"{res.device} (measured)"))
+        products += [{"precision": precision, "m": m, "n": n, "k": k, "seconds": t}
+                     for m, n, k, t in res.samples]
+        fit = res.fit_errors()
+        item = 2 if precision in ("bf16", "fp16") else 4
+        cube = (operator_model(shipped, precision).gemm.seconds(1, 8192, 8192, 8192, item)
+                / res.gemm.seconds(1, 8192, 8192, 8192, item)
+                if precision in shipped.peak_flops else float("nan"))
+        print(f"| {res.device} | {precision} | {res.gemm.peak / 1e12:.4g} | {res.gemm.k_half:g}"
+              f" | {sum(abs(e) for e in fit) / len(fit):.1%} | {cube:.2f} |")
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"gpu-{args.tag}.json").write_text(
+        json.dumps(gpu_profile_data(prof), indent=1) + "\n")
+    (args.out / f"gpu-{args.tag}-products.json").write_text(json.dumps(
+        {"device": res.device, "software": res.software, "units": res.units,
+         "products": products}, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--compare", nargs=2, metavar=("MEASURED", "ESTIMATED"),
@@ -224,12 +276,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--tag", default="h200", help="GPU tag in the trace names")
     ap.add_argument("--smoke", action="store_true", help="CPU, batch 2: a check without a GPU")
+    ap.add_argument("--sweep", action="store_true",
+                    help="measure the GPU's products, copy, kernel floor and attention into a"
+                         " profile for the estimator instead of profiling models")
+    ap.add_argument("--precisions", default="bf16,fp16,tf32,fp32",
+                    help="--sweep: the precisions, in order")
     args = ap.parse_args(argv)
     if args.compare:
         compare(*args.compare)
         return 0
     if args.out is None:
         ap.error("--out is required")
+    if args.sweep:
+        sweep(args)
+        return 0
     args.out.mkdir(parents=True, exist_ok=True)
     for model in args.models.split(","):
         data = profile_one(model, args)

@@ -87,13 +87,13 @@ def test_info_trace_and_cluster() -> None:
         1e-5, 0.0, 0.0)
 
 
-@pytest.mark.parametrize("kind", ["trace", "cluster", "cluster-family", "plan"])
+@pytest.mark.parametrize("kind", ["trace", "cluster", "cluster-family", "plan", "gpu-profile"])
 def test_schema_describes_each_kind(kind: str) -> None:
     result = runner.invoke(app, ["schema", kind])
     assert result.exit_code == 0, result.output
     schema = json.loads(result.output)
     required = {"trace": "layers", "cluster": "nodes", "cluster-family": "base",
-                "plan": "buckets"}[kind]
+                "plan": "buckets", "gpu-profile": "peak_flops"}[kind]
     assert required in schema["properties"] and required in schema["required"]
 
 

@@ -85,6 +85,7 @@ COMMANDS: list[tuple[str, Callable[..., Any]]] = [
     ("estimate", estimate.estimate_cmd),
     ("bench-comm", measure.bench_comm_cmd),
     ("bench-ddp", measure.bench_ddp_cmd),
+    ("bench-gpu", measure.bench_gpu_cmd),
     ("fit-comm", calibrate.fit_comm),
     ("calibrate", calibrate.calibrate_cmd),
     ("validate", calibrate.validate_cmd),

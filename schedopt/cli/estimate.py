@@ -15,7 +15,8 @@ def estimate_cmd(
         help="A shipped model name (gpt2, bert, resnet50, vgg16, llama-7b ...), a Hugging Face"
              " config.json (GPT-2, Llama/Mistral, GPT-NeoX, BERT) or a torchvision model name.")],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU profile: k80, v100, a100,"
-                                   " a100-40gb, h100, h200.")],
+                                   " a100-40gb, h100, h200, or a profile JSON written by"
+                                   " `schedopt bench-gpu`.")],
     dtype: Annotated[str, typer.Option("--dtype", help="Compute precision: bf16, fp16, tf32,"
                                        " fp32.")],
     batch: Annotated[int, typer.Option("--batch", help="Per-GPU micro-batch (samples).")],

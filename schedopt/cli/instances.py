@@ -91,9 +91,11 @@ def list_cmd(
 
 def schema(
     kind: Annotated[
-        str, typer.Argument(help="trace | cluster | cluster-family | plan | measurements")],
+        str, typer.Argument(help="trace | cluster | cluster-family | plan | measurements |"
+                                 " gpu-profile")],
 ) -> None:
     """Print the JSON Schema of a document kind (measurements: of one CSV row)."""
+    from schedopt.measure.gpus import profile_schema
     from schedopt.measure.measurements import MeasurementRow
     from schedopt.model.cluster import Cluster, ClusterFamily
     from schedopt.model.plan import Plan
@@ -105,6 +107,7 @@ def schema(
         "cluster-family": ClusterFamily.model_json_schema,
         "plan": Plan.model_json_schema,
         "measurements": MeasurementRow.model_json_schema,
+        "gpu-profile": profile_schema,
     }
     with user_errors():
         if kind not in models:

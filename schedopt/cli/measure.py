@@ -1,4 +1,5 @@
-"""``profile``, ``bench-comm`` and ``bench-ddp``: measurements on this machine (torch)."""
+"""``profile``, ``bench-comm``, ``bench-ddp`` and ``bench-gpu``: measurements on this machine
+(torch)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from schedopt.cli.common import (
+    JsonOpt,
     ThreadsOpt,
     TimeoutOpt,
+    print_json,
     rel_to,
     user_errors,
 )
@@ -28,6 +31,8 @@ LAUNCHERS = ("auto", "local", "env")
 if TYPE_CHECKING:
     from schedopt.measure.bench_comm import CommBench
     from schedopt.measure.bench_ddp import DdpRow
+    from schedopt.measure.gpu_bench import GpuBench
+    from schedopt.measure.gpus import GPU
     from schedopt.measure.launch import AnyLaunch
     from schedopt.model.trace import Trace
 
@@ -224,6 +229,80 @@ def bench_comm_cmd(
             files.write_text(out, format_nccl_tests(res))
     if writes:
         _echo_comm(res, out)
+
+
+def bench_gpu_cmd(
+    out: Annotated[Path, typer.Option("--out", help="GPU profile JSON to write (`estimate --gpu"
+                                      " FILE` reads it).")],
+    device: Annotated[str, typer.Option("--device", help="torch device: cuda, cuda:N or cpu.")]
+    = "cuda",
+    dtype: Annotated[str, typer.Option("--dtype", help="Compute precision: bf16, fp16, tf32,"
+                                       " fp32.")] = "bf16",
+    base: Annotated[str, typer.Option("--base", help="Profile (shipped name or file) of the"
+                                      " figures not measured; auto: the shipped profile of the"
+                                      " same GPU.")] = "auto",
+    name: Annotated[str | None, typer.Option("--name", help="Profile name.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="A few small products (seconds on a"
+                                        " CPU thread), no attention sweep.")] = False,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per product, copy and"
+                                         " attention step (the fastest counts).")] = 10,
+    stream_mib: Annotated[int, typer.Option("--stream-mib", help="Size of the streaming copy"
+                                            " (MiB).")] = 256,
+    as_json: JsonOpt = False,
+) -> None:
+    """Measure a GPU (or this CPU) for the compute estimator: matrix products, a streaming copy,
+    the kernel floor and flash attention, fitted into a GPU profile (needs torch;
+    docs/estimate.md)."""
+    from schedopt.files import output_files
+    from schedopt.measure.gpu_bench import (
+        QUICK_SHAPES,
+        SHAPES,
+        base_for,
+        bench_gpu,
+        check_bench_options,
+        device_info,
+        measured_profile,
+    )
+    from schedopt.measure.gpus import check_profile, get_gpu, gpu_profile_data
+
+    with user_errors(), output_files({"--out": out}) as files:
+        need_torch("bench-gpu")
+        check_bench_options(repeats, stream_mib)
+        if name is not None and not 0 < len(name) <= 200:
+            raise SchedoptError("must be 1 to 200 characters", "--name", name)
+        basis = get_gpu(base_for(*device_info(device)) if base == "auto" else base)
+        with progress(f"bench-gpu: {dtype} on {device}"):
+            res = bench_gpu(device, dtype, shapes=QUICK_SHAPES if quick else SHAPES,
+                            repeats=repeats, stream_mib=stream_mib, attention=not quick)
+        prof = check_profile(measured_profile(res, basis, name))
+        files.write_json(out, gpu_profile_data(prof))
+    _echo_gpu(res, prof, out, as_json)
+
+
+def _echo_gpu(res: GpuBench, prof: GPU, out: Path, as_json: bool) -> None:
+    """Print ``bench-gpu``'s products, its fitted figures and the file written."""
+    fit = res.fit_errors()
+    summary = {"profile": str(out), "name": prof.name, "device": res.device,
+               "precision": res.precision, "units": res.units,
+               "rate_flops": res.gemm.peak, "k_half": res.gemm.k_half,
+               "bandwidth_Bps": res.bandwidth_Bps, "kernel_s": res.kernel_s,
+               "flash_measured": bool(res.flash_fb),
+               "fit_error_mean": sum(abs(e) for e in fit) / len(fit),
+               "products": [{"m": m, "n": n, "k": k, "seconds": t, "fitted_over_measured": 1 + e}
+                            for (m, n, k, t), e in zip(res.samples, fit, strict=True)]}
+    if as_json:
+        print_json(summary)
+        return
+    typer.echo(f"{'m':>7} {'n':>7} {'k':>7} {'ms':>10} {'TFLOP/s':>9} {'fitted/measured':>16}")
+    for (m, n, k, t), e in zip(res.samples, fit, strict=True):
+        typer.echo(f"{m:>7} {n:>7} {k:>7} {t * 1e3:>10.4f} {2 * m * n * k / t / 1e12:>9.3f}"
+                   f" {1 + e:>16.2f}")
+    typer.echo(f"{res.device}, {res.precision}, {res.units} units: rate"
+               f" {res.gemm.peak / 1e12:.4g} TFLOP/s, k_half {res.gemm.k_half:g}, mean"
+               f" |fitted/measured - 1| {summary['fit_error_mean']:.1%}; copy"
+               f" {res.bandwidth_Bps / 1e9:.4g} GB/s; kernel floor {res.kernel_s * 1e6:.3g} us;"
+               f" flash attention {'measured' if res.flash_fb else 'not measured'}")
+    typer.echo(f"wrote {out} ({prof.name}); use it with `schedopt estimate MODEL --gpu {out}`")
 
 
 def _echo_comm(res: CommBench, out: Path) -> None:

@@ -58,7 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from schedopt.errors import SchedoptError
-from schedopt.measure.gpus import FLASH_SEQ, GPU, PRECISIONS, get_gpu
+from schedopt.files import safe_file_stem
+from schedopt.measure.gpus import FLASH_SEQ, GPU, GPUS, PRECISIONS, get_gpu
 from schedopt.model.limits import MAX_BATCH
 from schedopt.model.trace import Trace
 
@@ -371,7 +372,9 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None,
                             f" {', '.join(g.peak_flops)}", "--dtype", precision)
     simt = precision == "fp32"
     gemm = GemmModel(peak=g.peak_flops[precision], best=g.gemm_best[precision], units=g.sms,
-                     k_half=64.0, bandwidth_Bps=g.hbm_Bps * g.memory_eff, kernel_s=g.kernel_s,
+                     k_half=g.gemm_k_half.get(precision, 64.0),
+                     bandwidth_Bps=g.hbm_Bps * g.memory_eff,
+                     kernel_s=g.kernel_s,
                      small_tile=1.0 if simt else 0.8, align=1 if simt else 8,
                      odd=odd if odd is not None else ODD)
     flash = g.flash_fb if _has_flash(g, precision) else {}
@@ -433,7 +436,8 @@ def attention_path(attention: str, gpu: GPU | str, precision: str, method: str =
 
 
 def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
-             bandwidth_Bps: float = 10e9, itemsize: int = 4) -> GemmModel:
+             bandwidth_Bps: float = 10e9, itemsize: int = 4, small_tile: float = 1.0,
+             align: int = 1) -> GemmModel:
     """Fit the GEMM model's rate, ``k_half`` and kernel floor to timed products.
 
     Parameters
@@ -441,16 +445,19 @@ def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
     samples
         ``(m, n, k, seconds)`` of measured ``[m, k] @ [k, n]`` products.
     units
-        Tiles that run at once (1 for one CPU thread).
+        Tiles that run at once (1 for one CPU thread; the streaming multiprocessors of a GPU).
     bandwidth_Bps
         Memory bandwidth of the roofline's memory term.
     itemsize
         Bytes per element.
+    small_tile, align
+        The model's 64-tile efficiency and alignment, held fixed (:func:`operator_model` uses
+        0.8 and 8 for tensor-core precisions, 1.0 and 1 for fp32).
 
     Returns
     -------
     GemmModel
-        ``peak`` the fitted asymptotic rate, ``best`` 1, no alignment penalty.
+        ``peak`` the fitted asymptotic rate, ``best`` 1.
     """
     if len(samples) < 3:
         raise SchedoptError("need at least 3 timed products", "samples", len(samples))
@@ -459,15 +466,29 @@ def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
     for k_half in (0.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0):
         for floor in floors:
             probe = GemmModel(peak=1.0, best=1.0, units=units, k_half=k_half,
-                              bandwidth_Bps=bandwidth_Bps, kernel_s=0.0, small_tile=1.0, align=1)
-            # time = work / rate with work = flops / eff at unit peak; rate by log-mean
-            logs = [math.log(2.0 * m * n * k / probe.efficiency(1, m, n, k) / t)
-                    for m, n, k, t in samples if t > floor]
-            if not logs:
+                              bandwidth_Bps=bandwidth_Bps, kernel_s=0.0, small_tile=small_tile,
+                              align=align)
+            # time = work / rate with work = flops / eff at unit peak; rate by log-mean over
+            # the products above the floor, then again over those the candidate puts on the
+            # compute term (not on memory or the floor), until that set stays the same
+            work = {(m, n, k): 2.0 * m * n * k / probe.efficiency(1, m, n, k)
+                    for m, n, k, _ in samples}
+            used = [s for s in samples if s[3] > floor]
+            cand = None
+            for _ in range(4):
+                if not used:
+                    break
+                rate = math.exp(sum(math.log(work[s[:3]] / s[3]) for s in used) / len(used))
+                cand = GemmModel(peak=rate, best=1.0, units=units, k_half=k_half,
+                                 bandwidth_Bps=bandwidth_Bps, kernel_s=floor,
+                                 small_tile=small_tile, align=align)
+                bound = [s for s in samples
+                         if work[s[:3]] / rate >= cand.seconds(1, *s[:3], itemsize)]
+                if bound == used:
+                    break
+                used = bound
+            if cand is None:
                 continue
-            rate = math.exp(sum(logs) / len(logs))
-            cand = GemmModel(peak=rate, best=1.0, units=units, k_half=k_half,
-                             bandwidth_Bps=bandwidth_Bps, kernel_s=floor, small_tile=1.0, align=1)
             err = sum(math.log(cand.seconds(1, m, n, k, itemsize) / t) ** 2
                       for m, n, k, t in samples)
             if best is None or err < best[0]:
@@ -1734,8 +1755,10 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
                          attention, memory_format, heads, lm_positions, ddp_copies)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
-    ts = TraceSpec("", spec.key, gpu.lower(), precision, batch, seq, grad, method=method,
-                   recompute=recompute, accumulate=accumulate, autocast=bool(autocast),
+    key = gpu.strip().lower()
+    ts = TraceSpec("", spec.key, key if key in GPUS else gpu, precision, batch, seq, grad,
+                   method=method, recompute=recompute, accumulate=accumulate,
+                   autocast=bool(autocast),
                    attention=attention, memory_format=memory_format, heads=heads,
                    lm_positions=lm_positions, ddp_copies=ddp_copies)
     return estimate_trace(replace(ts, name=name or _default_name(ts)), spec, log=log)
@@ -1791,7 +1814,8 @@ def _default_name(ts: TraceSpec) -> str:
     path += "-pretraining" if ts.heads == "pretraining" else ""
     path += f"-lm{ts.lm_positions}" if ts.lm_positions else ""
     path += "-ddp" if ts.ddp_copies else ""
-    return f"{label}-{ts.gpu}-{mode}-b{ts.batch}{path}"
+    gpu = ts.gpu if ts.gpu in GPUS else safe_file_stem(Path(ts.gpu).stem, "gpu")
+    return f"{label}-{gpu}-{mode}-b{ts.batch}{path}"
 
 
 @dataclass

@@ -14,11 +14,17 @@ Sources are the public tables named in each ``*_basis`` string; no H200 layer me
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-from schedopt.errors import SchedoptError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
-__all__ = ["GPU", "GPUS", "PRECISIONS", "get_gpu"]
+from schedopt.errors import SchedoptError, from_validation_error
+from schedopt.model.limits import Bandwidth, Int, strict_number
+
+__all__ = ["GPU", "GPUS", "PRECISIONS", "check_profile", "get_gpu", "gpu_profile_data",
+           "load_gpu_profile", "profile_schema"]
 
 #: Compute precisions ``schedopt estimate --dtype`` takes.
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
@@ -59,6 +65,10 @@ class GPU:
         ``(causal, head_dim)`` with head_dim 64 or 128; empty without flash attention.
     kernel_s
         Smallest duration of one operator (launch and dispatch floor, seconds).
+    gemm_k_half
+        Per precision, the reduction length at which a matrix product's main loop runs at half
+        its asymptotic rate (:class:`~schedopt.measure.estimate.GemmModel`); 64 where not
+        measured.
     """
 
     name: str
@@ -80,6 +90,7 @@ class GPU:
     hbm_basis: str = ""
     flash_fb: dict[tuple[bool, int], tuple[float, ...]] = field(default_factory=dict)
     kernel_s: float = 5e-6
+    gemm_k_half: dict[str, float] = field(default_factory=dict)
 
 
 #: Typical-shape GEMM throughput relative to the best shape: the five large GEMMs of the
@@ -227,12 +238,13 @@ GPUS["a100-40gb"] = replace(
 
 
 def get_gpu(name: str) -> GPU:
-    """The profile called ``name`` (case-insensitive).
+    """The profile called ``name`` (case-insensitive), or the profile file at that path.
 
     Parameters
     ----------
     name
-        A key of :data:`GPUS`.
+        A key of :data:`GPUS`, or the path of a profile JSON (:func:`load_gpu_profile`, written
+        by ``schedopt bench-gpu``).
 
     Returns
     -------
@@ -242,9 +254,121 @@ def get_gpu(name: str) -> GPU:
     Raises
     ------
     SchedoptError
-        For an unknown name.
+        For an unknown name, or a profile file that cannot be read or is not valid.
     """
     key = str(name).strip().lower()
-    if key not in GPUS:
-        raise SchedoptError(f"unknown GPU; known: {', '.join(GPUS)}", "--gpu", name)
-    return GPUS[key]
+    if key in GPUS:
+        return GPUS[key]
+    if key.endswith(".json") or "/" in key or "\\" in key:
+        return load_gpu_profile(name)
+    raise SchedoptError(f"unknown GPU; known: {', '.join(GPUS)}, or a profile JSON written by"
+                        " `schedopt bench-gpu`", "--gpu", name)
+
+
+# ---------------------------------------------------------------------------- profile files
+#: Keys of ``flash_fb`` in a profile file: ``(causal, head_dim)``.
+_FLASH_KEYS = {"causal-64": (True, 64), "causal-128": (True, 128),
+               "full-64": (False, 64), "full-128": (False, 128)}
+_Precision = Literal["bf16", "fp16", "tf32", "fp32"]
+_Text = Annotated[str, Field(max_length=2000)]
+#: FLOP/s: positive, at most 10^18.
+_Flops = Annotated[float, BeforeValidator(strict_number),
+                   Field(gt=0.0, le=1e18, allow_inf_nan=False)]
+#: A fraction of a peak: (0, 1].
+_Fraction = Annotated[float, BeforeValidator(strict_number),
+                      Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+#: TFLOP/s of the flash tables: positive, at most 10^6.
+_Tflops = Annotated[float, BeforeValidator(strict_number),
+                    Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+
+
+class _ProfileFile(BaseModel):
+    """The JSON form of a :class:`GPU` (every field required, nothing else allowed)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    flops: dict[_Precision, _Flops]
+    flops_basis: dict[_Precision, _Text]
+    memory_Bps: Bandwidth
+    memory_basis: _Text
+    pcie_Bps: Bandwidth
+    pcie_basis: _Text
+    loader_workers: Annotated[Int, Field(ge=1, le=4096)]
+    loader_basis: _Text
+    attention: Literal["flash", "eager"]
+    peak_flops: Annotated[dict[_Precision, _Flops], Field(min_length=1)]
+    gemm_best: dict[_Precision, _Fraction]
+    gemm_basis: _Text
+    sms: Annotated[Int, Field(ge=1, le=1_000_000)]
+    hbm_Bps: Bandwidth
+    memory_eff: _Fraction
+    hbm_basis: _Text
+    flash_fb: dict[Literal["causal-64", "causal-128", "full-64", "full-128"],
+                   Annotated[list[_Tflops], Field(min_length=6, max_length=6)]]
+    kernel_s: Annotated[float, BeforeValidator(strict_number),
+                        Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+    gemm_k_half: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
+                                            Field(ge=0.0, le=1e6, allow_inf_nan=False)]]
+
+    @model_validator(mode="after")
+    def _same_precisions(self) -> _ProfileFile:
+        if set(self.gemm_best) != set(self.peak_flops):
+            raise ValueError(f"gemm_best has {sorted(self.gemm_best)} and peak_flops"
+                             f" {sorted(self.peak_flops)}: they must name the same precisions")
+        return self
+
+
+def gpu_profile_data(gpu: GPU) -> dict[str, Any]:
+    """The JSON document of a profile (:func:`load_gpu_profile` reads it back)."""
+    data = asdict(gpu)
+    names = {v: k for k, v in _FLASH_KEYS.items()}
+    data["flash_fb"] = {names[key]: list(vals) for key, vals in gpu.flash_fb.items()}
+    return data
+
+
+def profile_schema() -> dict[str, Any]:
+    """The JSON Schema of a profile file (``schedopt schema gpu-profile``)."""
+    return _ProfileFile.model_json_schema()
+
+
+def check_profile(gpu: GPU) -> GPU:
+    """``gpu`` when its JSON document is a valid profile file (every figure finite and in
+    range), else a one-line :class:`SchedoptError` naming the field: a profile is checked
+    before it is written, so every file written reads back."""
+    try:
+        _ProfileFile.model_validate(gpu_profile_data(gpu))
+    except ValidationError as exc:
+        raise from_validation_error(exc, "GPU profile") from None
+    return gpu
+
+
+def load_gpu_profile(path: str | Path) -> GPU:
+    """Read a GPU profile JSON (``schedopt bench-gpu --out``, :func:`gpu_profile_data`).
+
+    Parameters
+    ----------
+    path
+        The file.
+
+    Returns
+    -------
+    GPU
+        The profile.
+
+    Raises
+    ------
+    SchedoptError
+        For a file that cannot be read, is not JSON, or has a field missing, unknown, of the
+        wrong type or out of range (the message names it).
+    """
+    from schedopt.files import load_json
+
+    data = load_json(Path(path), "GPU profile")
+    try:
+        doc = _ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "GPU profile") from None
+    fields = doc.model_dump()
+    fields["flash_fb"] = {_FLASH_KEYS[k]: tuple(v) for k, v in doc.flash_fb.items()}
+    return GPU(**fields)
