@@ -327,6 +327,14 @@ def gpu_profile_data(gpu: GPU) -> dict[str, Any]:
     return data
 
 
+def _parse(data: Any) -> _ProfileFile:
+    """``data`` validated as a profile file; a one-line error naming the field otherwise."""
+    try:
+        return _ProfileFile.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc, "GPU profile") from None
+
+
 def profile_schema() -> dict[str, Any]:
     """The JSON Schema of a profile file (``schedopt schema gpu-profile``)."""
     return _ProfileFile.model_json_schema()
@@ -336,10 +344,7 @@ def check_profile(gpu: GPU) -> GPU:
     """``gpu`` when its JSON document is a valid profile file (every figure finite and in
     range), else a one-line :class:`SchedoptError` naming the field: a profile is checked
     before it is written, so every file written reads back."""
-    try:
-        _ProfileFile.model_validate(gpu_profile_data(gpu))
-    except ValidationError as exc:
-        raise from_validation_error(exc, "GPU profile") from None
+    _parse(gpu_profile_data(gpu))
     return gpu
 
 
@@ -364,11 +369,7 @@ def load_gpu_profile(path: str | Path) -> GPU:
     """
     from schedopt.files import load_json
 
-    data = load_json(Path(path), "GPU profile")
-    try:
-        doc = _ProfileFile.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc, "GPU profile") from None
+    doc = _parse(load_json(Path(path), "GPU profile"))
     fields = doc.model_dump()
     fields["flash_fb"] = {_FLASH_KEYS[k]: tuple(v) for k, v in doc.flash_fb.items()}
     return GPU(**fields)
