@@ -76,7 +76,8 @@ Usage::
 
     python benchmarks/host_side_evidence.py [--json PATH]
 
-Exits 1 when the ``after`` method misses a target.
+Exits 1 when neither method with nothing fitted on DDP rows (``reducer``, ``reducer-s``) meets
+both targets; the last line says which methods meet them.
 """
 
 from __future__ import annotations
@@ -396,7 +397,8 @@ def _print(result: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run, print the tables, optionally write JSON; 1 when ``after`` misses a target."""
+    """Run, print the tables, optionally write JSON; 1 when the methods with nothing fitted on
+    DDP rows (``reducer``, ``reducer-s``) both miss a target."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", help="also write the rows, fits and summary to this file")
     args = parser.parse_args(argv)
@@ -405,10 +407,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1)
-    after = result["summary"]["after"]
-    met = after["ranking_right"] >= RANKING_TARGET and after["mean_abs_error"] <= ERROR_TARGET
-    print("targets met" if met else "targets missed")
-    return 0 if met else 1
+    summary = result["summary"]
+
+    def meets(name: str) -> bool:
+        s = summary[name]
+        return bool(s["ranking_right"] >= RANKING_TARGET and s["mean_abs_error"] <= ERROR_TARGET)
+
+    unfitted = [name for name in (REDUCER, REDUCER_S) if meets(name)]
+    print(f"targets met with nothing fitted on DDP rows: {', '.join(unfitted) or 'no'}"
+          f" ({REDUCER}, {REDUCER_S}); with the hook cost fitted on the world-size-1 rows"
+          f" (after): {'yes' if meets('after') else 'no'}")
+    return 0 if unfitted else 1
 
 
 if __name__ == "__main__":
