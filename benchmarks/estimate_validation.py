@@ -14,6 +14,9 @@ the next layer and the estimate to the previous one). Then it compares the estim
 DeepLearningExamples READMEs: BERT-large pretraining and ResNet-50 v1.5; docs/estimate.md). The
 two BERT rows of :data:`BINNED` ran length-binned data (fewer tokens than batch x sequence): their
 full-padding estimate is an upper bound, checked, and left out of the mean |error|.
+``--h200-profile FILE`` estimates the H200 traces on a profile that ``schedopt bench-gpu``
+measured on an H200 (its products, bandwidth, kernel floor and flash attention: none of them
+from these traces) instead of the shipped ``h200`` profile.
 ``--breakdown`` prints instead what each kind of operator costs per token for BERT-large on the
 A100 at sequence 128 and 512 (:func:`~schedopt.measure.estimate.operator_breakdown`).
 ``--layers`` prints instead one BERT-large layer and one GPT-2-medium block in fp16 on the V100
@@ -213,8 +216,10 @@ def _blocks(tr: object) -> dict[str, float]:
     return out
 
 
-def measured_rows() -> dict[str, list[float]]:
-    """Print the H200 rows; return the held-out |errors| per method."""
+def measured_rows(gpu: str = "h200") -> dict[str, list[float]]:
+    """Print the H200 rows, estimated on profile ``gpu`` (the shipped ``h200``, or a profile
+    file that ``schedopt bench-gpu`` measured on an H200); return the held-out |errors| per
+    method."""
     errors: dict[str, list[float]] = {m: [] for m in METHODS}
     print("| instance | method | estimated ms | measured ms | error | median block ratio |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -222,7 +227,7 @@ def measured_rows() -> dict[str, list[float]]:
         meas = load_trace(name)
         m_step = _step_s(meas)
         for method in METHODS:
-            est = estimate(model, "h200", prec, batch, seq, method=method, autocast=autocast)
+            est = estimate(model, gpu, prec, batch, seq, method=method, autocast=autocast)
             e_step = _step_s(est)
             err = e_step / m_step - 1
             mb, eb = _blocks(meas), _blocks(est)
@@ -589,6 +594,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="only one BERT-large layer against a published micro-benchmark")
     ap.add_argument("--breakdown", action="store_true",
                     help="only the per-operator breakdown of BERT-large on the A100 at s128/s512")
+    ap.add_argument("--h200-profile", default="h200", metavar="FILE",
+                    help="estimate the H200 traces on this profile (a `schedopt bench-gpu`"
+                         " file measured on an H200) instead of the shipped h200")
     args = ap.parse_args(argv)
     if args.breakdown:
         breakdown()
@@ -596,7 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.layers:
         layer_rows()
         return 0
-    held = measured_rows()
+    held = measured_rows(args.h200_profile)
     for method, errs in held.items():
         print(f"H200 per-step mean |error|, {method}, {len(errs)} traces not used in the fit:"
               f" {statistics.mean(errs):.1%}")
