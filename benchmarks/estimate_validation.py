@@ -31,7 +31,8 @@ DeepLearningExamples' source), not with ``auto``.
 Then the traces imported from public torch.profiler traces (:data:`IMPORTED`), with the time
 of cuDNN's layout transposes in their samples, and where their error lies: convolutions
 (one by one) and the other operators, and the memory-bound kinds of :data:`KINDS` against their
-kernels. ``gpt2-1.5b-h200`` fits
+kernels, and the ResNet-50 H200 trace's forward by kind of layer (:data:`RESNET_CLEAN`).
+``gpt2-1.5b-h200`` fits
 :data:`~schedopt.measure.estimate.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
@@ -397,6 +398,32 @@ def imported_kinds() -> None:
                   f" {eb:.2f} / {mb:.2f} ({eb / mb:.2f}x) |")
 
 
+#: Forward layers of the ResNet-50 H200 trace that hold one operator's work alone: the first
+#: two batch norms of each block and the second and third convolutions. The first convolution
+#: of a block also holds the previous block's residual addition and ReLU (the trace charges
+#: parameter-free work to the next layer, the estimate to the previous one), and the last batch
+#: norm of the estimate holds them, so those two are left out.
+RESNET_CLEAN = {"batch norm (bn1, bn2)": (".bn1", ".bn2"), "convolution (conv2, conv3)":
+                (".conv2", ".conv3")}
+
+
+def resnet_forward_kinds(gpu: str = "h200") -> None:
+    """Print the ResNet-50 H200 trace's forward by kind of layer (:data:`RESNET_CLEAN`),
+    estimated (operator method, on profile ``gpu``) against measured; its backward is not split
+    (docs/instances.md: the trace charges it to ``fc``)."""
+    model, prec, batch, seq, autocast = MEASURED["resnet50-h200-b256-measured"]
+    meas = {la.name: la.forward_s for la in load_trace("resnet50-h200-b256-measured").layers}
+    est = {la.name: la.forward_s
+           for la in estimate(model, gpu, prec, batch, seq, autocast=autocast).layers}
+    print("| resnet50-h200-b256-measured, forward | layers | estimated ms | measured ms |"
+          " estimated / measured |")
+    print("| --- | --- | --- | --- | --- |")
+    for kind, ends in RESNET_CLEAN.items():
+        names = [n for n in meas if n.startswith("layer") and n.endswith(ends)]
+        e, m = sum(est[n] for n in names) * 1e3, sum(meas[n] for n in names) * 1e3
+        print(f"| {kind} | {len(names)} | {e:.2f} | {m:.2f} | {e / m:.2f} |")
+
+
 def _step_s(trace: object) -> float:
     """Forward + backward compute of one step (s)."""
     return sum(la.forward_s + la.backward_s for la in trace.layers)  # type: ignore[attr-defined]
@@ -618,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     imported_split()
     print()
     imported_kinds()
+    print()
+    resnet_forward_kinds(args.h200_profile)
     if not args.quick:
         print()
         pub, binned, by_batch = published_rows()
