@@ -24,7 +24,13 @@ from schedopt.measure.gpus import (
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from schedopt.measure.estimate import GemmModel, estimate, fit_gemm, operator_model  # noqa: E402
+from schedopt.measure.estimate import (  # noqa: E402
+    GemmModel,
+    estimate,
+    fit_gemm,
+    operator_breakdown,
+    operator_model,
+)
 from schedopt.measure.gpu_bench import (  # noqa: E402
     QUICK_SHAPES,
     GpuBench,
@@ -91,8 +97,8 @@ def test_measured_profile_replaces_the_measured_precision_only() -> None:
     bench = GpuBench(device="Some GPU", precision="bf16", units=100,
                      samples=[(4096, 4096, 4096, 0.5e-3), (1024, 1024, 1024, 1e-5),
                               (256, 256, 256, 5e-6)],
-                     gemm=gemm, bandwidth_Bps=2.5e12, kernel_s=6e-6, flash_fb=flash,
-                     software="torch x")
+                     gemm=gemm, bandwidth_Bps=2.5e12, kernel_s=6e-6, norm_eff=0.4,
+                     flash_fb=flash, software="torch x")
     base = GPUS["a100"]
     prof = check_profile(measured_profile(bench, base, name="lab GPU"))
     assert prof.name == "lab GPU"
@@ -100,6 +106,8 @@ def test_measured_profile_replaces_the_measured_precision_only() -> None:
     assert prof.peak_flops["tf32"] == base.peak_flops["tf32"]  # not measured: the base's
     assert prof.gemm_best["tf32"] == base.gemm_best["tf32"]
     assert (prof.sms, prof.hbm_Bps, prof.memory_eff, prof.kernel_s) == (100, 2.5e12, 1.0, 6e-6)
+    assert prof.norm_eff == {"bf16": 0.4} and operator_model(prof, "bf16").norm_eff == 0.4
+    assert operator_model(prof, "tf32").norm_eff == 1.0  # not measured at TF32
     assert prof.flash_fb == flash and prof.attention == "flash"
     # the roofline figure: the median rate of the products of at least 1 GFLOP
     assert prof.flops["bf16"] == pytest.approx(
@@ -110,6 +118,25 @@ def test_measured_profile_replaces_the_measured_precision_only() -> None:
     assert "Some GPU" in prof.gemm_basis and "a100" not in prof.gemm_basis.lower().split(";")[0]
     # without a measured flash table, the base's is kept
     assert measured_profile(replace(bench, flash_fb={}), base).flash_fb == base.flash_fb
+
+
+def test_a_measured_batch_norm_efficiency_prices_batch_norms_only(tmp_path: Path) -> None:
+    slow = _write(tmp_path / "slow-bn.json",
+                  {**gpu_profile_data(GPUS["h100"]), "norm_eff": {"bf16": 0.5}})
+    base = operator_breakdown("resnet50", "h100", "bf16", 32)
+    half = operator_breakdown("resnet50", str(slow), "bf16", 32)
+    assert base.keys() == half.keys()
+    norms = [k for k in base if k[0] == "native_batch_norm"]
+    assert len(norms) >= 4
+    for key, tot in base.items():
+        other = half[key]
+        if key in norms:  # twice the bytes' time; a call at the kernel floor stays there
+            assert other.forward_s >= tot.forward_s and other.backward_s >= tot.backward_s
+        else:
+            assert (other.forward_s, other.backward_s) == (tot.forward_s, tot.backward_s), key
+    big = max(norms, key=lambda k: base[k].forward_s)  # far above the floor: exactly twice
+    assert half[big].forward_s == pytest.approx(2 * base[big].forward_s, rel=1e-9)
+    assert half[big].backward_s == pytest.approx(2 * base[big].backward_s, rel=1e-9)
 
 
 def test_base_for_names_the_shipped_profile_of_the_same_processor() -> None:
@@ -140,6 +167,8 @@ def test_base_for_names_the_shipped_profile_of_the_same_processor() -> None:
     (lambda d: d.update(name="x" * 201), "name"),
     (lambda d: d.update(gemm_k_half={"bf16": math.inf}), "gemm_k_half.bf16"),
     (lambda d: d.update(gemm_k_half=64), "gemm_k_half"),
+    (lambda d: d.update(norm_eff={"bf16": 0}), "norm_eff.bf16"),
+    (lambda d: d.update(norm_eff={"fp32": 3.0}), "norm_eff.fp32"),
 ])
 def test_bad_profile_files_are_one_line_errors_naming_the_field(
         tmp_path: Path, edit: object, field: str) -> None:
@@ -190,6 +219,7 @@ def test_bench_on_this_cpu_writes_a_profile_that_predicts_held_out_products(
     assert prof.gemm_k_half == {"fp32": summary["k_half"]}
     assert prof.hbm_Bps == summary["bandwidth_Bps"] > 0 and prof.memory_eff == 1.0
     assert 0 < prof.kernel_s == summary["kernel_s"] < 1e-3
+    assert prof.norm_eff == {"fp32": summary["norm_eff"]} and 0 < summary["norm_eff"] <= 2
     assert summary["flash_measured"] is False and prof.flash_fb == GPUS["v100"].flash_fb
     assert [(p["m"], p["n"], p["k"]) for p in summary["products"]] == list(QUICK_SHAPES)
     assert summary["fit_error_mean"] < 0.4

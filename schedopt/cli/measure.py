@@ -255,6 +255,8 @@ def bench_gpu_cmd(
     docs/estimate.md)."""
     from schedopt.files import output_files
     from schedopt.measure.gpu_bench import (
+        NORM_SHAPE,
+        QUICK_NORM_SHAPE,
         QUICK_SHAPES,
         SHAPES,
         base_for,
@@ -273,7 +275,8 @@ def bench_gpu_cmd(
         basis = get_gpu(base_for(*device_info(device)) if base == "auto" else base)
         with progress(f"bench-gpu: {dtype} on {device}"):
             res = bench_gpu(device, dtype, shapes=QUICK_SHAPES if quick else SHAPES,
-                            repeats=repeats, stream_mib=stream_mib, attention=not quick)
+                            repeats=repeats, stream_mib=stream_mib, attention=not quick,
+                            norm_shape=QUICK_NORM_SHAPE if quick else NORM_SHAPE)
         prof = check_profile(measured_profile(res, basis, name))
         files.write_json(out, gpu_profile_data(prof))
     _echo_gpu(res, prof, out, as_json)
@@ -286,6 +289,7 @@ def _echo_gpu(res: GpuBench, prof: GPU, out: Path, as_json: bool) -> None:
                "precision": res.precision, "units": res.units,
                "rate_flops": res.gemm.peak, "k_half": res.gemm.k_half,
                "bandwidth_Bps": res.bandwidth_Bps, "kernel_s": res.kernel_s,
+               "norm_eff": res.norm_eff,
                "flash_measured": bool(res.flash_fb),
                "fit_error_mean": sum(abs(e) for e in fit) / len(fit),
                "products": [{"m": m, "n": n, "k": k, "seconds": t, "fitted_over_measured": 1 + e}
@@ -301,6 +305,7 @@ def _echo_gpu(res: GpuBench, prof: GPU, out: Path, as_json: bool) -> None:
                f" {res.gemm.peak / 1e12:.4g} TFLOP/s, k_half {res.gemm.k_half:g}, mean"
                f" |fitted/measured - 1| {summary['fit_error_mean']:.1%}; copy"
                f" {res.bandwidth_Bps / 1e9:.4g} GB/s; kernel floor {res.kernel_s * 1e6:.3g} us;"
+               f" batch norm at {res.norm_eff:.2f} of the copy's bandwidth;"
                f" flash attention {'measured' if res.flash_fb else 'not measured'}")
     typer.echo(f"wrote {out} ({prof.name}); use it with `schedopt estimate MODEL --gpu {out}`")
 

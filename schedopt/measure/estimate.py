@@ -270,12 +270,16 @@ class OperatorModel:
     winograd
         SIMT (fp32) convolutions: a 3 x 3 stride-1 convolution costs the cheaper of its implicit
         GEMM and :meth:`winograd_s` (cuDNN picks the faster algorithm).
+    norm_eff
+        Fraction of the memory-bound bandwidth a training batch norm reaches (the profile's
+        ``norm_eff`` at the precision; 1 unless measured).
     """
 
     gemm: GemmModel
     flash_fb: Mapping[tuple[bool, int], tuple[float, ...]] = field(default_factory=dict)
     nchw_transposes: bool = False
     winograd: bool = False
+    norm_eff: float = 1.0
 
     def memory_s(self, nbytes: float) -> float:
         """Time of a memory-bound operator moving ``nbytes``."""
@@ -379,7 +383,8 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None,
                      odd=odd if odd is not None else ODD)
     flash = g.flash_fb if _has_flash(g, precision) else {}
     return OperatorModel(gemm=gemm, flash_fb=flash,
-                         nchw_transposes=memory_format == "nchw" and not simt, winograd=simt)
+                         nchw_transposes=memory_format == "nchw" and not simt, winograd=simt,
+                         norm_eff=g.norm_eff.get(precision, 1.0))
 
 
 def _has_flash(gpu: GPU, precision: str) -> bool:
@@ -972,6 +977,8 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
                     model.memory_s(2 * w.nbytes + nbytes) if _needs_grad(w) else 0.0)
         passes = _memory_passes(func, args, out)
         if passes is not None:
+            if packet is aten.native_batch_norm:  # at the profile's batch-norm efficiency
+                passes = (passes[0] / model.norm_eff, passes[1] / model.norm_eff)
             bwd = model.memory_s(passes[1]) if grad and passes[1] > 0 else 0.0
             return model.memory_s(passes[0]), bwd
         fwd = model.memory_s(nbytes)

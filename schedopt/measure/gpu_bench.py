@@ -12,6 +12,10 @@ checking the method):
   memory-bound operators);
 - the smallest eager operator: many back-to-back one-element additions, launch and dispatch
   included (the estimator's kernel floor);
+- a training batch norm, forward and backward, of a channels-last activation at the precision
+  (float32 weights, as ``torch.autocast`` runs it), as the fraction of the copy's bandwidth that
+  its 3 forward and 5 backward passes reach (PyTorch sends bfloat16 batch norms to its own
+  kernels and the others to cuDNN);
 - with ``attention=True`` on a CUDA device at bf16 or fp16, PyTorch's fused flash attention,
   forward and backward, at the sequence lengths of the estimator's FlashAttention-2 table
   (:data:`~schedopt.measure.gpus.FLASH_SEQ`), head dimensions 64 and 128, causal or not, 16,384
@@ -20,11 +24,11 @@ checking the method):
 
 :func:`measured_profile` turns the figures into a :class:`~schedopt.measure.gpus.GPU` whose
 operator figures at the measured precision are the fitted ones (``peak_flops`` the fitted rate,
-``gemm_best`` 1 and ``gemm_k_half`` at that precision; ``sms``, ``hbm_Bps`` with ``memory_eff``
-1, ``kernel_s``, and the flash table when measured); the figures the bench does not measure
-(other precisions, host-to-device copy, data loading, the flash table otherwise) are the base
-profile's, and its ``*_basis`` strings say which is which. ``schedopt estimate --gpu FILE``
-reads the file (:func:`~schedopt.measure.gpus.load_gpu_profile`).
+``gemm_best`` 1, ``gemm_k_half`` and ``norm_eff`` at that precision; ``sms``, ``hbm_Bps`` with
+``memory_eff`` 1, ``kernel_s``, and the flash table when measured); the figures the bench does
+not measure (other precisions, host-to-device copy, data loading, the flash table otherwise)
+are the base profile's, and its ``*_basis`` strings say which is which. ``schedopt estimate
+--gpu FILE`` reads the file (:func:`~schedopt.measure.gpus.load_gpu_profile`).
 
 torch is imported inside the functions.
 """
@@ -67,6 +71,9 @@ QUICK_SHAPES: tuple[tuple[int, int, int], ...] = (
 STREAM_MIB = 256
 #: Back-to-back one-element additions timed for the kernel floor.
 FLOOR_CALLS = 200
+#: Activation of the timed batch norm: a ResNet-50 ``layer1`` activation at batch 32, and a
+#: small one for ``--quick``.
+NORM_SHAPE, QUICK_NORM_SHAPE = (32, 256, 56, 56), (2, 64, 28, 28)
 #: Tokens and hidden size of the flash-attention sweep (FlashAttention-2's benchmark).
 FLASH_TOKENS, FLASH_HIDDEN = 16384, 2048
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "tf32": "float32", "fp32": "float32"}
@@ -93,6 +100,9 @@ class GpuBench:
         Streaming copy: bytes read and written per second.
     kernel_s
         Seconds per back-to-back eager operator.
+    norm_eff
+        A training batch norm's 8 passes over its activation per second, over
+        ``bandwidth_Bps``.
     flash_fb
         Flash attention forward+backward TFLOP/s at :data:`FLASH_SEQ` per ``(causal,
         head_dim)``; empty when not measured.
@@ -107,6 +117,7 @@ class GpuBench:
     gemm: GemmModel
     bandwidth_Bps: float
     kernel_s: float
+    norm_eff: float
     flash_fb: dict[tuple[bool, int], tuple[float, ...]]
     software: str
 
@@ -199,6 +210,25 @@ def _floor(torch: Any, timer: _Timer, dev: Any, repeats: int) -> float:
     return timer.best(burst, repeats) / FLOOR_CALLS
 
 
+def _norm(torch: Any, timer: _Timer, dev: Any, dtype: Any, shape: Sequence[int],
+          repeats: int) -> float:
+    """Bytes per second of a training batch norm's 8 passes over a channels-last activation of
+    ``shape`` (forward and the gradients of input, scale and shift)."""
+    x = torch.randn(*shape, device=dev, dtype=dtype).to(memory_format=torch.channels_last)
+    x.requires_grad_(True)
+    c = shape[1]
+    w = torch.ones(c, device=dev, requires_grad=True)
+    b = torch.zeros(c, device=dev, requires_grad=True)
+    mean, var = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+    grad = torch.randn_like(x)
+
+    def step() -> None:
+        y = torch.nn.functional.batch_norm(x, mean, var, w, b, training=True)
+        torch.autograd.grad(y, (x, w, b), grad)
+
+    return 8.0 * x.nbytes / timer.best(step, repeats)
+
+
 def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
                 seqs: Sequence[int] = FLASH_SEQ, tokens: int = FLASH_TOKENS,
                 hidden: int = FLASH_HIDDEN, backend: str = "FLASH_ATTENTION"
@@ -236,7 +266,8 @@ def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
 
 def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
               shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 10,
-              stream_mib: int = STREAM_MIB, attention: bool = True) -> GpuBench:
+              stream_mib: int = STREAM_MIB, attention: bool = True,
+              norm_shape: Sequence[int] = NORM_SHAPE) -> GpuBench:
     """Measure a device for the estimator (module docstring).
 
     Parameters
@@ -254,6 +285,8 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
         Size of the streaming copy (MiB).
     attention
         Also time flash attention (CUDA at bf16 or fp16 only; ignored otherwise).
+    norm_shape
+        The timed batch norm's activation ``(N, C, H, W)``.
 
     Returns
     -------
@@ -280,6 +313,7 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
         samples = _products(torch, timer, dev, dtype, shapes, repeats)
         bandwidth = _stream(torch, timer, dev, stream_mib, repeats)
         floor = _floor(torch, timer, dev, repeats)
+        norm = _norm(torch, timer, dev, dtype, norm_shape, repeats)
         flash = (flash_table(torch, dev, dtype, repeats)
                  if attention and cuda and precision in ("bf16", "fp16") else {})
     finally:
@@ -288,6 +322,7 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
     software = (f"torch {torch.__version__}, CUDA {torch.version.cuda}" if cuda else
                 f"torch {torch.__version__}, {platform.processor() or platform.machine()}")
     for value, what in ((bandwidth, "streaming copy"), (floor, "kernel floor"),
+                        (norm, "batch norm"),
                         *((t, f"product {m}x{n}x{k}") for m, n, k, t in samples)):
         finite_or_error(value, what)
     simt = precision == "fp32"
@@ -295,7 +330,8 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
                     itemsize=_ITEMSIZE[precision], small_tile=1.0 if simt else 0.8,
                     align=1 if simt else 8)
     return GpuBench(device=name, precision=precision, units=units, samples=samples, gemm=gemm,
-                    bandwidth_Bps=bandwidth, kernel_s=floor, flash_fb=flash, software=software)
+                    bandwidth_Bps=bandwidth, kernel_s=floor, norm_eff=norm / bandwidth,
+                    flash_fb=flash, software=software)
 
 
 def _describe(torch: Any, dev: Any) -> tuple[str, float | None, int]:
@@ -388,6 +424,7 @@ def measured_profile(bench: GpuBench, base: GPU, name: str | None = None) -> GPU
         flash_fb=dict(flash),
         kernel_s=bench.kernel_s,
         gemm_k_half={**base.gemm_k_half, p: bench.gemm.k_half},
+        norm_eff={**base.norm_eff, p: min(bench.norm_eff, 2.0)},
     )
 
 

@@ -69,6 +69,9 @@ class GPU:
         Per precision, the reduction length at which a matrix product's main loop runs at half
         its asymptotic rate (:class:`~schedopt.measure.estimate.GemmModel`); 64 where not
         measured.
+    norm_eff
+        Per precision, the fraction of the memory-bound bandwidth (``hbm_Bps * memory_eff``) that
+        a training batch norm's 3 forward and 5 backward passes reach; 1 where not measured.
     """
 
     name: str
@@ -91,6 +94,7 @@ class GPU:
     flash_fb: dict[tuple[bool, int], tuple[float, ...]] = field(default_factory=dict)
     kernel_s: float = 5e-6
     gemm_k_half: dict[str, float] = field(default_factory=dict)
+    norm_eff: dict[str, float] = field(default_factory=dict)
 
 
 #: Typical-shape GEMM throughput relative to the best shape: the five large GEMMs of the
@@ -310,6 +314,8 @@ class _ProfileFile(BaseModel):
                         Field(gt=0.0, le=1.0, allow_inf_nan=False)]
     gemm_k_half: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
                                             Field(ge=0.0, le=1e6, allow_inf_nan=False)]]
+    norm_eff: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
+                                         Field(gt=0.0, le=2.0, allow_inf_nan=False)]]
 
     @model_validator(mode="after")
     def _same_precisions(self) -> _ProfileFile:
