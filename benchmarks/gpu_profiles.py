@@ -32,7 +32,8 @@ check without a GPU.
 
 ``--sweep`` measures the GPU itself instead, for the estimator's operator model
 (:func:`schedopt.measure.gpu_bench.bench_gpu`: matrix products over a grid of shapes, a
-streaming copy, the kernel floor and flash attention), once per precision of ``--precisions``
+streaming copy, the kernel floor, a batch norm and flash attention), once per precision of
+``--precisions``
 (default bf16, fp16, tf32, fp32), each run on the profile of the runs before it, and writes
 ``DIR/gpu-<tag>.json`` (the profile, as ``schedopt bench-gpu`` writes it) and
 ``DIR/gpu-<tag>-products.json`` (every timed product, the device and the software). It prints
@@ -228,6 +229,8 @@ def sweep(args: argparse.Namespace) -> None:
     """``--sweep`` (module docstring): the device's profile, precision by precision."""
     from schedopt.measure.estimate import operator_model
     from schedopt.measure.gpu_bench import (
+        NORM_SHAPE,
+        QUICK_NORM_SHAPE,
         QUICK_SHAPES,
         SHAPES,
         base_for,
@@ -246,7 +249,8 @@ def sweep(args: argparse.Namespace) -> None:
     for precision in args.precisions.split(","):
         res = bench_gpu(device, precision, shapes=QUICK_SHAPES if args.smoke else SHAPES,
                         repeats=args.repeats, stream_mib=16 if args.smoke else 1024,
-                        attention=not args.smoke)
+                        attention=not args.smoke,
+                        norm_shape=QUICK_NORM_SHAPE if args.smoke else NORM_SHAPE)
         prof = check_profile(measured_profile(res, prof, name=f"{res.device} (measured)"))
         products += [{"precision": precision, "m": m, "n": n, "k": k, "seconds": t}
                      for m, n, k, t in res.samples]
