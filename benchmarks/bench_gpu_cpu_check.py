@@ -7,7 +7,8 @@ Usage::
 
 It measures two profiles of this CPU at fp32 on one thread with
 :func:`schedopt.measure.gpu_bench.bench_gpu`: the ``--quick`` grid (8 products up to 512) and the
-full grid of a GPU run (24 products up to 8,192; a few minutes here), then times the forward and
+full grid of a GPU run (24 products up to 8,192; a few minutes here), both with the batch norm
+of ``NORM_SHAPE`` (32 x 256 x 56 x 56), then times the forward and
 backward of two models (the median of a few steps after one untimed) and estimates them on each
 profile (operator method):
 
