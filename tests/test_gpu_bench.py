@@ -253,9 +253,13 @@ def test_bench_on_this_cpu_writes_a_profile_that_predicts_held_out_products(
     (["--base", "b200"], "--gpu"),
     (["--base", "auto"], "--base"),
     (["--name", "", "--base", "v100"], "--name"),
+    ([], "GPU profile"),
 ])
 def test_bad_bench_options_are_one_line_errors(tmp_path: Path, args: list[str],
                                                field: str) -> None:
+    if field == "GPU profile":  # a --base file that is not a valid profile
+        bad = {**gpu_profile_data(GPUS["v100"]), "sms": True}
+        args = ["--base", str(_write(tmp_path / "bad.json", bad))]
     out = tmp_path / "p.json"
     argv = ["bench-gpu", "--quick", "--out", str(out), *args]
     if "--device" not in args:
@@ -265,6 +269,16 @@ def test_bad_bench_options_are_one_line_errors(tmp_path: Path, args: list[str],
     lines = res.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}"), lines
     assert not out.exists()
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_measuring(tmp_path: Path) -> None:
+    # a thousand repeats of every product would take minutes: the path is checked first
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    res = runner.invoke(app, ["bench-gpu", "--device", "cpu", "--base", "v100", "--quick",
+                              "--out", str(blocker / "p.json"), "--repeats", "1000"])
+    assert res.exit_code == 2 and res.output.startswith("error: --out"), res.output
+    assert len(res.output.strip().splitlines()) == 1
 
 
 def test_attention_sweep_runs_the_named_backend_at_every_length() -> None:
