@@ -169,6 +169,11 @@ def test_base_for_names_the_shipped_profile_of_the_same_processor() -> None:
     (lambda d: d.update(gemm_k_half=64), "gemm_k_half"),
     (lambda d: d.update(norm_eff={"bf16": 0}), "norm_eff.bf16"),
     (lambda d: d.update(norm_eff={"fp32": 3.0}), "norm_eff.fp32"),
+    (lambda d: d.update(norm_eff={"bf16": 1e-300}), "norm_eff.bf16"),
+    (lambda d: d["gemm_best"].update(bf16=1e-300), "gemm_best.bf16"),
+    (lambda d: d["peak_flops"].update(bf16=1e-300), "peak_flops.bf16"),
+    (lambda d: d.update(kernel_s=1e-300), "kernel_s"),
+    (lambda d: d.update(name="a\nb"), "name"),
 ])
 def test_bad_profile_files_are_one_line_errors_naming_the_field(
         tmp_path: Path, edit: object, field: str) -> None:
@@ -186,7 +191,8 @@ def test_bad_profile_files_are_one_line_errors_naming_the_field(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("content", [b"\x00\x01binary\xff", b"{\"name\": NaN", b"[]", b""])
+@pytest.mark.parametrize("content", [b"\x00\x01binary\xff", b"{\"name\": NaN", b"[]", b"",
+                                     b" " * (1 << 20) + b"{}"])
 def test_unreadable_profile_files_are_one_line_errors(tmp_path: Path, content: bytes) -> None:
     path = tmp_path / "p.json"
     path.write_bytes(content)

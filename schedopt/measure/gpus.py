@@ -275,15 +275,17 @@ _FLASH_KEYS = {"causal-64": (True, 64), "causal-128": (True, 128),
                "full-64": (False, 64), "full-128": (False, 128)}
 _Precision = Literal["bf16", "fp16", "tf32", "fp32"]
 _Text = Annotated[str, Field(max_length=2000)]
-#: FLOP/s: positive, at most 10^18.
+#: FLOP/s: 10^6 to 10^18 (every time derived from one stays finite).
 _Flops = Annotated[float, BeforeValidator(strict_number),
-                   Field(gt=0.0, le=1e18, allow_inf_nan=False)]
-#: A fraction of a peak: (0, 1].
+                   Field(ge=1e6, le=1e18, allow_inf_nan=False)]
+#: A fraction of a peak: 0.001 to 1.
 _Fraction = Annotated[float, BeforeValidator(strict_number),
-                      Field(gt=0.0, le=1.0, allow_inf_nan=False)]
-#: TFLOP/s of the flash tables: positive, at most 10^6.
+                      Field(ge=1e-3, le=1.0, allow_inf_nan=False)]
+#: TFLOP/s of the flash tables: 10^-6 to 10^6.
 _Tflops = Annotated[float, BeforeValidator(strict_number),
-                    Field(gt=0.0, le=1e6, allow_inf_nan=False)]
+                    Field(ge=1e-6, le=1e6, allow_inf_nan=False)]
+#: Largest profile file read (bytes).
+MAX_PROFILE_BYTES = 1 << 20
 
 
 class _ProfileFile(BaseModel):
@@ -291,7 +293,7 @@ class _ProfileFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\x00-\x1f\x7f]+$")]
     flops: dict[_Precision, _Flops]
     flops_basis: dict[_Precision, _Text]
     memory_Bps: Bandwidth
@@ -311,11 +313,11 @@ class _ProfileFile(BaseModel):
     flash_fb: dict[Literal["causal-64", "causal-128", "full-64", "full-128"],
                    Annotated[list[_Tflops], Field(min_length=6, max_length=6)]]
     kernel_s: Annotated[float, BeforeValidator(strict_number),
-                        Field(gt=0.0, le=1.0, allow_inf_nan=False)]
+                        Field(ge=1e-9, le=1.0, allow_inf_nan=False)]
     gemm_k_half: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
                                             Field(ge=0.0, le=1e6, allow_inf_nan=False)]]
     norm_eff: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
-                                         Field(gt=0.0, le=2.0, allow_inf_nan=False)]]
+                                         Field(ge=1e-3, le=2.0, allow_inf_nan=False)]]
 
     @model_validator(mode="after")
     def _same_precisions(self) -> _ProfileFile:
@@ -373,9 +375,10 @@ def load_gpu_profile(path: str | Path) -> GPU:
         For a file that cannot be read, is not JSON, or has a field missing, unknown, of the
         wrong type or out of range (the message names it).
     """
-    from schedopt.files import load_json
+    from schedopt.files import parse_json, read_text
 
-    doc = _parse(load_json(Path(path), "GPU profile"))
+    text = read_text(Path(path), "GPU profile", max_bytes=MAX_PROFILE_BYTES)
+    doc = _parse(parse_json(text, "GPU profile", str(path)))
     fields = doc.model_dump()
     fields["flash_fb"] = {_FLASH_KEYS[k]: tuple(v) for k, v in doc.flash_fb.items()}
     return GPU(**fields)
