@@ -259,6 +259,7 @@ def test_bench_on_this_cpu_writes_a_profile_that_predicts_held_out_products(
     (["--base", "b200"], "--gpu"),
     (["--base", "auto"], "--base"),
     (["--name", "", "--base", "v100"], "--name"),
+    (["--name", "a\tb", "--base", "v100"], "--name"),
     ([], "GPU profile"),
 ])
 def test_bad_bench_options_are_one_line_errors(tmp_path: Path, args: list[str],

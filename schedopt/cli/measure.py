@@ -242,8 +242,9 @@ def bench_gpu_cmd(
                                       " figures not measured; auto: the shipped profile of the"
                                       " same GPU.")] = "auto",
     name: Annotated[str | None, typer.Option("--name", help="Profile name.")] = None,
-    quick: Annotated[bool, typer.Option("--quick", help="A few small products (seconds on a"
-                                        " CPU thread), no attention sweep.")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="A few small products and a small batch"
+                                        " norm (seconds on a CPU thread), no attention sweep.")]
+    = False,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed calls per product, copy and"
                                          " attention step (the fastest counts).")] = 10,
     stream_mib: Annotated[int, typer.Option("--stream-mib", help="Size of the streaming copy"
@@ -251,7 +252,7 @@ def bench_gpu_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Measure a GPU (or this CPU) for the compute estimator: matrix products, a streaming copy,
-    the kernel floor and flash attention, fitted into a GPU profile (needs torch;
+    the kernel floor, a batch norm and flash attention, fitted into a GPU profile (needs torch;
     docs/estimate.md)."""
     from schedopt.files import output_files
     from schedopt.measure.gpu_bench import (
@@ -270,8 +271,8 @@ def bench_gpu_cmd(
     with user_errors(), output_files({"--out": out}) as files:
         need_torch("bench-gpu")
         check_bench_options(repeats, stream_mib)
-        if name is not None and not 0 < len(name) <= 200:
-            raise SchedoptError("must be 1 to 200 characters", "--name", name)
+        if name is not None and not (0 < len(name) <= 200 and name.isprintable()):
+            raise SchedoptError("must be 1 to 200 printable characters", "--name", name)
         basis = get_gpu(base_for(*device_info(device)) if base == "auto" else base)
         with progress(f"bench-gpu: {dtype} on {device}"):
             res = bench_gpu(device, dtype, shapes=QUICK_SHAPES if quick else SHAPES,
