@@ -35,6 +35,7 @@ torch is imported inside the functions.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import platform
 import statistics
@@ -309,13 +310,16 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
     dtype = getattr(torch, _DTYPES[precision])
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    # events, streams and synchronisation act on the current device: make it the measured one
+    on_device = torch.cuda.device(dev) if cuda else contextlib.nullcontext()
     try:
-        samples = _products(torch, timer, dev, dtype, shapes, repeats)
-        bandwidth = _stream(torch, timer, dev, stream_mib, repeats)
-        floor = _floor(torch, timer, dev, repeats)
-        norm = _norm(torch, timer, dev, dtype, norm_shape, repeats)
-        flash = (flash_table(torch, dev, dtype, repeats)
-                 if attention and cuda and precision in ("bf16", "fp16") else {})
+        with on_device:
+            samples = _products(torch, timer, dev, dtype, shapes, repeats)
+            bandwidth = _stream(torch, timer, dev, stream_mib, repeats)
+            floor = _floor(torch, timer, dev, repeats)
+            norm = _norm(torch, timer, dev, dtype, norm_shape, repeats)
+            flash = (flash_table(torch, dev, dtype, repeats)
+                     if attention and cuda and precision in ("bf16", "fp16") else {})
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     name, _, units = _describe(torch, dev)
