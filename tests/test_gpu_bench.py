@@ -298,3 +298,25 @@ def test_attention_sweep_runs_the_named_backend_at_every_length() -> None:
         assert len(rates) == len(seqs) and all(math.isfinite(r) and r > 0 for r in rates)
     with pytest.raises(AttributeError):
         flash_table(torch, torch.device("cpu"), torch.float32, 1, seqs=seqs, backend="NOPE")
+
+
+def test_info_describes_shipped_and_measured_profiles(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["info", "h100", "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    g = GPUS["h100"]
+    assert data["kind"] == "gpu-profile" and data["name"] == g.name
+    assert data["memory_bandwidth_Bps"] == g.hbm_Bps * g.memory_eff
+    assert data["units"] == g.sms and data["kernel_floor_s"] == g.kernel_s
+    assert f"bf16 {g.peak_flops['bf16'] * g.gemm_best['bf16'] / 1e12:.4g} TFLOP/s" in (
+        data["matrix_products"])
+    mine = {**gpu_profile_data(g), "name": "lab", "norm_eff": {"bf16": 0.46}}
+    res = runner.invoke(app, ["info", str(_write(tmp_path / "lab.json", mine)), "--json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["name"] == "lab" and data["batch_norm"] == "bf16 at 0.46 of it"
+    # a trace is still a trace; a broken profile file is a one-line error naming the field
+    assert json.loads(runner.invoke(app, ["info", "resnet50-v100-b64", "--json"]).output)[
+        "kind"] == "trace"
+    res = runner.invoke(app, ["info", str(_write(tmp_path / "bad.json", {**mine, "sms": 0}))])
+    assert res.exit_code == 2 and res.output.startswith("error: GPU profile.sms"), res.output

@@ -21,19 +21,24 @@ if TYPE_CHECKING:
 
 
 def info(
-    ref: Annotated[str, typer.Argument(help="A trace or cluster: file or shipped name.")],
+    ref: Annotated[str, typer.Argument(help="A trace, cluster or GPU profile: file or shipped"
+                                       " name.")],
     as_json: JsonOpt = False,
     as_csv: CsvOpt = False,
 ) -> None:
-    """Describe a trace or a cluster."""
+    """Describe a trace, a cluster or a GPU profile (`estimate --gpu`)."""
     from schedopt.files import load_trace_or_cluster
+    from schedopt.measure.gpus import find_profile, profile_summary
     from schedopt.model.trace import Trace
     from schedopt.report import tables as report
     with user_errors():
         check_formats(as_json, as_csv)
-        obj = load_trace_or_cluster(ref)
-    if isinstance(obj, Trace):
-        data: dict[str, Any] = {
+        gpu = find_profile(ref)
+        obj = load_trace_or_cluster(ref) if gpu is None else None
+    if gpu is not None:
+        data: dict[str, Any] = profile_summary(gpu)
+    elif isinstance(obj, Trace):
+        data = {
             "kind": "trace", "name": obj.name, "batch_size": obj.batch_size,
             "layers": len(obj.layers), "tensors": obj.num_tensors,
             "gradient_bytes": obj.total_bytes, "forward_s": float(obj.forward.sum()),
@@ -41,6 +46,7 @@ def info(
             "update_s": obj.update_s, "fingerprint": obj.fingerprint(), "source": obj.source,
         }
     else:
+        assert obj is not None
         alpha, beta = obj.alpha_beta()
         data = {
             "kind": "cluster", "name": obj.name, "nodes": obj.nodes,

@@ -403,8 +403,8 @@ def measured_profile(bench: GpuBench, base: GPU, name: str | None = None) -> GPU
     big = [2.0 * m * n * k / t for m, n, k, t in bench.samples if 2.0 * m * n * k >= 1e9]
     achieved = statistics.median(big) if big else bench.gemm.peak
     flash = bench.flash_fb or (base.flash_fb if base.attention == "flash" else {})
-    flash_how = (f"flash attention {how}" if bench.flash_fb
-                 else f"flash attention: {base.name}'s table")
+    flash_how = (f"flash attention {how}" if bench.flash_fb else
+                 f"flash attention: {base.name}'s table" if flash else "no flash attention table")
     fit = bench.fit_errors()
     spread = f"{min(fit):+.0%} to {max(fit):+.0%}" if fit else "-"
     return replace(

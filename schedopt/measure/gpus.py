@@ -23,8 +23,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from schedopt.errors import SchedoptError, from_validation_error
 from schedopt.model.limits import Bandwidth, Int, strict_number
 
-__all__ = ["GPU", "GPUS", "PRECISIONS", "check_profile", "get_gpu", "gpu_profile_data",
-           "load_gpu_profile", "profile_schema"]
+__all__ = ["GPU", "GPUS", "PRECISIONS", "check_profile", "find_profile", "get_gpu",
+           "gpu_profile_data", "load_gpu_profile", "profile_schema", "profile_summary"]
 
 #: Compute precisions ``schedopt estimate --dtype`` takes.
 PRECISIONS = ("bf16", "fp16", "tf32", "fp32")
@@ -333,6 +333,40 @@ def gpu_profile_data(gpu: GPU) -> dict[str, Any]:
     names = {v: k for k, v in _FLASH_KEYS.items()}
     data["flash_fb"] = {names[key]: list(vals) for key, vals in gpu.flash_fb.items()}
     return data
+
+
+def find_profile(ref: str) -> GPU | None:
+    """The profile ``ref`` names, or None when it names none: a shipped key, or a JSON file whose
+    top level has ``peak_flops`` (read and checked by :func:`load_gpu_profile`)."""
+    import json
+
+    key = str(ref).strip().lower()
+    if key in GPUS:
+        return GPUS[key]
+    path = Path(ref)
+    if not (key.endswith(".json") and path.is_file()):
+        return None
+    try:
+        head = json.loads(path.read_bytes()[:MAX_PROFILE_BYTES])
+    except (ValueError, OSError):
+        return None
+    return load_gpu_profile(path) if isinstance(head, dict) and "peak_flops" in head else None
+
+
+def profile_summary(gpu: GPU) -> dict[str, Any]:
+    """What ``schedopt info`` shows of a profile: its operator figures, one line per kind."""
+    products = "; ".join(
+        f"{p} {gpu.peak_flops[p] * gpu.gemm_best[p] / 1e12:.4g} TFLOP/s best shape, k_half"
+        f" {gpu.gemm_k_half.get(p, 64.0):g}" for p in PRECISIONS if p in gpu.peak_flops)
+    norms = "; ".join(f"{p} at {e:.2f} of it" for p, e in gpu.norm_eff.items())
+    return {
+        "kind": "gpu-profile", "name": gpu.name, "matrix_products": products,
+        "units": gpu.sms, "memory_bandwidth_Bps": gpu.hbm_Bps * gpu.memory_eff,
+        "batch_norm": norms or "at the memory bandwidth", "kernel_floor_s": gpu.kernel_s,
+        "attention": ("flash (FlashAttention-2 table, 512 to 16k tokens)"
+                      if gpu.attention == "flash" and gpu.flash_fb else "eager"),
+        "products_basis": gpu.gemm_basis, "memory_basis": gpu.hbm_basis,
+    }
 
 
 def _parse(data: Any) -> _ProfileFile:

@@ -163,6 +163,8 @@ def _info_value(key: str, value: Any) -> str:
         return _fmt_beta(float(value))
     if key == "gradient_bytes":
         return fmt_bytes(float(value))
+    if key.endswith("_Bps") and isinstance(value, int | float):
+        return f"{float(value) / 1e9:,.4g} GB/s"
     if key.endswith("_s") and isinstance(value, int | float):
         return fmt_time(float(value))
     if key == "stages":
@@ -183,7 +185,8 @@ _INFO_LABELS = {"alpha_s": "alpha (per bucket)", "beta_s_per_byte": "beta (per b
                 "stages": "stages (per bucket)",
                 "launch_overhead_s": "launch (host, per call)",
                 "hook_overhead_s": "hook (host, per tensor)",
-                "bucket_compute_s": "compute stream (per bucket)"}
+                "bucket_compute_s": "compute stream (per bucket)",
+                "memory_bandwidth_Bps": "memory bandwidth"}
 
 
 def info_table(data: dict[str, Any]) -> Table:
