@@ -83,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from schedopt.measure.estimate import estimate
-    from schedopt.measure.gpu_bench import QUICK_SHAPES, SHAPES, bench_gpu, measured_profile
+    from schedopt.measure.gpu_bench import (
+        NORM_SHAPE,
+        QUICK_SHAPES,
+        SHAPES,
+        bench_gpu,
+        measured_profile,
+    )
     from schedopt.measure.gpus import GPUS, check_profile, gpu_profile_data
 
     torch.set_num_threads(1)
@@ -91,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         profiles = {}
         for grid, shapes in (("quick", QUICK_SHAPES), ("full", SHAPES)):
-            res = bench_gpu("cpu", "fp32", shapes=shapes, repeats=args.repeats, stream_mib=64)
+            res = bench_gpu("cpu", "fp32", shapes=shapes, repeats=args.repeats, stream_mib=64,
+                            norm_shape=NORM_SHAPE)
             prof = check_profile(measured_profile(res, GPUS["v100"], name=f"cpu {grid}"))
             path = folder / f"cpu-{grid}.json"
             path.write_text(json.dumps(gpu_profile_data(prof)))

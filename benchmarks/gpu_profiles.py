@@ -228,16 +228,7 @@ def compare(measured_tag: str, estimated_tag: str) -> None:
 def sweep(args: argparse.Namespace) -> None:
     """``--sweep`` (module docstring): the device's profile, precision by precision."""
     from schedopt.measure.estimate import operator_model
-    from schedopt.measure.gpu_bench import (
-        NORM_SHAPE,
-        QUICK_NORM_SHAPE,
-        QUICK_SHAPES,
-        SHAPES,
-        base_for,
-        bench_gpu,
-        device_info,
-        measured_profile,
-    )
+    from schedopt.measure.gpu_bench import base_for, bench_gpu, device_info, measured_profile
     from schedopt.measure.gpus import check_profile, get_gpu, gpu_profile_data
 
     device = "cpu" if args.smoke else "cuda"
@@ -247,10 +238,8 @@ def sweep(args: argparse.Namespace) -> None:
           " 8192^3 product, shipped profile / measured |")
     print("| --- | --- | --- | --- | --- | --- |")
     for precision in args.precisions.split(","):
-        res = bench_gpu(device, precision, shapes=QUICK_SHAPES if args.smoke else SHAPES,
-                        repeats=args.repeats, stream_mib=16 if args.smoke else 1024,
-                        attention=not args.smoke,
-                        norm_shape=QUICK_NORM_SHAPE if args.smoke else NORM_SHAPE)
+        res = bench_gpu(device, precision, quick=args.smoke, repeats=args.repeats,
+                        stream_mib=16 if args.smoke else 1024)
         prof = check_profile(measured_profile(res, prof, name=f"{res.device} (measured)"))
         products += [{"precision": precision, "m": m, "n": n, "k": k, "seconds": t}
                      for m, n, k, t in res.samples]

@@ -231,7 +231,7 @@ def test_bench_on_this_cpu_writes_a_profile_that_predicts_held_out_products(
     assert summary["fit_error_mean"] < 0.4
     # the profile's operator model predicts products it was not fitted to
     gemm = operator_model(prof, "fp32").gemm
-    held_out = bench_gpu("cpu", "fp32", shapes=[(192, 320, 256), (512, 512, 128),
+    held_out = bench_gpu("cpu", "fp32", quick=True, shapes=[(192, 320, 256), (512, 512, 128),
                                                 (96, 96, 384)], repeats=15, stream_mib=16)
     for m, n, k, t in held_out.samples:
         ratio = gemm.seconds(1, m, n, k, 4) / t

@@ -256,10 +256,6 @@ def bench_gpu_cmd(
     docs/estimate.md)."""
     from schedopt.files import output_files
     from schedopt.measure.gpu_bench import (
-        NORM_SHAPE,
-        QUICK_NORM_SHAPE,
-        QUICK_SHAPES,
-        SHAPES,
         base_for,
         bench_gpu,
         check_bench_options,
@@ -275,9 +271,7 @@ def bench_gpu_cmd(
             raise SchedoptError("must be 1 to 200 printable characters", "--name", name)
         basis = get_gpu(base_for(*device_info(device)) if base == "auto" else base)
         with progress(f"bench-gpu: {dtype} on {device}"):
-            res = bench_gpu(device, dtype, shapes=QUICK_SHAPES if quick else SHAPES,
-                            repeats=repeats, stream_mib=stream_mib, attention=not quick,
-                            norm_shape=QUICK_NORM_SHAPE if quick else NORM_SHAPE)
+            res = bench_gpu(device, dtype, quick=quick, repeats=repeats, stream_mib=stream_mib)
         prof = check_profile(measured_profile(res, basis, name))
         files.write_json(out, gpu_profile_data(prof))
     _echo_gpu(res, prof, out, as_json)

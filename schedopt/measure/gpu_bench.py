@@ -265,10 +265,10 @@ def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
     return table
 
 
-def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
-              shapes: Sequence[tuple[int, int, int]] = SHAPES, repeats: int = 10,
-              stream_mib: int = STREAM_MIB, attention: bool = True,
-              norm_shape: Sequence[int] = NORM_SHAPE) -> GpuBench:
+def bench_gpu(device: str = "cuda", precision: str = "bf16", *, quick: bool = False,
+              shapes: Sequence[tuple[int, int, int]] | None = None, repeats: int = 10,
+              stream_mib: int = STREAM_MIB, attention: bool | None = None,
+              norm_shape: Sequence[int] | None = None) -> GpuBench:
     """Measure a device for the estimator (module docstring).
 
     Parameters
@@ -278,16 +278,20 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
     precision
         ``bf16``, ``fp16``, ``tf32`` (float32 tensors with TF32 products allowed) or ``fp32``
         (TF32 products not allowed).
+    quick
+        The defaults of ``shapes``, ``attention`` and ``norm_shape`` for seconds on a CPU
+        thread: :data:`QUICK_SHAPES`, no attention, :data:`QUICK_NORM_SHAPE`.
     shapes
-        The products ``(m, n, k)`` to time (at least 3).
+        The products ``(m, n, k)`` to time (at least 3; default :data:`SHAPES`).
     repeats
         Timed calls of each product, copy, burst and attention step (the fastest counts).
     stream_mib
         Size of the streaming copy (MiB).
     attention
-        Also time flash attention (CUDA at bf16 or fp16 only; ignored otherwise).
+        Also time flash attention (CUDA at bf16 or fp16 only; ignored otherwise; default: not
+        ``quick``).
     norm_shape
-        The timed batch norm's activation ``(N, C, H, W)``.
+        The timed batch norm's activation ``(N, C, H, W)`` (default :data:`NORM_SHAPE`).
 
     Returns
     -------
@@ -306,6 +310,9 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *,
                             precision)
     dev = _device(torch, device)
     cuda = dev.type == "cuda"
+    shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
+    norm_shape = norm_shape or (QUICK_NORM_SHAPE if quick else NORM_SHAPE)
+    attention = not quick if attention is None else attention
     timer = _Timer(torch, dev)
     dtype = getattr(torch, _DTYPES[precision])
     saved = torch.backends.cuda.matmul.allow_tf32
