@@ -134,6 +134,9 @@ def test_a_measured_batch_norm_efficiency_prices_batch_norms_only(tmp_path: Path
             assert other.forward_s >= tot.forward_s and other.backward_s >= tot.backward_s
         else:
             assert (other.forward_s, other.backward_s) == (tot.forward_s, tot.backward_s), key
+    src = estimate("resnet50", str(slow), "bf16", 8).source
+    assert "at 0.5 of that bandwidth (the profile's norm_eff)" in src
+    assert "norm_eff" not in estimate("resnet50", "h100", "bf16", 8).source
     big = max(norms, key=lambda k: base[k].forward_s)  # far above the floor: exactly twice
     assert half[big].forward_s == pytest.approx(2 * base[big].forward_s, rel=1e-9)
     assert half[big].backward_s == pytest.approx(2 * base[big].backward_s, rel=1e-9)

@@ -1594,6 +1594,8 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
     update = (" (float32 parameters, gradients and optimizer state)" if ts.autocast else "")
     align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
              if g.align > 1 else "")
+    norm = (f", at {opm.norm_eff:.3g} of that bandwidth (the profile's norm_eff)"
+            if opm.norm_eff != 1.0 else "")
     return (
         f"ESTIMATE (not measured). {spec.description}{_heads_text(ts)}; {n_params:,}"
         f" parameters in {n_tensors}"
@@ -1605,8 +1607,9 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
         f" operators at {g.bandwidth_Bps / 1e9:g} GB/s; at least {g.kernel_s * 1e6:g} us per"
         f" kernel; GEMM basis: {gpu.gemm_basis}; memory basis: {gpu.hbm_basis}{attention};"
         f" backward of a product = its two gradient products, of other operators 1.5 x the"
-        f" traffic, but for batch norm (forward 3 and backward 5 passes over its input), layer"
-        f" norm (2 and 5), same-shape additions (backward: the gradient sum of the fork, 3"
+        f" traffic, but for batch norm (forward 3 and backward 5 passes over its"
+        f" input{norm}), layer norm (2 and 5), same-shape additions (backward: the gradient sum"
+        f" of the fork, 3"
         f" passes) and max pooling (backward reads the index of every window over each input)"
         f"{wino}{more}; parameter-free operators charged to the preceding layer; update ="
         f" {28 if spec.kind not in ('image', 'torchvision') else 20} B/param{update} /"
