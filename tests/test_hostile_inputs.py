@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from schedopt.cli.app import run
+from schedopt.measure.gpus import GPUS, gpu_profile_data
 from tests.hostile import refused, write_file
 
 DATA = Path(__file__).parent / "data"
@@ -58,7 +59,9 @@ class Case:
         self.prepare = prepare
 
 
-T, C = "t.json", "c.json"
+T, C, G = "t.json", "c.json", "g.json"
+EST = ["estimate", "resnet50", "--gpu", G, "--dtype", "bf16", "--batch", "2", "--out", "o.json"]
+GPU_DOC: dict[str, Any] = json.loads(json.dumps(gpu_profile_data(GPUS["h100"])))
 SIM = ["simulate", T, C, "-p", "cntk"]
 LATIN1 = json.dumps(edit(TRACE, "name", "caf\u00e9"), ensure_ascii=False).encode("latin-1")
 NESTED = "[" * 100_000 + "]" * 100_000
@@ -243,6 +246,15 @@ CASES: dict[str, Case] = {
     "plan-stage-order-true": Case({T: TRACE, C: CLUSTER,
                                    "p.json": {**PLAN_OK, "stage_orders": {"0": [True, 0]}}},
                                   ["simulate", T, C, "--plan", "p.json"], "stage_orders"),
+    # ---- GPU profiles (`estimate --gpu FILE`, `info FILE`)
+    "gpu-nested": Case({G: "[" * 100_000 + '"peak_flops"' + "]" * 100_000}, EST,
+                       "nested too deeply"),
+    "gpu-binary": Case({G: bytes(range(256))}, EST, "not UTF-8"),
+    "gpu-sms-true": Case({G: {**GPU_DOC, "sms": True}}, EST, "GPU profile.sms"),
+    "gpu-peak-1e308": Case({G: edit(GPU_DOC, "peak_flops.bf16", 1e308)}, ["info", G],
+                           "peak_flops.bf16"),
+    "gpu-long-path": Case({}, [*EST[:3], "x" * 5000 + ".json", *EST[4:]], "too long"),
+    "gpu-folder": Case({}, [*EST[:3], "./", *EST[4:]], "folder"),
 }
 
 

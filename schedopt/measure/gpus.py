@@ -344,11 +344,12 @@ def find_profile(ref: str) -> GPU | None:
     if key in GPUS:
         return GPUS[key]
     path = Path(ref)
-    if not (key.endswith(".json") and path.is_file()):
-        return None
-    try:
-        head = json.loads(path.read_bytes()[:MAX_PROFILE_BYTES])
-    except (ValueError, OSError):
+    try:  # anything unreadable is not a profile here: the trace or cluster loader reports it
+        if not (key.endswith(".json") and path.is_file()):
+            return None
+        data = path.read_bytes()[:MAX_PROFILE_BYTES]
+        head = json.loads(data) if b'"peak_flops"' in data else None
+    except (ValueError, OSError, RecursionError):
         return None
     return load_gpu_profile(path) if isinstance(head, dict) and "peak_flops" in head else None
 
