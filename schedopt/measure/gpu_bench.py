@@ -171,11 +171,15 @@ class _Timer:
         fn()
         return time.perf_counter() - t0
 
-    def best(self, fn: Callable[[], Any], repeats: int) -> float:
-        """The fastest of ``repeats`` calls after one untimed call: a busy machine slows some
-        calls, never the fastest."""
+    def best(self, fn: Callable[[], Any], repeats: int, what: str) -> float:
+        """The fastest of ``repeats`` calls after one untimed call (a busy machine slows some
+        calls, never the fastest); a one-line error naming ``what`` when the clock gives no
+        finite positive time, so that every figure derived from a time is finite."""
         fn()
-        return min(self.once(fn) for _ in range(repeats))
+        seconds = min(self.once(fn) for _ in range(repeats))
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise SchedoptError("the measurement gave no finite positive figure", what, seconds)
+        return seconds
 
 
 def _products(torch: Any, timer: _Timer, dev: Any, dtype: Any,
@@ -189,7 +193,7 @@ def _products(torch: Any, timer: _Timer, dev: Any, dtype: Any,
         def product(a: Any = a, b: Any = b) -> Any:
             return torch.matmul(a, b)
 
-        out.append((m, n, k, timer.best(product, repeats)))
+        out.append((m, n, k, timer.best(product, repeats, f"product {m}x{n}x{k}")))
         del a, b
     return out
 
@@ -197,8 +201,7 @@ def _products(torch: Any, timer: _Timer, dev: Any, dtype: Any,
 def _stream(torch: Any, timer: _Timer, dev: Any, mib: int, repeats: int) -> float:
     src = torch.empty(mib * 2**20, dtype=torch.uint8, device=dev).fill_(1)
     dst = torch.empty_like(src)
-    seconds = timer.best(lambda: dst.copy_(src), repeats)
-    return 2.0 * src.numel() / seconds
+    return 2.0 * src.numel() / timer.best(lambda: dst.copy_(src), repeats, "streaming copy")
 
 
 def _floor(torch: Any, timer: _Timer, dev: Any, repeats: int) -> float:
@@ -208,7 +211,7 @@ def _floor(torch: Any, timer: _Timer, dev: Any, repeats: int) -> float:
         for _ in range(FLOOR_CALLS):
             x.add_(1.0)
 
-    return timer.best(burst, repeats) / FLOOR_CALLS
+    return timer.best(burst, repeats, "kernel floor") / FLOOR_CALLS
 
 
 def _norm(torch: Any, timer: _Timer, dev: Any, dtype: Any, shape: Sequence[int],
@@ -227,7 +230,7 @@ def _norm(torch: Any, timer: _Timer, dev: Any, dtype: Any, shape: Sequence[int],
         y = torch.nn.functional.batch_norm(x, mean, var, w, b, training=True)
         torch.autograd.grad(y, (x, w, b), grad)
 
-    return 8.0 * x.nbytes / timer.best(step, repeats)
+    return 8.0 * x.nbytes / timer.best(step, repeats, "batch norm")
 
 
 def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
@@ -259,7 +262,7 @@ def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
                         torch.autograd.grad(sdpa(q, k, v, is_causal=causal), (q, k, v), grad)
 
                 flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0) * 3.5
-                rates.append(flops / timer.best(step, repeats) / 1e12)
+                rates.append(flops / timer.best(step, repeats, f"attention at {s} tokens") / 1e12)
                 del q, k, v, grad
             table[(causal, d)] = tuple(rates)
     return table
@@ -332,10 +335,6 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *, quick: bool = Fa
     name, _, units = _describe(torch, dev)
     software = (f"torch {torch.__version__}, CUDA {torch.version.cuda}" if cuda else
                 f"torch {torch.__version__}, {platform.processor() or platform.machine()}")
-    for value, what in ((bandwidth, "streaming copy"), (floor, "kernel floor"),
-                        (norm, "batch norm"),
-                        *((t, f"product {m}x{n}x{k}") for m, n, k, t in samples)):
-        finite_or_error(value, what)
     simt = precision == "fp32"
     gemm = fit_gemm(samples, units=units, bandwidth_Bps=bandwidth,
                     itemsize=_ITEMSIZE[precision], small_tile=1.0 if simt else 0.8,
@@ -445,10 +444,3 @@ def check_bench_options(repeats: int, stream_mib: int) -> None:
 
     check_int_option(repeats, "--repeats", 1, 1000)
     check_int_option(stream_mib, "--stream-mib", 1, 65536)
-
-
-def finite_or_error(value: float, what: str) -> float:
-    """``value`` when it is finite and positive, else a one-line error naming ``what``."""
-    if not (math.isfinite(value) and value > 0):
-        raise SchedoptError("the measurement gave no finite positive figure", what, value)
-    return value

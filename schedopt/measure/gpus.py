@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schedopt.errors import SchedoptError, from_validation_error
-from schedopt.model.limits import Bandwidth, Int, strict_number
+from schedopt.model.limits import Bandwidth, Int, Number
 
 __all__ = ["GPU", "GPUS", "PRECISIONS", "check_profile", "find_profile", "get_gpu",
            "gpu_profile_data", "load_gpu_profile", "profile_schema", "profile_summary"]
@@ -276,14 +276,11 @@ _FLASH_KEYS = {"causal-64": (True, 64), "causal-128": (True, 128),
 _Precision = Literal["bf16", "fp16", "tf32", "fp32"]
 _Text = Annotated[str, Field(max_length=2000)]
 #: FLOP/s: 10^6 to 10^18 (every time derived from one stays finite).
-_Flops = Annotated[float, BeforeValidator(strict_number),
-                   Field(ge=1e6, le=1e18, allow_inf_nan=False)]
+_Flops = Annotated[Number, Field(ge=1e6, le=1e18)]
 #: A fraction of a peak: 0.001 to 1.
-_Fraction = Annotated[float, BeforeValidator(strict_number),
-                      Field(ge=1e-3, le=1.0, allow_inf_nan=False)]
+_Fraction = Annotated[Number, Field(ge=1e-3, le=1.0)]
 #: TFLOP/s of the flash tables: 10^-6 to 10^6.
-_Tflops = Annotated[float, BeforeValidator(strict_number),
-                    Field(ge=1e-6, le=1e6, allow_inf_nan=False)]
+_Tflops = Annotated[Number, Field(ge=1e-6, le=1e6)]
 #: Largest profile file read (bytes).
 MAX_PROFILE_BYTES = 1 << 20
 
@@ -312,12 +309,9 @@ class _ProfileFile(BaseModel):
     hbm_basis: _Text
     flash_fb: dict[Literal["causal-64", "causal-128", "full-64", "full-128"],
                    Annotated[list[_Tflops], Field(min_length=6, max_length=6)]]
-    kernel_s: Annotated[float, BeforeValidator(strict_number),
-                        Field(ge=1e-9, le=1.0, allow_inf_nan=False)]
-    gemm_k_half: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
-                                            Field(ge=0.0, le=1e6, allow_inf_nan=False)]]
-    norm_eff: dict[_Precision, Annotated[float, BeforeValidator(strict_number),
-                                         Field(ge=1e-3, le=2.0, allow_inf_nan=False)]]
+    kernel_s: Annotated[Number, Field(ge=1e-9, le=1.0)]
+    gemm_k_half: dict[_Precision, Annotated[Number, Field(ge=0.0, le=1e6)]]
+    norm_eff: dict[_Precision, Annotated[Number, Field(ge=1e-3, le=2.0)]]
 
     @model_validator(mode="after")
     def _same_precisions(self) -> _ProfileFile:

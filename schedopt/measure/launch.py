@@ -488,7 +488,6 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         files.write_text(path, text)
 
 
-
 def exit_process(status: int) -> NoReturn:
     """End this process with ``status``; once it has joined a process group, without the
     interpreter's finalization.
