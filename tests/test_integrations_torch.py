@@ -20,7 +20,10 @@ from schedopt.model.trace import Trace
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-pytestmark = pytest.mark.torch
+#: The profiles here time tiny models to check what they record, not their spread: the warning
+#: that a run's iterations spread (another test process on the cores) is not what they test.
+pytestmark = [pytest.mark.torch,
+              pytest.mark.filterwarnings("ignore::schedopt.measure.profile.ProfileWarning")]
 
 from schedopt.emit.ddp_torch import ddp_kwargs, model_tensors  # noqa: E402
 from schedopt.measure.profile import profile_model, random_batch  # noqa: E402
