@@ -135,6 +135,11 @@ PUBLISHED = [
      "auto", "DLE TensorFlow ResNet-50 v1.5 README, 20.06 XLA, 1 GPU"),
     ("resnet50 V100-16GB AMP b256", "resnet50", "v100", "fp16", 256, None, 1270,
      "auto", "DLE TensorFlow ResNet-50 v1.5 README, 20.06 XLA, 1 GPU"),
+    *[(f"{model} V100 FP32 b32 (DDP benchmark)", model, "v100", "fp32", 32, None, 32 / step,
+       "auto", "PyTorch benchmarks/distributed/ddp/README.md at bf69c149, 'no ddp' p50"
+       f" {step:.3f} s/iter, torch 1.4, 1 GPU of a DGX-1")
+      for model, step in (("resnet50", 0.097), ("resnet101", 0.162),
+                          ("resnext50_32x4d", 0.145), ("resnext101_32x8d", 0.415))],
 ]
 #: Published "AMP" rows that ran 16-bit weights, not torch.autocast, estimated as ``--dtype fp16``
 #: without autocast: the PyTorch BERT runs. pytorch:20.06 ran apex ``amp.initialize(...,
@@ -150,7 +155,9 @@ PUBLISHED = [
 #: for resnet50 DGXA100 AMP and nothing for TF32, and main.py's ``--memory-format`` defaults to
 #: ``nchw`` (commit 0107cf27). The TensorFlow rows are left at channels_last (XLA chooses
 #: its layouts; not read here).
-NCHW = {"resnet50 A100-80GB TF32 b256"}
+NCHW = {"resnet50 A100-80GB TF32 b256",
+        *(f"{m} V100 FP32 b32 (DDP benchmark)"
+          for m in ("resnet50", "resnet101", "resnext50_32x4d", "resnext101_32x8d"))}
 
 HALF_WEIGHTS = {"bert-large A100-80GB AMP b256 s128", "bert-large A100-80GB AMP b32 s512",
                 "bert-large A100-40GB AMP b64 s128", "bert-large A100-40GB AMP b16 s512",

@@ -50,6 +50,7 @@ dtype (the widest when mixed), as PyTorch's type promotion gives.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -562,23 +563,50 @@ def _plain_cnns() -> tuple[type, type]:
 
 
 def _resnet() -> type:
-    """torchvision's ResNet class with Bottleneck blocks (torch imported lazily)."""
+    """torchvision's ResNet class (``torchvision/models/resnet.py``): basic blocks (ResNet-18/34)
+    or bottlenecks with ``groups`` and ``width_per_group`` (ResNet-50/101/152, ResNeXt, Wide
+    ResNet); torch imported lazily."""
     import torch
     from torch import nn
 
+    class BasicBlock(nn.Module):
+        """torchvision's BasicBlock: two 3x3 convolutions, the first with the stride."""
+
+        expansion = 1
+
+        def __init__(self, cin: int, planes: int, stride: int = 1,
+                     downsample: nn.Module | None = None, groups: int = 1,
+                     base_width: int = 64) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(cin, planes, 3, stride=stride, padding=1, bias=False)
+            self.bn1 = nn.BatchNorm2d(planes)
+            self.relu = nn.ReLU(inplace=True)
+            self.conv2 = nn.Conv2d(planes, planes, 3, padding=1, bias=False)
+            self.bn2 = nn.BatchNorm2d(planes)
+            self.downsample = downsample
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out = self.bn2(self.conv2(self.relu(self.bn1(self.conv1(x)))))
+            identity = self.downsample(x) if self.downsample is not None else x
+            return self.relu(out + identity)
+
     class Bottleneck(nn.Module):
-        """torchvision's Bottleneck (ResNet v1.5: the stride sits on the 3x3 convolution)."""
+        """torchvision's Bottleneck (ResNet v1.5: the stride sits on the 3x3 convolution, which
+        has ``groups`` groups of ``width_per_group`` channels per 64 planes)."""
 
         expansion = 4
 
         def __init__(self, cin: int, planes: int, stride: int = 1,
-                     downsample: nn.Module | None = None) -> None:
+                     downsample: nn.Module | None = None, groups: int = 1,
+                     base_width: int = 64) -> None:
             super().__init__()
-            self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
-            self.bn1 = nn.BatchNorm2d(planes)
-            self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
-            self.bn2 = nn.BatchNorm2d(planes)
-            self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+            width = int(planes * (base_width / 64.0)) * groups
+            self.conv1 = nn.Conv2d(cin, width, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(width)
+            self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, groups=groups,
+                                   bias=False)
+            self.bn2 = nn.BatchNorm2d(width)
+            self.conv3 = nn.Conv2d(width, planes * 4, 1, bias=False)
             self.bn3 = nn.BatchNorm2d(planes * 4)
             self.relu = nn.ReLU(inplace=True)
             self.downsample = downsample
@@ -591,10 +619,14 @@ def _resnet() -> type:
             return self.relu(out + identity)
 
     class ResNet(nn.Module):
-        """torchvision's ResNet with Bottleneck blocks (ResNet-50: [3, 4, 6, 3])."""
+        """torchvision's ResNet: ``depths`` blocks per stage (ResNet-50: [3, 4, 6, 3]) of
+        bottlenecks, or of basic blocks when ``basic``."""
 
-        def __init__(self, depths: list[int], num_classes: int = 1000) -> None:
+        def __init__(self, depths: list[int], num_classes: int = 1000, *, basic: bool = False,
+                     groups: int = 1, width_per_group: int = 64) -> None:
             super().__init__()
+            self.block = BasicBlock if basic else Bottleneck
+            self.groups, self.base_width = groups, width_per_group
             self.inplanes = 64
             self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
             self.bn1 = nn.BatchNorm2d(64)
@@ -605,18 +637,20 @@ def _resnet() -> type:
             self.layer3 = self._make(256, depths[2], 2)
             self.layer4 = self._make(512, depths[3], 2)
             self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
-            self.fc = nn.Linear(2048, num_classes)
+            self.fc = nn.Linear(512 * self.block.expansion, num_classes)
 
         def _make(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
+            out = planes * self.block.expansion
             down = None
-            if stride != 1 or self.inplanes != planes * 4:
+            if stride != 1 or self.inplanes != out:
                 down = nn.Sequential(
-                    nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
-                    nn.BatchNorm2d(planes * 4),
+                    nn.Conv2d(self.inplanes, out, 1, stride=stride, bias=False),
+                    nn.BatchNorm2d(out),
                 )
-            layers = [Bottleneck(self.inplanes, planes, stride, down)]
-            self.inplanes = planes * 4
-            layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+            g, w = self.groups, self.base_width
+            layers = [self.block(self.inplanes, planes, stride, down, groups=g, base_width=w)]
+            self.inplanes = out
+            layers += [self.block(out, planes, groups=g, base_width=w) for _ in range(1, blocks)]
             return nn.Sequential(*layers)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -627,16 +661,29 @@ def _resnet() -> type:
     return ResNet
 
 
+#: The torchvision ResNet family built here (``torchvision/models/resnet.py``): name -> blocks
+#: per stage and the builder's keywords (basic blocks, groups, width per group).
+RESNETS: dict[str, tuple[list[int], dict[str, Any]]] = {
+    "resnet18": ([2, 2, 2, 2], {"basic": True}),
+    "resnet34": ([3, 4, 6, 3], {"basic": True}),
+    "resnet50": ([3, 4, 6, 3], {}),
+    "resnet101": ([3, 4, 23, 3], {}),
+    "resnet152": ([3, 8, 36, 3], {}),
+    "resnext50_32x4d": ([3, 4, 6, 3], {"groups": 32, "width_per_group": 4}),
+    "resnext101_32x8d": ([3, 4, 23, 3], {"groups": 32, "width_per_group": 8}),
+    "wide_resnet50_2": ([3, 4, 6, 3], {"width_per_group": 128}),
+    "wide_resnet101_2": ([3, 4, 23, 3], {"width_per_group": 128}),
+}
+
+
 def _cnn_modules() -> dict[str, Callable[[], Any]]:
     """Builders of the torchvision-layout CNNs (imported lazily: torch is optional)."""
     alexnet, vgg16 = _plain_cnns()
     resnet = _resnet()
-    return {
-        "alexnet": alexnet,
-        "vgg16": vgg16,
-        "resnet50": lambda: resnet([3, 4, 6, 3]),
-        "resnet152": lambda: resnet([3, 8, 36, 3]),
-    }
+    mods: dict[str, Callable[[], Any]] = {"alexnet": alexnet, "vgg16": vgg16}
+    for key, (depths, kw) in RESNETS.items():
+        mods[key] = functools.partial(resnet, depths, **kw)
+    return mods
 
 
 # ============================================================================ model specs
@@ -653,10 +700,14 @@ class ModelSpec:
 MODELS: dict[str, ModelSpec] = {
     "alexnet": ModelSpec("alexnet", "AlexNet (torchvision layout), 224x224 ImageNet", "image", {}),
     "vgg16": ModelSpec("vgg16", "VGG-16 (torchvision layout), 224x224 ImageNet", "image", {}),
-    "resnet50": ModelSpec("resnet50", "ResNet-50 v1.5 (torchvision layout), 224x224 ImageNet",
-                          "image", {}),
-    "resnet152": ModelSpec("resnet152", "ResNet-152 v1.5 (torchvision layout), 224x224 ImageNet",
-                           "image", {}),
+    **{key: ModelSpec(key, f"{title} (torchvision layout), 224x224 ImageNet", "image", {})
+       for key, title in (("resnet18", "ResNet-18"), ("resnet34", "ResNet-34"),
+                          ("resnet50", "ResNet-50 v1.5"), ("resnet101", "ResNet-101 v1.5"),
+                          ("resnet152", "ResNet-152 v1.5"),
+                          ("resnext50_32x4d", "ResNeXt-50 32x4d"),
+                          ("resnext101_32x8d", "ResNeXt-101 32x8d"),
+                          ("wide_resnet50_2", "Wide ResNet-50-2"),
+                          ("wide_resnet101_2", "Wide ResNet-101-2"))},
     "bert-base": ModelSpec("bert-base", "BERT-base encoder with pooler (transformers BertModel,"
                            " BertConfig())", "bert", {}),
     "bert-large": ModelSpec("bert-large", "BERT-large encoder with pooler (transformers BertModel,"
