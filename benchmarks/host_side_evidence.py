@@ -34,10 +34,8 @@ Model
   bucketing.
 * Clusters: the shipped ``dgx1-v100`` at 2, 4, 8 GPUs (``Cluster.with_size``) and
   ``dgx1-v100-4n-ib-edr`` at 2 nodes x 8 GPUs (4 x 100 Gb EDR per node) for 16 GPUs, with
-  their shipped links. ``launch_overhead_s`` is the shipped NCCL value of ``dgx1-v100``
-  (10 us, from published NCCL/PyTorch per-call figures, docs/instances.md); the same value is
-  used on the 16-GPU cluster, whose file keeps 0 only so that its stored plans stay bound to
-  its fingerprint (docs/instances.md).
+  their shipped links and their shipped NCCL ``launch_overhead_s`` (10 us, from published
+  NCCL/PyTorch per-call figures, docs/instances.md).
 * Plans: ``ddp:bucket_cap_mb=CAP,first_bucket_mb=1,find_unused_parameters=true`` -- torch 1.4
   never rebuilds its buckets, so its construction-time buckets (parameter order, a 1 MiB first
   limit, reversed) serve every iteration.
@@ -178,7 +176,7 @@ def clusters() -> dict[int, Cluster]:
     dgx = schedopt.load_cluster("dgx1-v100")
     ib = schedopt.load_cluster("dgx1-v100-4n-ib-edr").with_size(2, 8)
     out = {g: dgx.with_size(1, g) for g in (1, 2, 4, 8)}
-    out[16] = _cluster(ib, launch_overhead_s=dgx.launch_overhead_s)
+    out[16] = ib
     return out
 
 

@@ -273,6 +273,7 @@ def clusters() -> dict[str, Cluster | ClusterFamily]:
     out["dgx1-v100-4n-ib-edr"] = _c(
         name="dgx1-v100-4n-ib-edr", nodes=4, gpus_per_node=8, gpu="Tesla V100 SXM2",
         intra_link=NVLINK2, inter_link=IB_EDR, nics_per_node=4, collective="ring",
+        launch_overhead_s=NCCL_LAUNCH_S,
         source=f"4 DGX-1 (8 V100 each) with 4 x 100 Gb EDR InfiniBand NICs per node;"
                f" intra: {SRC_NVL2}; inter: {SRC_EDR}.")
     out["dgx-a100"] = _c(
