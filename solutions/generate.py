@@ -5,8 +5,10 @@ Usage::
     python solutions/generate.py                   # the benchmark's limits, one worker, seed 0
     python solutions/generate.py --time-limit 300 --workers 2
 
-Every case of ``benchmarks/bench_optimize.py`` is solved with its limit (10 s for ResNet-50,
-60 s for the others; ``--time-limit`` overrides) and written to
+Every one-stage case of ``benchmarks/bench_optimize.py`` (ResNet-50, GPT-2 1.5B, synthetic-5000:
+:func:`stored_cases`; its several-stage cases run on clusters derived in the benchmark, which a
+stored recipe cannot name) is solved with its limit (10 s for ResNet-50, 60 s for the others;
+``--time-limit`` overrides) and written to
 ``solutions/<instance>__<options>.json``: how to rebuild the instance (shipped trace, compute
 scale, cluster, nodes), the options, status, objective, bound, gap, the simulated iteration
 time, the schedopt version, and the plan (bound to the trace and cluster by their hashes).
@@ -61,6 +63,17 @@ def recipe(case: Any) -> dict[str, Any]:
             "cluster": cluster_name, "nodes": nodes}
 
 
+def stored_cases(bench: Any) -> list[Any]:
+    """The cases whose plans are stored: the benchmark's one-stage matrix, each rebuilt from
+    shipped instances by :func:`recipe`."""
+    return bench.resnet50_cases() + bench.gpt2_cases() + bench.synthetic_cases()
+
+
+def file_name(case: Any) -> str:
+    """The stored file of ``case``: ``<instance>__<options>.json``."""
+    return f"{case.name}__{case.label.replace('+', '_').replace(' ', '')}.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=None,
@@ -70,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", help="substring of the instance names to solve")
     args = ap.parse_args(argv)
     bench = _bench()
-    for case in bench.matrix():
+    for case in stored_cases(bench):
         if args.only and args.only not in case.name:
             continue
         limit = args.time_limit or case.time_limit_s
@@ -94,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             "schedopt_version": __version__,
             "plan": res.plan.model_dump(mode="json"),
         }
-        label = case.label.replace("+", "_").replace(" ", "")
-        out = HERE / f"{case.name}__{label}.json"
+        out = HERE / file_name(case)
         write_json_atomic(out, data)
         print(f"{out.name}: {res.status} {res.iteration_time_s * 1e3:.3f} ms, gap "
               f"{res.gap * 100:.3f}%, {res.solve_time_s:.1f} s")

@@ -35,3 +35,21 @@ def test_stored_plan_resimulates_to_its_stored_time(path: Path) -> None:
 
 def test_there_are_stored_solutions() -> None:
     assert len(SOLUTIONS) >= 10
+
+
+def test_the_generator_writes_exactly_the_stored_files() -> None:
+    """``python solutions/generate.py`` rewrites the stored files and writes no other (a file
+    it wrote beside them would have to be rebuilt by the test above from its recipe)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "solutions" / "generate.py"
+    spec = importlib.util.spec_from_file_location("solutions_generate", path)
+    assert spec is not None and spec.loader is not None
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    cases = gen.stored_cases(gen._bench())
+    assert {gen.file_name(c) for c in cases} == {p.name for p in SOLUTIONS}
+    for case in cases:
+        recipe = gen.recipe(case)
+        assert load_trace(recipe["trace"]).name and load_cluster(recipe["cluster"],
+                                                                 recipe["nodes"]).name
