@@ -505,7 +505,7 @@ def fit_gemm(samples: list[tuple[int, int, int, float]], *, units: int = 1,
 
 # ============================================================================ CNN definitions
 def _plain_cnns() -> tuple[type, type]:
-    """torchvision's AlexNet and VGG-16 classes (torch imported lazily: it is optional)."""
+    """torchvision's AlexNet and VGG classes (torch imported lazily: it is optional)."""
     import torch
     from torch import nn
 
@@ -533,20 +533,25 @@ def _plain_cnns() -> tuple[type, type]:
             x = self.avgpool(self.features(x))
             return self.classifier(torch.flatten(x, 1))
 
-    class VGG16(nn.Module):
-        """torchvision's VGG-16 (configuration D, no batch norm): 138,357,544 parameters."""
+    class VGG(nn.Module):
+        """torchvision's VGG: the convolutions of ``cfg`` (channels, "M" a max pool), each
+        followed by a batch norm when ``batch_norm`` (VGG-16 without: 138,357,544
+        parameters)."""
 
-        def __init__(self, num_classes: int = 1000) -> None:
+        def __init__(self, cfg: tuple[int | str, ...], batch_norm: bool = False,
+                     num_classes: int = 1000) -> None:
             super().__init__()
             layers: list[nn.Module] = []
             cin = 3
-            for v in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M",
-                      512, 512, 512, "M"):
+            for v in cfg:
                 if v == "M":
                     layers.append(nn.MaxPool2d(2, 2))
-                else:
-                    layers += [nn.Conv2d(cin, int(v), 3, padding=1), nn.ReLU(inplace=True)]
-                    cin = int(v)
+                    continue
+                layers.append(nn.Conv2d(cin, int(v), 3, padding=1))
+                if batch_norm:
+                    layers.append(nn.BatchNorm2d(int(v)))
+                layers.append(nn.ReLU(inplace=True))
+                cin = int(v)
             self.features = nn.Sequential(*layers)
             self.avgpool = nn.AdaptiveAvgPool2d((7, 7))
             self.classifier = nn.Sequential(
@@ -559,7 +564,7 @@ def _plain_cnns() -> tuple[type, type]:
             x = self.avgpool(self.features(x))
             return self.classifier(torch.flatten(x, 1))
 
-    return AlexNet, VGG16
+    return AlexNet, VGG
 
 
 def _resnet() -> type:
@@ -661,6 +666,17 @@ def _resnet() -> type:
     return ResNet
 
 
+#: torchvision's VGG configurations (``torchvision/models/vgg.py``: A, B, D, E): output channels
+#: of each 3x3 convolution, "M" a 2x2 max pool; each also with batch norm (``vgg16_bn``).
+VGGS: dict[str, tuple[int | str, ...]] = {
+    "vgg11": (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+    "vgg13": (64, 64, "M", 128, 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M"),
+    "vgg16": (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512,
+              "M"),
+    "vgg19": (64, 64, "M", 128, 128, "M", 256, 256, 256, 256, "M", 512, 512, 512, 512, "M", 512,
+              512, 512, 512, "M"),
+}
+
 #: The torchvision ResNet family built here (``torchvision/models/resnet.py``): name -> blocks
 #: per stage and the builder's keywords (basic blocks, groups, width per group).
 RESNETS: dict[str, tuple[list[int], dict[str, Any]]] = {
@@ -678,9 +694,12 @@ RESNETS: dict[str, tuple[list[int], dict[str, Any]]] = {
 
 def _cnn_modules() -> dict[str, Callable[[], Any]]:
     """Builders of the torchvision-layout CNNs (imported lazily: torch is optional)."""
-    alexnet, vgg16 = _plain_cnns()
+    alexnet, vgg = _plain_cnns()
     resnet = _resnet()
-    mods: dict[str, Callable[[], Any]] = {"alexnet": alexnet, "vgg16": vgg16}
+    mods: dict[str, Callable[[], Any]] = {"alexnet": alexnet}
+    for key, cfg in VGGS.items():
+        mods[key] = functools.partial(vgg, cfg)
+        mods[f"{key}_bn"] = functools.partial(vgg, cfg, batch_norm=True)
     for key, (depths, kw) in RESNETS.items():
         mods[key] = functools.partial(resnet, depths, **kw)
     return mods
@@ -699,7 +718,9 @@ class ModelSpec:
 
 MODELS: dict[str, ModelSpec] = {
     "alexnet": ModelSpec("alexnet", "AlexNet (torchvision layout), 224x224 ImageNet", "image", {}),
-    "vgg16": ModelSpec("vgg16", "VGG-16 (torchvision layout), 224x224 ImageNet", "image", {}),
+    **{f"{key}{bn}": ModelSpec(f"{key}{bn}", f"VGG-{key[3:]}{' with batch norm' if bn else ''}"
+                                " (torchvision layout), 224x224 ImageNet", "image", {})
+       for key in ("vgg11", "vgg13", "vgg16", "vgg19") for bn in ("", "_bn")},
     **{key: ModelSpec(key, f"{title} (torchvision layout), 224x224 ImageNet", "image", {})
        for key, title in (("resnet18", "ResNet-18"), ("resnet34", "ResNet-34"),
                           ("resnet50", "ResNet-50 v1.5"), ("resnet101", "ResNet-101 v1.5"),

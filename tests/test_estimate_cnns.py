@@ -1,5 +1,5 @@
-"""torchvision's ResNet family, built by the estimator without torchvision: the shapes that
-torchvision publishes, grouped convolutions priced per group, and the CLI."""
+"""torchvision's VGG and ResNet families, built by the estimator without torchvision: the shapes
+that torchvision publishes, grouped convolutions priced per group, and the CLI."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 from typer.testing import CliRunner
 
 from schedopt.cli.app import app
-from schedopt.measure.estimate import RESNETS, TraceSpec, estimate, estimate_trace
+from schedopt.measure.estimate import RESNETS, VGGS, TraceSpec, estimate, estimate_trace
 
 pytestmark = pytest.mark.torch
 
@@ -30,11 +30,19 @@ TORCHVISION = {
     "resnext101_32x8d": (88_791_336, 314, 16.41),
     "wide_resnet50_2": (68_883_240, 161, 11.40),
     "wide_resnet101_2": (126_886_696, 314, 22.75),
+    "vgg11": (132_863_336, 22, 7.61),
+    "vgg11_bn": (132_868_840, 38, 7.61),
+    "vgg13": (133_047_848, 26, 11.31),
+    "vgg13_bn": (133_053_736, 46, 11.31),
+    "vgg16": (138_357_544, 32, 15.47),
+    "vgg16_bn": (138_365_992, 58, 15.47),
+    "vgg19": (143_667_240, 38, 19.63),
+    "vgg19_bn": (143_678_248, 70, 19.63),
 }
 
 
-def test_every_resnet_of_torchvision_is_listed() -> None:
-    assert set(RESNETS) == set(TORCHVISION)
+def test_every_resnet_and_vgg_of_torchvision_is_listed() -> None:
+    assert set(RESNETS) | set(VGGS) | {f"{v}_bn" for v in VGGS} == set(TORCHVISION)
 
 
 @pytest.mark.parametrize("model", sorted(TORCHVISION))
