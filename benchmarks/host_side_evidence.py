@@ -205,11 +205,15 @@ def with_reducer(model: str, scale: float) -> Trace:
     return estimated_trace(model, ddp_copies=True).scaled(compute=scale, update=True)
 
 
-def fit_hook(trace: Trace, model: str, launch_s: float, top: float = 1e-3) -> float:
+#: The largest hook cost :func:`fit_hook` tries (s).
+HOOK_TOP_S = 1e-3
+
+
+def fit_hook(trace: Trace, model: str, launch_s: float, top: float = HOOK_TOP_S) -> float:
     """``hook_overhead_s`` that makes the 1-GPU DDP row exceed "no ddp" by the measured gap.
 
     Bisection on ``[0, top]`` (the prediction is non-decreasing in the hook cost); the smallest
-    value within 1 ns that reaches the gap.
+    value within 1 ns that reaches the gap, or ``top`` when none does.
     """
     one = clusters()[1]
     gap = TABLE_A[model][1] - TABLE_A[model][0]
@@ -328,11 +332,14 @@ def _print(result: dict[str, Any]) -> None:
     print("Fits (the only fitted figures; world-size-1 rows and 'no ddp' only, and link-fit's"
           " own on the multi-GPU 25 MiB rows):")
     for model, f in result["fits"].items():
+        top = "; the upper end: no hook cost reaches the gap" if (
+            f["hook_overhead_s"] >= HOOK_TOP_S) else ""
         print(f"  {model}: compute scale {f['compute_scale']:.4f} (on 'no ddp'),"
-              f" hook_overhead_s {f['hook_overhead_s'] * 1e6:.1f} us (on '1G DDP' - 'no ddp'),"
+              f" hook_overhead_s {f['hook_overhead_s'] * 1e6:.1f} us (on '1G DDP' - 'no ddp'"
+              f"{top}),"
               f" launch_overhead_s {f['launch_overhead_s'] * 1e6:g} us (shipped); {LINK_FIT}:"
               f" link latency x{f['link_latency_factor']:.3g}, bandwidth"
-              f" x{f['link_bandwidth_factor']:.3g} (on the multi-GPU 25 MiB rows)")
+              f" x{f['link_bandwidth_factor']:.3g} (on the ResNets' multi-GPU 25 MiB rows)")
     print()
     print("DDP's cost on one GPU ('1G DDP' at 25 MiB minus 'no ddp'), in ms; 'after' is fitted"
           " on it, the reducer methods are not:")
