@@ -53,12 +53,12 @@ def _steps(folder: Path, reps: int) -> list[tuple[str, str, int, int | None, flo
     import torch
     import transformers
 
-    from schedopt.measure.estimate import _cnn_modules
+    from schedopt.measure.cnns import cnn_builders
 
     transformers.logging.set_verbosity_error()
     out = []
     for batch in (1, 2):
-        net = _cnn_modules()["resnet50"]().train()
+        net = cnn_builders()["resnet50"]().train()
         x, y = torch.randn(batch, 3, 224, 224), torch.zeros(batch, dtype=torch.long)
         out.append((f"resnet50 b{batch}", "resnet50", batch, None, _step_s(
             lambda net=net, x=x, y=y: torch.nn.functional.cross_entropy(net(x), y).backward(),

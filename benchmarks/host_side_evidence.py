@@ -24,7 +24,7 @@ The README's four models are all predicted: ResNet-50/101, on which the targets 
 and ResNeXt-50 32x4d / ResNeXt-101 32x8d, added later as held-out architectures with nothing of
 the model changed for them (each model's compute scale is fitted on its own "no ddp" row, as
 for the ResNets). The estimator builds all four in torchvision's layout without torchvision
-(``schedopt.measure.estimate.RESNETS``; 161, 314, 161 and 314 parameter tensors).
+(``schedopt.measure.cnns.RESNETS``; 161, 314, 161 and 314 parameter tensors).
 
 Model
 -----

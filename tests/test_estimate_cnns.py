@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 from typer.testing import CliRunner
 
 from schedopt.cli.app import app
-from schedopt.measure.estimate import RESNETS, VGGS, TraceSpec, estimate, estimate_trace
+from schedopt.measure.cnns import RESNETS, VGGS
+from schedopt.measure.estimate import TraceSpec, estimate, estimate_trace
 
 pytestmark = pytest.mark.torch
 

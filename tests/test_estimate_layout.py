@@ -13,7 +13,8 @@ from schedopt.errors import SchedoptError
 
 pytest.importorskip("torch")
 
-from schedopt.measure.estimate import _cnn_modules, estimate, operator_model
+from schedopt.measure.cnns import cnn_builders
+from schedopt.measure.estimate import estimate, operator_model
 
 runner = CliRunner()
 
@@ -24,7 +25,7 @@ def _convs(batch: int) -> list[tuple[bool, int, int, int, bool]]:
     gradient (every convolution but the stem's)."""
     import torch
 
-    model = _cnn_modules()["resnet50"]()
+    model = cnn_builders()["resnet50"]()
     rows: list[tuple[bool, int, int, int, bool]] = []
 
     def hook(mod: torch.nn.Conv2d, inp: tuple, out: torch.Tensor) -> None:
