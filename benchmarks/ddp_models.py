@@ -31,6 +31,9 @@ convolutional, an attention and an embedding-heavy model beside the three above)
     Embedding-heavy, after DLRM: 8 tables ``nn.Embedding(40_000, 64)`` (dense gradients),
     their rows concatenated into an MLP 512-256-64: 20.6 M parameters, 82.5 MB of gradients,
     99% of them in the tables, little compute; input ``64,8`` ids (one per table and sample).
+
+For ``benchmarks/gpu_ddp_buckets.py`` (a GPU, not the evidence above): ``resnet50`` and
+``resnext50_32x4d``, torchvision's, built by :mod:`schedopt.measure.cnns`.
 """
 
 from __future__ import annotations
@@ -123,3 +126,19 @@ def dlrm() -> Any:
             return self.mlp(torch.cat(rows, dim=1))
 
     return Dlrm()
+
+
+def resnet50() -> Any:
+    """torchvision's ResNet-50 (:mod:`schedopt.measure.cnns`; ``benchmarks/gpu_ddp_buckets.py``):
+    25.6 M parameters in 161 tensors; input ``B,3,224,224``."""
+    from schedopt.measure.cnns import cnn_builders
+
+    return cnn_builders()["resnet50"]()
+
+
+def resnext50_32x4d() -> Any:
+    """torchvision's ResNeXt-50 32x4d (:mod:`schedopt.measure.cnns`): 25.0 M parameters in 161
+    tensors; input ``B,3,224,224``."""
+    from schedopt.measure.cnns import cnn_builders
+
+    return cnn_builders()["resnext50_32x4d"]()

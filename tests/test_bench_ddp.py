@@ -278,6 +278,30 @@ def test_end_to_end(workdir: Path) -> None:
     assert all(math.isfinite(r["predicted_s"]) and r["predicted_s"] > 0 for r in report["rows"])
 
 
+@pytest.mark.torch
+def test_one_rank_runs_ddp_alone(workdir: Path) -> None:
+    """``--procs 1``: DDP of one process (what a single GPU can measure, and what the public
+    DDP benchmark's "1 GPU" rows ran): the reducer's work, no communication; each cap its own
+    buckets, every iteration of the one rank timed."""
+    pytest.importorskip("torch")
+    _profile("tiny")
+    one = {**CLUSTER, "name": "one", "nodes": 1}
+    Path("one.json").write_text(json.dumps(one))
+    trace, cluster = load_trace("tiny.json"), Cluster.model_validate(one)
+    result = runner.invoke(app, [
+        "bench-ddp", "benchmodels:tiny", "--input-shape", "8,32", "--trace", "tiny.json",
+        "--cluster", "one.json", "--procs", "1", "-p", "ddp:bucket_cap_mb=0.1", "-p", "ddp",
+        "--iters", "3", "--warmup", "2", "--out", "runs.csv", "--timeout", "120"])
+    _ok(result)
+    rows = _read_csv(Path("runs.csv"))
+    assert [r["policy"] for r in rows] == ["ddp:bucket_cap_mb=0.1", "ddp"]
+    assert all(int(r["samples"]) == 3 for r in rows)  # iterations x one rank
+    for row in rows:
+        built = len(make_plan(trace, cluster, row["policy"]).buckets)
+        assert f"DDP built the {built} planned buckets" in row["source"]
+    assert "MISMATCH" not in result.output
+
+
 def _bench_fails(factory: str, timeout: str) -> str:
     Path("two.json").write_text(json.dumps(CLUSTER))
     _ok(runner.invoke(app, ["profile", "benchmodels:tiny", "--input-shape", "8,32",

@@ -124,7 +124,7 @@ CASES: dict[str, tuple[list[str], str]] = {
     "bench-comm-out-a-folder": (["bench-comm", "--out", "d"], "--out"),
     "bench-comm-out-under-a-file": (["bench-comm", "--out", "afile/x.txt"], "--out"),
     # bench-ddp
-    "bench-ddp-procs-1": ([*DDP, "--procs", "1"], "--procs"),
+    "bench-ddp-procs-0": ([*DDP, "--procs", "0"], "--procs"),
     "bench-ddp-procs-huge": ([*DDP, "--procs", "100"], "--procs"),
     "bench-ddp-iters-1": ([*DDP, "--iters", "1"], "--iters"),
     "bench-ddp-warmup-1": ([*DDP, "--warmup", "1"], "--warmup"),

@@ -152,8 +152,9 @@ def _profile_ranks(factory: str, input_shape: str, input_dtype: str, name: str,
 
 #: ``--procs`` of the commands that run under a launcher too (``--launcher env``).
 RankProcsOpt = Annotated[
-    int | None, typer.Option("--procs", help="Local processes (ranks; default 2). Under a"
-                             " launcher its WORLD_SIZE counts the ranks.")
+    int | None, typer.Option("--procs", help="Local processes (ranks; default 2; bench-ddp"
+                             " also 1: DDP alone, no communication). Under a launcher its"
+                             " WORLD_SIZE counts the ranks.")
 ]
 #: ``--launcher`` of ``bench-comm`` and ``bench-ddp``.
 LauncherOpt = Annotated[
@@ -368,7 +369,7 @@ def bench_ddp_cmd(
 
     with user_errors():
         need_torch("bench-ddp")
-        spec = _rank_launch(launcher, procs, backend, threads, timeout)
+        spec = _rank_launch(launcher, procs, backend, threads, timeout, least=1)
     writes = not isinstance(spec, EnvLaunch) or spec.writes  # under a launcher: rank 0 alone
     with user_errors(), output_files({"--out": out if writes else None}) as files:
         tr, cl = _ddp_instance(trace, cluster, spec, iters, warmup, rounds)
@@ -408,10 +409,11 @@ def _ddp_instance(trace: str, cluster: str, spec: AnyLaunch, iters: int, warmup:
     return tr, cl
 
 
-def _rank_launch(launcher: str, procs: int | None, backend: str, threads: int, timeout: float
-                 ) -> AnyLaunch:
+def _rank_launch(launcher: str, procs: int | None, backend: str, threads: int, timeout: float,
+                 least: int = 2) -> AnyLaunch:
     """How ``bench-comm`` or ``bench-ddp`` runs its ranks: ``--launcher auto`` is ``env`` when
-    ``WORLD_SIZE`` is set (:func:`_note_auto` says so), ``local`` otherwise.
+    ``WORLD_SIZE`` is set (:func:`_note_auto` says so), ``local`` otherwise; ``least`` local
+    ranks at the fewest.
 
     Raises
     ------
@@ -424,7 +426,7 @@ def _rank_launch(launcher: str, procs: int | None, backend: str, threads: int, t
     from schedopt.measure.launch import Launch, env_launch
 
     if launcher == "local" or (launcher == "auto" and "WORLD_SIZE" not in os.environ):
-        return Launch(2 if procs is None else procs, backend, threads, timeout).check()
+        return Launch(2 if procs is None else procs, backend, threads, timeout, least).check()
     spec = env_launch(os.environ, backend, threads, timeout)
     if procs is not None and procs != spec.world_size:
         raise SchedoptError(f"the launcher started WORLD_SIZE={spec.world_size} ranks; leave "

@@ -64,27 +64,31 @@ class Launch:
     Attributes
     ----------
     procs
-        Number of local processes (ranks), 2 to :data:`MAX_PROCS`.
+        Number of local processes (ranks), ``least`` to :data:`MAX_PROCS`.
     backend
         ``gloo`` (CPU tensors over loopback) or ``nccl`` (one GPU per rank).
     threads
         ``OMP_NUM_THREADS`` and ``torch.set_num_threads`` of every rank.
     timeout_s
         Wall-clock limit of the whole run; also the collectives' timeout inside the ranks.
+    least
+        The fewest ranks the command accepts: 2 where ranks must talk to each other, 1 for
+        ``bench-ddp`` (DDP on one GPU is the framework's own cost, with no communication).
     """
 
     procs: int = 2
     backend: str = "gloo"
     threads: int = 1
     timeout_s: float = 600.0
+    least: int = 2
 
     def check(self) -> Launch:
         """Raise a :class:`SchedoptError` naming the command-line option of a bad field
         (``--procs``, ``--backend``, ``--threads``, ``--timeout``); return self."""
         if isinstance(self.procs, bool) or not isinstance(self.procs, int) or not (
-                2 <= self.procs <= MAX_PROCS):
-            raise SchedoptError(f"must be an integer from 2 to {MAX_PROCS} local processes",
-                                "--procs", self.procs)
+                self.least <= self.procs <= MAX_PROCS):
+            raise SchedoptError(f"must be an integer from {self.least} to {MAX_PROCS} local"
+                                f" processes", "--procs", self.procs)
         if self.backend not in BACKENDS:
             raise SchedoptError(f"must be one of {', '.join(BACKENDS)}", "--backend",
                                 self.backend)
