@@ -33,7 +33,7 @@ of cuDNN's layout transposes in their samples, and where their error lies: convo
 (one by one) and the other operators, and the memory-bound kinds of :data:`KINDS` against their
 kernels, and the ResNet-50 H200 trace's forward by kind of layer (:data:`RESNET_CLEAN`).
 ``gpt2-1.5b-h200`` fits
-:data:`~schedopt.measure.estimate.ODD` and is left out of the mean
+:data:`~schedopt.measure.operators.ODD` and is left out of the mean
 |error| of the operator method. ``--quick`` skips the published tables.
 """
 

@@ -227,9 +227,9 @@ def compare(measured_tag: str, estimated_tag: str) -> None:
 
 def sweep(args: argparse.Namespace) -> None:
     """``--sweep`` (module docstring): the device's profile, precision by precision."""
-    from schedopt.measure.estimate import operator_model
     from schedopt.measure.gpu_bench import base_for, bench_gpu, device_info, measured_profile
     from schedopt.measure.gpus import check_profile, get_gpu, gpu_profile_data
+    from schedopt.measure.operators import operator_model
 
     device = "cpu" if args.smoke else "cuda"
     shipped = get_gpu("v100" if args.smoke else base_for(*device_info(device)))

@@ -17,13 +17,8 @@ from schedopt.files import load_trace
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from schedopt.measure.estimate import (
-    GemmModel,
-    config_spec,
-    estimate,
-    fit_gemm,
-    operator_model,
-)
+from schedopt.measure.estimate import config_spec, estimate
+from schedopt.measure.operators import GemmModel, fit_gemm, operator_model
 
 runner = CliRunner()
 GPT2 = {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "vocab_size": 1024,

@@ -21,14 +21,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from schedopt.measure.estimate import (
-    OperatorTotal,
-    config_spec,
-    estimate,
-    operator_breakdown,
-    operator_model,
-)
+from schedopt.measure.estimate import OperatorTotal, config_spec, estimate, operator_breakdown
 from schedopt.measure.gpus import GPUS
+from schedopt.measure.operators import operator_model
 
 REPO = Path(__file__).resolve().parents[1]
 #: a small BERT (4 heads of 64): the same operators as BERT-large, quick to trace

@@ -14,12 +14,8 @@ from schedopt.errors import SchedoptError
 pytest.importorskip("torch")
 
 import schedopt
-from schedopt.measure.estimate import (
-    ddp_copy_in_s,
-    ddp_copy_out_s,
-    estimate,
-    operator_model,
-)
+from schedopt.measure.estimate import ddp_copy_in_s, ddp_copy_out_s, estimate
+from schedopt.measure.operators import operator_model
 
 runner = CliRunner()
 

@@ -14,7 +14,8 @@ from schedopt.errors import SchedoptError
 pytest.importorskip("torch")
 
 from schedopt.measure.cnns import cnn_builders
-from schedopt.measure.estimate import estimate, operator_model
+from schedopt.measure.estimate import estimate
+from schedopt.measure.operators import operator_model
 
 runner = CliRunner()
 

@@ -14,7 +14,8 @@ pytest.importorskip("torch")
 
 import torch
 
-from schedopt.measure.estimate import _operator_pricer, estimate, operator_model
+from schedopt.measure.estimate import _operator_pricer, estimate
+from schedopt.measure.operators import operator_model
 
 aten = torch.ops.aten
 

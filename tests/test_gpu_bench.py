@@ -24,13 +24,7 @@ from schedopt.measure.gpus import (
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from schedopt.measure.estimate import (  # noqa: E402
-    GemmModel,
-    estimate,
-    fit_gemm,
-    operator_breakdown,
-    operator_model,
-)
+from schedopt.measure.estimate import estimate, operator_breakdown  # noqa: E402
 from schedopt.measure.gpu_bench import (  # noqa: E402
     QUICK_SHAPES,
     GpuBench,
@@ -39,6 +33,7 @@ from schedopt.measure.gpu_bench import (  # noqa: E402
     flash_table,
     measured_profile,
 )
+from schedopt.measure.operators import GemmModel, fit_gemm, operator_model  # noqa: E402
 
 runner = CliRunner()
 GPT2 = {"model_type": "gpt2", "n_embd": 128, "n_layer": 2, "n_head": 4, "vocab_size": 1024,

@@ -5,9 +5,9 @@ checking the method):
 
 - matrix products ``[m, k] @ [k, n]`` over a grid of shapes (squares and the shapes of
   transformer and convolution layers), each the fastest of ``repeats`` calls, to which the
-  estimator's GEMM model (:class:`~schedopt.measure.estimate.GemmModel`: rate, ``k_half``,
+  estimator's GEMM model (:class:`~schedopt.measure.operators.GemmModel`: rate, ``k_half``,
   tile and wave quantisation over the device's units) is fitted by
-  :func:`~schedopt.measure.estimate.fit_gemm`;
+  :func:`~schedopt.measure.operators.fit_gemm`;
 - a streaming copy of ``stream_mib`` MiB (read and write: the achievable bandwidth of
   memory-bound operators);
 - the smallest eager operator: many back-to-back one-element additions, launch and dispatch
@@ -45,8 +45,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from schedopt.errors import SchedoptError
-from schedopt.measure.estimate import GemmModel, fit_gemm
 from schedopt.measure.gpus import FLASH_SEQ, GPU, GPUS, PRECISIONS
+from schedopt.measure.operators import GemmModel, fit_gemm
 
 __all__ = ["QUICK_SHAPES", "SHAPES", "GpuBench", "base_for", "bench_gpu", "check_bench_options",
            "device_info", "flash_table", "measured_profile"]

@@ -67,7 +67,7 @@ class GPU:
         Smallest duration of one operator (launch and dispatch floor, seconds).
     gemm_k_half
         Per precision, the reduction length at which a matrix product's main loop runs at half
-        its asymptotic rate (:class:`~schedopt.measure.estimate.GemmModel`); 64 where not
+        its asymptotic rate (:class:`~schedopt.measure.operators.GemmModel`); 64 where not
         measured.
     norm_eff
         Per precision, the fraction of the memory-bound bandwidth (``hbm_Bps * memory_eff``) that
