@@ -77,10 +77,9 @@ def _plain_cnns() -> tuple[type, type]:
     return AlexNet, VGG
 
 
-def _resnet() -> type:
-    """torchvision's ResNet class (``torchvision/models/resnet.py``): basic blocks (ResNet-18/34)
-    or bottlenecks with ``groups`` and ``width_per_group`` (ResNet-50/101/152, ResNeXt, Wide
-    ResNet); torch imported lazily."""
+def _blocks() -> tuple[Any, Any]:
+    """torchvision's BasicBlock and Bottleneck (``torchvision/models/resnet.py``); torch imported
+    lazily."""
     import torch
     from torch import nn
 
@@ -133,6 +132,18 @@ def _resnet() -> type:
             identity = self.downsample(x) if self.downsample is not None else x
             return self.relu(out + identity)
 
+    return BasicBlock, Bottleneck
+
+
+def _resnet() -> type:
+    """torchvision's ResNet class (``torchvision/models/resnet.py``): basic blocks (ResNet-18/34)
+    or bottlenecks with ``groups`` and ``width_per_group`` (ResNet-50/101/152, ResNeXt, Wide
+    ResNet); torch imported lazily."""
+    import torch
+    from torch import nn
+
+    basic_block, bottleneck = _blocks()
+
     class ResNet(nn.Module):
         """torchvision's ResNet: ``depths`` blocks per stage (ResNet-50: [3, 4, 6, 3]) of
         bottlenecks, or of basic blocks when ``basic``."""
@@ -140,7 +151,7 @@ def _resnet() -> type:
         def __init__(self, depths: list[int], num_classes: int = 1000, *, basic: bool = False,
                      groups: int = 1, width_per_group: int = 64) -> None:
             super().__init__()
-            self.block = BasicBlock if basic else Bottleneck
+            self.block = basic_block if basic else bottleneck
             self.groups, self.base_width = groups, width_per_group
             self.inplanes = 64
             self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
