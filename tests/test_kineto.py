@@ -100,6 +100,7 @@ def _built_bucket_bytes(traces: list[Path]) -> list[int]:
     return json.loads(Path(str(plain) + ".buckets").read_text())
 
 
+@pytest.mark.serial  # the measured step is a real 2-process run: other tests would slow it
 def test_import_matches_ddp_and_simulates_the_step(ddp_traces: list[Path]) -> None:
     imp = import_kineto(ddp_traces)
     s = imp.summary
