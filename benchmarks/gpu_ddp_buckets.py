@@ -50,9 +50,10 @@ def _run(cmd: list[str], timeout: float) -> None:
                          f"{(res.stderr or res.stdout).strip()[-600:]}")
 
 
-def cluster(procs: int, smoke: bool) -> Cluster:
+def cluster(procs: int) -> Cluster:
     """The ranks' cluster: the shipped DGX H100 node cut to ``procs`` GPUs (NCCL launch cost as
-    shipped), or, with ``smoke``, a CPU node of the same shape."""
+    shipped), with the reducer method's hook and per-bucket costs (the smoke run uses it too:
+    its figures say nothing of a GPU)."""
     base = schedopt.load_cluster("dgx-h100").with_size(1, procs)
     return base.model_copy(update={"hook_overhead_s": HOOK_S,
                                    "bucket_compute_s": BUCKET_COMPUTE_S})
@@ -66,7 +67,7 @@ def measure(model: str, args: argparse.Namespace) -> dict[str, Any]:
     device = ["--device", "cpu"] if args.smoke else ["--device", "cuda"]
     _run(["profile", FACTORY.format(model=model), "--input-shape", shape, "--name", model,
           "--out", str(trace_path), "--repeats", str(args.iters), *device], args.timeout)
-    clus = cluster(args.procs, args.smoke)
+    clus = cluster(args.procs)
     clus_path = out / "cluster.json"
     clus_path.write_text(clus.model_dump_json(indent=1))
     policies = [x for cap in args.caps for x in ("-p", f"ddp:bucket_cap_mb={cap:g}")]

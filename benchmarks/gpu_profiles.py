@@ -243,13 +243,12 @@ def sweep(args: argparse.Namespace) -> None:
         prof = check_profile(measured_profile(res, prof, name=f"{res.device} (measured)"))
         products += [{"precision": precision, "m": m, "n": n, "k": k, "seconds": t}
                      for m, n, k, t in res.samples]
-        fit = res.fit_errors()
-        item = 2 if precision in ("bf16", "fp16") else 4
+        item = res.itemsize
         cube = (operator_model(shipped, precision).gemm.seconds(1, 8192, 8192, 8192, item)
                 / res.gemm.seconds(1, 8192, 8192, 8192, item)
                 if precision in shipped.peak_flops else float("nan"))
         print(f"| {res.device} | {precision} | {res.gemm.peak / 1e12:.4g} | {res.gemm.k_half:g}"
-              f" | {sum(abs(e) for e in fit) / len(fit):.1%} | {cube:.2f} |")
+              f" | {res.fit_error_mean():.1%} | {cube:.2f} |")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"gpu-{args.tag}.json").write_text(
         json.dumps(gpu_profile_data(prof), indent=1) + "\n")

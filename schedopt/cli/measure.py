@@ -287,7 +287,7 @@ def _echo_gpu(res: GpuBench, prof: GPU, out: Path, as_json: bool) -> None:
                "bandwidth_Bps": res.bandwidth_Bps, "kernel_s": res.kernel_s,
                "norm_eff": res.norm_eff,
                "flash_measured": bool(res.flash_fb),
-               "fit_error_mean": sum(abs(e) for e in fit) / len(fit),
+               "fit_error_mean": res.fit_error_mean(),
                "products": [{"m": m, "n": n, "k": k, "seconds": t, "fitted_over_measured": 1 + e}
                             for (m, n, k, t), e in zip(res.samples, fit, strict=True)]}
     if as_json:

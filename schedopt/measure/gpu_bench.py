@@ -39,7 +39,6 @@ import contextlib
 import math
 import platform
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -47,6 +46,7 @@ from typing import Any
 from schedopt.errors import SchedoptError
 from schedopt.measure.gpus import FLASH_SEQ, GPU, GPUS, PRECISIONS
 from schedopt.measure.operators import GemmModel, fit_gemm
+from schedopt.measure.profile import Clock, resolve_device
 
 __all__ = ["QUICK_SHAPES", "SHAPES", "GpuBench", "base_for", "bench_gpu", "check_bench_options",
            "device_info", "flash_table", "measured_profile"]
@@ -122,54 +122,49 @@ class GpuBench:
     flash_fb: dict[tuple[bool, int], tuple[float, ...]]
     software: str
 
+    @property
+    def itemsize(self) -> int:
+        """Bytes per element of the precision's products."""
+        return _ITEMSIZE[self.precision]
+
     def fit_errors(self) -> list[float]:
         """Fitted over measured time of every sample, less one."""
-        item = _ITEMSIZE[self.precision]
-        return [self.gemm.seconds(1, m, n, k, item) / t - 1 for m, n, k, t in self.samples]
+        return [self.gemm.seconds(1, m, n, k, self.itemsize) / t - 1
+                for m, n, k, t in self.samples]
+
+    def fit_error_mean(self) -> float:
+        """Mean |fitted / measured - 1| over the samples."""
+        fit = self.fit_errors()
+        return sum(abs(e) for e in fit) / len(fit)
 
 
 def _device(torch: Any, name: str) -> Any:
-    """The torch device called ``name``, checked to exist."""
-    try:
-        dev = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise SchedoptError("not a torch device (cpu, cuda, cuda:N)", "--device", name) from None
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SchedoptError("no CUDA device here", "--device", name)
-        index = dev.index if dev.index is not None else torch.cuda.current_device()
-        if index >= torch.cuda.device_count():
-            raise SchedoptError(f"this machine has {torch.cuda.device_count()} CUDA devices",
-                                "--device", name)
-        return torch.device("cuda", index)
-    if dev.type != "cpu":
-        raise SchedoptError("only cpu and cuda devices are measured", "--device", name)
+    """The torch device called ``name``, checked to exist (:func:`.profile.resolve_device`), a
+    GPU with its index."""
+    dev = resolve_device(name, "--device")
+    if dev.type == "cuda" and dev.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
     return dev
 
 
 class _Timer:
-    """Seconds of a call on a device: CUDA events on a GPU, ``perf_counter`` on a CPU."""
+    """Seconds of a call on a device (:class:`.profile.Clock`: CUDA events on a GPU,
+    ``perf_counter`` on a CPU)."""
 
-    def __init__(self, torch: Any, dev: Any) -> None:
-        self.torch, self.cuda = torch, dev.type == "cuda"
+    def __init__(self, dev: Any) -> None:
+        self.clock = Clock(dev)
 
     def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
+        self.clock.sync()
 
     def once(self, fn: Callable[[], Any]) -> float:
         """Seconds of one call of ``fn`` (the device drained before and after)."""
         self.sync()
-        if self.cuda:
-            start, end = (self.torch.cuda.Event(enable_timing=True) for _ in range(2))
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return float(start.elapsed_time(end)) / 1e3
-        t0 = time.perf_counter()
+        start = self.clock.mark()
         fn()
-        return time.perf_counter() - t0
+        end = self.clock.mark()
+        self.sync()
+        return float(self.clock.between(start, end))
 
     def best(self, fn: Callable[[], Any], repeats: int, what: str) -> float:
         """The fastest of ``repeats`` calls after one untimed call (a busy machine slows some
@@ -244,7 +239,7 @@ def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
     from torch.nn.functional import scaled_dot_product_attention as sdpa
 
     kernel = getattr(SDPBackend, backend)
-    timer = _Timer(torch, dev)
+    timer = _Timer(dev)
     table: dict[tuple[bool, int], tuple[float, ...]] = {}
     for causal in (False, True):
         for d in (64, 128):
@@ -316,7 +311,7 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *, quick: bool = Fa
     shapes = shapes or (QUICK_SHAPES if quick else SHAPES)
     norm_shape = norm_shape or (QUICK_NORM_SHAPE if quick else NORM_SHAPE)
     attention = not quick if attention is None else attention
-    timer = _Timer(torch, dev)
+    timer = _Timer(dev)
     dtype = getattr(torch, _DTYPES[precision])
     saved = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover
     pass
 
 __all__ = [
+    "Clock",
     "build_model",
     "check_profile_options",
     "load_factory",
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 # ---------------------------------------------------------------------------- profiling
 
 
-class _Clock:
+class Clock:
     """Time marks: ``perf_counter`` on CPU, CUDA events on a GPU."""
 
     def __init__(self, device: Any) -> None:
@@ -289,7 +290,7 @@ def _measure(model: Any, example_inputs: Any, dev: Any, params: list, candidates
     ``warmup``. ``copies`` (hooks registered before the timing hooks, so each gradient's
     copy ends before its time is taken) are removed at the end with them. A failure of the
     user's model becomes one line naming the input and device."""
-    clock = _Clock(dev)
+    clock = Clock(dev)
     fwd_marks: list[tuple[int, Any]] = []
     grad_marks: list[tuple[int, Any]] = []
     handles = []
@@ -411,7 +412,7 @@ def _host_segments(marks: tuple, fwd_ids: list[int], fwd: list, grad_ids: list[i
     }
 
 
-def _segments(clock: _Clock, marks: tuple, fwd: list, grads: list) -> dict[str, Any]:
+def _segments(clock: Clock, marks: tuple, fwd: list, grads: list) -> dict[str, Any]:
     """One iteration's raw figures, in seconds from the start of the forward."""
     t0, t1, t2, t3, t4 = marks
     return {
@@ -784,21 +785,21 @@ def build_model(spec: str) -> Any:
     return model
 
 
-def resolve_device(device: Any) -> Any:
-    """A torch device the measurement can run on: a valid name, available, not ``meta``."""
+def resolve_device(device: Any, option: str = "device") -> Any:
+    """A torch device the measurement can run on: a valid name, available, not ``meta``; errors
+    name ``option`` (the field or command-line option that gave ``device``)."""
     torch = _torch()
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError, ValueError) as exc:
-        raise SchedoptError(f"not a device name ({_one_line(exc)})", "device",
+        raise SchedoptError(f"not a device name ({_one_line(exc)})", option,
                             str(device)) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise SchedoptError("CUDA is not available on this machine", "device", str(device))
+            raise SchedoptError("CUDA is not available on this machine", option, str(device))
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise SchedoptError(f"this machine has {torch.cuda.device_count()} CUDA devices",
-                                "device", str(device))
+                                option, str(device))
     elif dev.type != "cpu":
-        raise SchedoptError("cannot time a model there (use cpu or cuda)", "device",
-                            str(device))
+        raise SchedoptError("cannot time a model there (use cpu or cuda)", option, str(device))
     return dev
