@@ -11,7 +11,10 @@ model, batch, sequence and precision on the ``h200`` profile with both methods o
 grouped by their top two name components, as the measured trace charges parameter-free work to
 the next layer and the estimate to the previous one). Then it compares the estimated iteration
 (forward + backward + update) with published single-GPU throughputs (NVIDIA
-DeepLearningExamples READMEs: BERT-large pretraining and ResNet-50 v1.5; docs/estimate.md). The
+DeepLearningExamples READMEs: BERT-large pretraining, ResNet-50 v1.5 and, as held-out
+depthwise-convolution networks reported apart (:data:`DEPTHWISE`), EfficientNet-B0 and B4;
+docs/estimate.md), then what the float32 EfficientNet rows leave for their depthwise layers
+(:func:`depthwise_remainder`). The
 two BERT rows of :data:`BINNED` ran length-binned data (fewer tokens than batch x sequence): their
 full-padding estimate is an upper bound, checked, and left out of the mean |error|.
 ``--h200-profile FILE`` estimates the H200 traces on a profile that ``schedopt bench-gpu``
@@ -42,6 +45,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -50,7 +54,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from schedopt.files import instances_dir, load_trace
-from schedopt.measure.estimate import METHODS, estimate, operator_breakdown
+from schedopt.measure.estimate import IMAGE_KINDS, METHODS, MODELS, estimate, operator_breakdown
 
 #: measured trace -> (model, precision, batch, sequence, autocast); the ResNet-50 trace ran under
 #: bf16 autocast with float32 weights (its ``source``), the others with bfloat16 weights
@@ -79,7 +83,29 @@ FITTED = {"gpt2-1.5b-h200-bf16-measured"}
 #: The ResNet-50 rows have no attention ("auto").
 EAGER = "eager"
 
-#: (label, model, gpu, precision, batch, seq, samples per second, attention, source); the "AMP"
+#: DeepLearningExamples' EfficientNet training throughput on one GPU (PyTorch/Classification/
+#: ConvNets/efficientnet/README.md at 729963dd, "Training performance results", PyTorch 21.03
+#: NGC container): (model, GPU label, profile, precision label, precision, per-GPU batch, image
+#: side, images per second). Batches and image sides are those of ConvNets/configs.yml at
+#: 729963dd (``efficientnet_b0_params_4k`` 224, ``efficientnet_b4_params_4k`` 380; DGXA100 and
+#: DGX1V-16G); AMP runs ``memory_format: nhwc`` with torch.cuda.amp, TF32 and FP32 run NCHW
+#: (main.py's default). The model is torchvision's layout (the same MBConv blocks, squeeze on a
+#: quarter of the input channels, as image_classification/models/efficientnet.py). The runs use
+#: RMSprop (28 B per parameter against the 20 of the SGD update estimated: under 0.1% of these
+#: steps) and read ImageNet through the PyTorch data loader.
+EFFICIENTNET_ROWS = [
+    ("efficientnet_b0", "A100-80GB", "a100", "TF32", "tf32", 256, 224, 1078),
+    ("efficientnet_b0", "A100-80GB", "a100", "AMP", "fp16", 256, 224, 2489),
+    ("efficientnet_b4", "A100-80GB", "a100", "TF32", "tf32", 64, 380, 157),
+    ("efficientnet_b4", "A100-80GB", "a100", "AMP", "fp16", 128, 380, 331),
+    ("efficientnet_b0", "V100-16GB", "v100", "FP32", "fp32", 64, 224, 655),
+    ("efficientnet_b0", "V100-16GB", "v100", "AMP", "fp16", 128, 224, 1301),
+    ("efficientnet_b4", "V100-16GB", "v100", "FP32", "fp32", 16, 380, 83),
+    ("efficientnet_b4", "V100-16GB", "v100", "AMP", "fp16", 32, 380, 204),
+]
+
+#: (label, model, gpu, precision, batch, seq, samples per second, attention, source); ``seq`` is
+#: the image side of image models (None: 224); the "AMP"
 #: rows are mixed-precision runs and are estimated with ``autocast=True`` (float32 weights,
 #: fp16 products), except those of :data:`HALF_WEIGHTS`.
 #: The BERT 20.06 rows are those of the README before the January 2022 release
@@ -140,6 +166,10 @@ PUBLISHED = [
        f" {step:.3f} s/iter, torch 1.4, 1 GPU of a DGX-1")
       for model, step in (("resnet50", 0.097), ("resnet101", 0.162),
                           ("resnext50_32x4d", 0.145), ("resnext101_32x8d", 0.415))],
+    *[(f"{model} {gpu_label} {prec_label} b{batch}", model, gpu, prec, batch, side, rate,
+       "auto", f"DLE PyTorch EfficientNet README (ConvNets/efficientnet, 21.03), 1 GPU,"
+       f" {side}x{side} images")
+      for model, gpu_label, gpu, prec_label, prec, batch, side, rate in EFFICIENTNET_ROWS],
 ]
 #: Published "AMP" rows that ran 16-bit weights, not torch.autocast, estimated as ``--dtype fp16``
 #: without autocast: the PyTorch BERT runs. pytorch:20.06 ran apex ``amp.initialize(...,
@@ -155,7 +185,13 @@ PUBLISHED = [
 #: for resnet50 DGXA100 AMP and nothing for TF32, and main.py's ``--memory-format`` defaults to
 #: ``nchw`` (commit 0107cf27). The TensorFlow rows are left at channels_last (XLA chooses
 #: its layouts; not read here).
+#: The EfficientNet rows: depthwise-convolution networks, added as held-out architectures after
+#: the estimator's method and the other rows; their mean |error| is printed apart and, for
+#: comparison, pooled with the rest.
+DEPTHWISE = {f"{m} {g} {p} b{b}" for m, g, _, p, _, b, _, _ in EFFICIENTNET_ROWS}
+
 NCHW = {"resnet50 A100-80GB TF32 b256",
+        *(f"{m} {g} {p} b{b}" for m, g, _, p, _, b, _, _ in EFFICIENTNET_ROWS if p != "AMP"),
         *(f"{m} V100 FP32 b32 (DDP benchmark)"
           for m in ("resnet50", "resnet101", "resnext50_32x4d", "resnext101_32x8d"))}
 
@@ -448,8 +484,11 @@ def _published_estimate(label: str, model: str, gpu: str, prec: str, batch: int,
     positions, steps = AS_RUN.get(label, (0, 1)) if as_run else (0, 1)
     heads = "pretraining" if as_run and label in AS_RUN else "none"
 
+    image = MODELS[model].kind in IMAGE_KINDS if model in MODELS else False
+
     def run(accumulate: int) -> Any:
-        return estimate(model, gpu, prec, batch, seq, method=method,
+        return estimate(model, gpu, prec, batch, None if image else seq, method=method,
+                        image_size=seq if image else None,
                         autocast=" AMP " in label and label not in HALF_WEIGHTS,
                         attention=attention, memory_format=layout, heads=heads,
                         lm_positions=positions, accumulate=accumulate)
@@ -496,6 +535,10 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]],
                 continue  # the roofline profiles have no TF32 / V100-fp16-image figure
             if label in BINNED:
                 binned.append((f"{label} ({method})", run / m_step))
+            elif label in DEPTHWISE:  # reported apart: added after the method was set
+                errors.setdefault(f"{method} depthwise", []).append(abs(run / m_step - 1))
+                if method == "operator":
+                    by_batch.setdefault((model, batch), []).append((run / m_step - 1, label))
             else:
                 errors.setdefault(method, []).append(abs(run / m_step - 1))
                 errors.setdefault(f"{method} before", []).append(abs(old / m_step - 1))
@@ -504,6 +547,26 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]],
             print(f"| {label} | {method} | {run * 1e3:.1f} | {run / m_step - 1:+.1%} |"
                   f" {old * 1e3:.1f} | {old / m_step - 1:+.1%} | {m_step * 1e3:.1f} | {source} |")
     return errors, binned, by_batch
+
+
+def depthwise_remainder() -> None:
+    """For each EfficientNet row at float32 (NCHW: PyTorch's own depthwise kernels): the
+    measured step less the estimate of everything but the depthwise convolutions, per image,
+    and over the rule's price of those convolutions (docs/validation.md, "EfficientNet")."""
+    print("\n| row | estimate without depthwise ms | depthwise, priced ms |"
+          " measured - rest, per image ms | over the price |")
+    print("| --- | --- | --- | --- | --- |")
+    for model, gpu_label, gpu, prec_label, prec, batch, side, rate in EFFICIENTNET_ROWS:
+        if prec_label == "AMP":
+            continue
+        log: list[Any] = []
+        tr = estimate(model, gpu, prec, batch, image_size=side, memory_format="nchw", log=log)
+        dw = sum(r[5] + r[6] for r in log if r[0] == "convolution"
+                 and r[3] / (2 * math.prod(r[2])) in (9, 25))  # 2 k^2 FLOPs per output
+        rest = _step_s(tr) + tr.update_s - dw
+        left = batch / rate - rest
+        print(f"| {model} {gpu_label} {prec_label} b{batch} | {rest * 1e3:.1f} | {dw * 1e3:.1f} |"
+              f" {left / batch * 1e3:.3f} | {left / dw:.1f} |")
 
 
 def print_by_batch(by_batch: dict[tuple[str, int], list[tuple[float, str]]]) -> None:
@@ -658,25 +721,35 @@ def main(argv: list[str] | None = None) -> int:
         print()
         pub, binned, by_batch = published_rows()
         print_by_batch(by_batch)
+        depthwise_remainder()
         for method, errs in pub.items():
-            if errs:
+            if errs and not method.endswith("depthwise"):
                 print(f"published per-iteration mean |error|, {method}, {len(errs)} rows"
                       f" padded to their sequence: {statistics.mean(errs):.1%}")
+        for method in METHODS:
+            errs = pub.get(f"{method} depthwise", [])
+            if errs:
+                print(f"published per-iteration mean |error|, {method}, {len(errs)} EfficientNet"
+                      f" rows (depthwise, added): {statistics.mean(errs):.1%}"
+                      f" (max {max(errs):.1%})")
         for label, ratio in binned:
             verdict = "upper bound holds" if ratio >= 1 else "UPPER BOUND VIOLATED"
             print(f"binned row {label}: full-padding estimate / measured = {ratio:.2f}"
                   f" ({verdict}; not in the mean)")
         print_pooled(held, imported, pub)
+        print_pooled(held, imported, {m: pub.get(m, []) + pub.get(f"{m} depthwise", [])
+                                      for m in METHODS}, what=" with the EfficientNet rows")
     return 0
 
 
-def print_pooled(*groups: dict[str, list[float]]) -> None:
+def print_pooled(*groups: dict[str, list[float]], what: str = "") -> None:
     """The mean |error| per step over every measured step not used in a fit (the H200 traces,
-    the imported traces and the published rows together), per method."""
+    the imported traces and the published rows together), per method; ``what`` says what the
+    line adds."""
     for method in ("operator", "roofline"):
         errs = [e for group in groups for e in group.get(method, [])]
         if errs:
-            print(f"every measured step not used in a fit, {method}: mean |error|"
+            print(f"every measured step not used in a fit{what}, {method}: mean |error|"
                   f" {statistics.mean(errs):.1%} over {len(errs)} steps (max {max(errs):.1%})")
 
 

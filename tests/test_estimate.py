@@ -83,7 +83,11 @@ def test_missing_required_key(tmp_path: Path) -> None:
     ("args", "field"),
     [(["gpt2", "--gpu", "x100"], "--gpu"), (["gpt2", "--dtype", "fp8"], "--dtype"),
      (["gpt2", "--batch", "0"], "--batch"), (["gpt2", "--seq", "4096"], "--seq"),
-     (["resnet50", "--seq", "128"], "--seq"), (["mobilenet_v2"], "MODEL"),
+     (["resnet50", "--seq", "128"], "--seq"), (["densenet121"], "MODEL"),
+     (["gpt2", "--image-size", "224"], "--image-size"),
+     (["efficientnet_b0", "--image-size", "31"], "--image-size"),
+     (["efficientnet_b0", "--image-size", "99999"], "--image-size"),
+     (["resnet50", "--image-size", "4096", "--batch", "4096"], "--batch"),
      (["v100-only", "--gpu", "v100", "--dtype", "tf32"], "--dtype"),
      (["gpt2", "--batch", "100000", "--seq", "1024"], "--batch")],
 )

@@ -23,6 +23,9 @@ def estimate_cmd(
     out: Annotated[Path, typer.Option("--out", help="Trace JSON to write.")],
     seq: Annotated[int | None, typer.Option("--seq", help="Sequence length (text models).")]
     = None,
+    image_size: Annotated[int | None, typer.Option("--image-size", help="Input height and"
+                                                   " width of image models in pixels"
+                                                   " (default 224).")] = None,
     recompute: Annotated[bool, typer.Option("--recompute", help="Full activation"
                                             " recomputation: backward includes a forward.")]
     = False,
@@ -69,7 +72,7 @@ def estimate_cmd(
         tr = estimate(model, gpu, dtype, batch, seq, recompute=recompute, accumulate=accumulate,
                       method=method, autocast=autocast, attention=attention,
                       memory_format=memory_format, heads=heads, lm_positions=lm_positions,
-                      ddp_copies=ddp_copies, name=name)
+                      ddp_copies=ddp_copies, name=name, image_size=image_size)
         files.write_json(out, tr.model_dump(mode="json", exclude_none=True))
     fwd = sum(la.forward_s for la in tr.layers)
     bwd = sum(la.backward_s for la in tr.layers)

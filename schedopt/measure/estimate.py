@@ -169,6 +169,9 @@ MAX_LAYERS = 1024
 MAX_SEQ = 2**20
 #: Largest number of tokens (or images x 1000) of one micro-batch.
 MAX_TOKENS = 2**26
+#: Image models' default input side (pixels) and the range ``--image-size`` accepts.
+IMAGE_SIDE = 224
+IMAGE_SIDES = (32, 4096)
 #: Largest number of parameters.
 MAX_PARAMS = 10**13
 
@@ -250,7 +253,11 @@ MODELS: dict[str, ModelSpec] = {
                           ("resnext50_32x4d", "ResNeXt-50 32x4d"),
                           ("resnext101_32x8d", "ResNeXt-101 32x8d"),
                           ("wide_resnet50_2", "Wide ResNet-50-2"),
-                          ("wide_resnet101_2", "Wide ResNet-101-2"))},
+                          ("wide_resnet101_2", "Wide ResNet-101-2"),
+                          ("mobilenet_v2", "MobileNetV2"),
+                          ("mobilenet_v3_large", "MobileNetV3-Large"),
+                          ("mobilenet_v3_small", "MobileNetV3-Small"),
+                          *((f"efficientnet_b{i}", f"EfficientNet-B{i}") for i in range(8)))},
     "bert-base": ModelSpec("bert-base", "BERT-base encoder with pooler (transformers BertModel,"
                            " BertConfig())", "bert", {}),
     "bert-large": ModelSpec("bert-large", "BERT-large encoder with pooler (transformers BertModel,"
@@ -445,6 +452,7 @@ class TraceSpec:
     batch: int
     seq: int = 0
     grad_dtype: str = "float32"
+    image: int = IMAGE_SIDE  # image models' input height and width (pixels)
     method: str = "roofline"
     recompute: bool = False
     accumulate: int = 1
@@ -529,8 +537,25 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
             bwd += model.memory_s(out.nbytes)  # bias gradient: a reduction of the output's
         return fwd, bwd
 
+    def depthwise(x: Any, w: Any, out: Any) -> tuple[float, float]:
+        # PyTorch's own kernels (aten/src/ATen/native/cuda/DepthwiseConv2d.cu: one thread per
+        # output, per input gradient, one block per weight element summing over the batch) and
+        # cuDNN's depthwise kernels stream their tensors once per pass
+        ks = math.prod(w.shape[2:])
+        flops = 2.0 * out.numel() * ks
+
+        def one(nbytes: float) -> float:  # at the profile's depthwise efficiency
+            return max(model.memory_s(nbytes / model.depthwise_eff), flops / g.peak)
+
+        fwd = one(x.nbytes + w.nbytes + out.nbytes)
+        bwd = one(out.nbytes + w.nbytes + x.nbytes) if _needs_grad(x) else 0.0
+        bwd += one(x.nbytes + out.nbytes + w.nbytes) if _needs_grad(w) else 0.0
+        return fwd, bwd
+
     def conv(args: Any, out: Any) -> tuple[float, float]:
         x, w, groups = args[0], args[1], int(args[8])
+        if groups > 1 and w.shape[1] == 1:  # depthwise: one input channel per group
+            return depthwise(x, w, out)
         item = x.element_size()
         ks = math.prod(w.shape[2:])
         m, n, k = out.shape[0] * math.prod(out.shape[2:]), w.shape[0] // groups, w.shape[1] * ks
@@ -683,6 +708,33 @@ def _autocast_args(func: Any, args: Any, kwargs: Any, ac: _Autocast,
     return tree_map(cast, args), tree_map(cast, kwargs)
 
 
+@contextlib.contextmanager
+def _conv_bias_cast(low: Any) -> Iterator[None]:
+    """Convolutions' biases in ``low`` under autocast, as ``torch.autocast`` casts them with the
+    input and weight: ``conv2d`` checks the bias's dtype against its input's before it
+    dispatches, where :func:`_autocast_args` casts the input and weight (the cast of a bias is
+    charged there as a copy)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    convs = (torch.conv1d, torch.conv2d, torch.conv3d)
+
+    class BiasCast(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            kwargs = dict(kwargs or {})
+            if func in convs:
+                args = list(args)
+                where = (args, 2) if len(args) > 2 else (kwargs, "bias")
+                b = where[0][where[1]] if len(args) > 2 else kwargs.get("bias")
+                if isinstance(b, torch.Tensor) and b.is_floating_point() and b.dtype != low:
+                    where[0][where[1]] = b.to(low)
+            return func(*args, **kwargs)
+
+    with BiasCast():
+        yield
+
+
 def _dispatch_mode(costs: _Costs, price: Pricer, autocast: _Autocast | None = None, *,
                    in_place: bool = True) -> Any:
     """A TorchDispatchMode that charges every operator to the current layer.
@@ -819,7 +871,8 @@ def _build_bert(spec: ModelSpec, attn: str, batch: int, seq: int, dtype: Any,
 def _build(spec: ModelSpec, attention: str, batch: int, seq: int, dtype: Any,
            heads: tuple[str, int] = ("none", 0)) -> tuple[Any, Callable[[], None]]:
     """The model on the meta device and a closure running one forward pass (with loss);
-    ``heads`` is ``(HEADS entry, lm_positions)`` of a BERT model."""
+    ``seq`` is an image model's input side, ``heads`` is ``(HEADS entry, lm_positions)`` of a
+    BERT model."""
     import torch
 
     if spec.kind in ("image", "torchvision"):
@@ -830,7 +883,7 @@ def _build(spec: ModelSpec, attention: str, batch: int, seq: int, dtype: Any,
                 import torchvision
 
                 model = torchvision.models.get_model(spec.key).to(dtype)
-            x = torch.empty(batch, 3, 224, 224, dtype=dtype)
+            x = torch.empty(batch, 3, seq, seq, dtype=dtype)
             y = torch.zeros(batch, dtype=torch.long)
 
         def run() -> None:
@@ -1000,8 +1053,8 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     dtype = torch.float32 if ts.autocast else _torch_dtype(ts.precision)
     price, attention, cast_price = _pricers(ts, gpu, spec.kind not in IMAGE_KINDS)
     autocast = _Autocast(_torch_dtype(ts.precision), cast_price) if ts.autocast else None
-    model, run = _build(spec, attention, ts.batch, ts.seq, dtype,
-                        (ts.heads, ts.lm_positions))
+    model, run = _build(spec, attention, ts.batch, ts.image if spec.kind in IMAGE_KINDS
+                        else ts.seq, dtype, (ts.heads, ts.lm_positions))
     model.train()
     name_of: dict[int, str] = {}
     for pname, p in model.named_parameters():  # de-duplicates tied parameters: first name wins
@@ -1023,7 +1076,8 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
     ctx = _flash_attention(causal=causal) if attention == "flash" else contextlib.nullcontext()
     as_cuda = ts.method != "roofline"  # the roofline method is kept as the shipped traces were
     drop = _fused_dropout() if as_cuda else contextlib.nullcontext()
-    with ctx, drop, _dispatch_mode(costs, price, autocast, in_place=as_cuda):
+    bias = _conv_bias_cast(autocast.low) if autocast else contextlib.nullcontext()
+    with ctx, drop, bias, _dispatch_mode(costs, price, autocast, in_place=as_cuda):
         run()
     by_name = {m: own for m, _, own in owners}
     missing = [m for m, _, _ in owners if m not in costs.time]
@@ -1058,7 +1112,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
 def _iteration_costs(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int) -> dict[str, float]:
     bandwidth = gpu.memory_Bps if ts.method == "roofline" else gpu.hbm_Bps * gpu.memory_eff
     if spec.kind in ("image", "torchvision"):
-        batch_bytes = ts.batch * 3 * 224 * 224 * 4
+        batch_bytes = ts.batch * 3 * ts.image**2 * 4
         io = ts.batch * IMAGE_DECODE_S / gpu.loader_workers
         update_bpp = 20  # SGD momentum, float32 master weights
     else:
@@ -1086,12 +1140,24 @@ def _heads_text(ts: TraceSpec) -> str:
             " both cross-entropy losses)")
 
 
+def _model_text(ts: TraceSpec, spec: ModelSpec) -> str:
+    """The model in a trace's description: its spec's, at the trace's image side, and with the
+    heads of :func:`_heads_text`."""
+    side = f"{IMAGE_SIDE}x{IMAGE_SIDE}"
+    text = spec.description
+    if ts.image != IMAGE_SIDE:
+        text = (text.replace(side, f"{ts.image}x{ts.image}") if side in text
+                else f"{text}, {ts.image}x{ts.image} images")
+    return text + _heads_text(ts)
+
+
 def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors: int,
               n_ops: int, path: str) -> str:
     costs = _iteration_costs(ts, spec, gpu, n_params)
     seq = f", sequence {ts.seq}" if ts.seq else ""
-    if spec.kind == "image":
-        data = (f"h2d = {ts.batch} x 602,112 B (float32 3x224x224) / {gpu.pcie_Bps / 1e9:g} GB/s"
+    if spec.kind in IMAGE_KINDS:
+        data = (f"h2d = {ts.batch} x {12 * ts.image**2:,} B (float32 3x{ts.image}x{ts.image}) /"
+                f" {gpu.pcie_Bps / 1e9:g} GB/s"
                 f" ({gpu.pcie_basis}) = {costs['h2d_s'] * 1e3:.3g} ms; io = {ts.batch} x"
                 f" {IMAGE_DECODE_S * 1e3:g} ms (assumed JPEG decode and crop per image and core)"
                 f" / {gpu.loader_workers} loader workers ({gpu.loader_basis}) ="
@@ -1113,9 +1179,9 @@ def _describe(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, n_tensors
         spec.kind == "image" and ts.precision == "bf16") else ts.precision
     if ts.autocast:
         compute = _autocast_text(ts)
-    attention = "" if spec.kind == "image" else _attention_text(ts, gpu, path, "")
+    attention = "" if spec.kind in IMAGE_KINDS else _attention_text(ts, gpu, path, "")
     return (
-        f"ESTIMATE (not measured). {spec.description}{_heads_text(ts)}; {n_params:,}"
+        f"ESTIMATE (not measured). {_model_text(ts, spec)}; {n_params:,}"
         f" parameters in {n_tensors}"
         f" tensors (exact shapes), {grads}; per-GPU batch {ts.batch}{seq}; {gpu.name},"
         f" {compute} compute. Per-operator roofline over one meta-device forward pass"
@@ -1188,10 +1254,12 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
     update = (" (float32 parameters, gradients and optimizer state)" if ts.autocast else "")
     align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
              if g.align > 1 else "")
-    norm = (f", at {opm.norm_eff:.3g} of that bandwidth (the profile's norm_eff)"
-            if opm.norm_eff != 1.0 else "")
+    norm = _eff_text(opm.norm_eff, "norm_eff")
+    dw = (f"; depthwise convolutions stream input, weight and output once per pass (forward,"
+          f" data and weight gradients){_eff_text(opm.depthwise_eff, 'depthwise_eff')}"
+          if spec.kind in IMAGE_KINDS else "")
     return (
-        f"ESTIMATE (not measured). {spec.description}{_heads_text(ts)}; {n_params:,}"
+        f"ESTIMATE (not measured). {_model_text(ts, spec)}; {n_params:,}"
         f" parameters in {n_tensors}"
         f" tensors, {ts.grad_dtype} gradients; per-GPU batch {ts.batch}{seq}; {gpu.name},"
         f" {compute} compute. Operator cost model over one meta-device forward pass"
@@ -1205,12 +1273,18 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
         f" input{norm}), layer norm (2 and 5), same-shape additions (backward: the gradient sum"
         f" of the fork, 3"
         f" passes) and max pooling (backward reads the index of every window over each input)"
-        f"{wino}{more}; parameter-free operators charged to the preceding layer; update ="
+        f"{wino}{dw}{more}; parameter-free operators charged to the preceding layer; update ="
         f" {28 if spec.kind not in ('image', 'torchvision') else 20} B/param{update} /"
         f" {g.bandwidth_Bps / 1e9:g} GB/s = {costs['update_s'] * 1e3:.3g} ms; io ="
         f" {costs['io_s'] * 1e3:.3g} ms, h2d = {costs['h2d_s'] * 1e3:.3g} ms (as the shipped"
         f" estimated traces)."
     )
+
+
+def _eff_text(eff: float, field: str) -> str:
+    """``, at EFF of that bandwidth (the profile's FIELD)`` for a measured efficiency, else
+    nothing."""
+    return f", at {eff:.3g} of that bandwidth (the profile's {field})" if eff != 1.0 else ""
 
 
 def _check_int(value: Any, what: str, low: int, high: int) -> int:
@@ -1292,7 +1366,7 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
              method: str = "operator", autocast: bool = False, attention: str = "auto",
              memory_format: str = "channels_last", heads: str = "none",
              lm_positions: int = 0, ddp_copies: bool = False, name: str | None = None,
-             log: list[Any] | None = None) -> Trace:
+             log: list[Any] | None = None, image_size: int | None = None) -> Trace:
     """Estimate the trace of ``model`` on ``gpu``.
 
     Parameters
@@ -1337,6 +1411,9 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         copied into its bucket and the bucket scaled in its layer's backward, and copied back
         after the all-reduce in the update (:func:`ddp_copy_in_s`, :func:`ddp_copy_out_s`);
         what a DDP run without ``gradient_as_bucket_view`` adds to a model's own compute.
+    image_size
+        Input height and width of image models in pixels (default :data:`IMAGE_SIDE`, 224);
+        not for text models.
     name
         Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
         ``autocast``, a ``-flash`` or ``-eager`` suffix with a chosen ``attention``, then
@@ -1357,6 +1434,7 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     """
     spec, seq = _checked(model, gpu, precision, batch, seq, accumulate, method, autocast,
                          attention, memory_format, heads, lm_positions, ddp_copies)
+    image = _image_side(spec, batch, image_size)
     grad = "float32" if autocast else {"bf16": "bfloat16", "fp16": "float16"}.get(precision,
                                                                                   "float32")
     key = gpu.strip().lower()
@@ -1364,8 +1442,25 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
                    method=method, recompute=recompute, accumulate=accumulate,
                    autocast=bool(autocast),
                    attention=attention, memory_format=memory_format, heads=heads,
-                   lm_positions=lm_positions, ddp_copies=ddp_copies)
+                   lm_positions=lm_positions, ddp_copies=ddp_copies, image=image)
     return estimate_trace(replace(ts, name=name or _default_name(ts)), spec, log=log)
+
+
+def _image_side(spec: ModelSpec, batch: int, image_size: int | None) -> int:
+    """An image model's input side (default :data:`IMAGE_SIDE`), checked, and the pixels of the
+    batch kept under the token limit's images at 224; :data:`IMAGE_SIDE` for text models, which
+    refuse an ``image_size``."""
+    if spec.kind not in IMAGE_KINDS:
+        if image_size is not None:
+            raise SchedoptError("applies to image models only", "--image-size", image_size)
+        return IMAGE_SIDE
+    side = IMAGE_SIDE if image_size is None else _check_int(image_size, "--image-size",
+                                                             *IMAGE_SIDES)
+    if batch * side**2 * 1000 > MAX_TOKENS * IMAGE_SIDE**2:
+        raise SchedoptError(f"batch x image = {batch:,} x {side}x{side} pixels: more than"
+                            f" {MAX_TOKENS // 1000:,} images of {IMAGE_SIDE}x{IMAGE_SIDE}",
+                            "--batch", batch)
+    return side
 
 
 def _checked(model: str | ModelSpec, gpu: str, precision: str, batch: int, seq: int | None,
@@ -1418,6 +1513,7 @@ def _default_name(ts: TraceSpec) -> str:
     path += "-pretraining" if ts.heads == "pretraining" else ""
     path += f"-lm{ts.lm_positions}" if ts.lm_positions else ""
     path += "-ddp" if ts.ddp_copies else ""
+    path += f"-i{ts.image}" if ts.image != IMAGE_SIDE else ""
     gpu = ts.gpu if ts.gpu in GPUS else safe_file_stem(Path(ts.gpu).stem, "gpu")
     return f"{label}-{gpu}-{mode}-b{ts.batch}{path}"
 
