@@ -1344,7 +1344,8 @@ def _sequence(spec: ModelSpec, batch: int, seq: int | None) -> int:
     and the token limit."""
     if spec.kind in ("image", "torchvision"):
         if seq not in (None, 0):
-            raise SchedoptError("applies to text models only", "--seq", seq)
+            raise SchedoptError("applies to text models only (an image model's input side is"
+                                " --image-size)", "--seq", seq)
         if batch * 1000 > MAX_TOKENS:
             raise SchedoptError(f"at most {MAX_TOKENS // 1000:,} images", "--batch", batch)
         return 0
