@@ -517,6 +517,22 @@ def _needs_grad(t: Any) -> bool:
     return bool(getattr(t, "requires_grad", False))
 
 
+def _depthwise_s(model: OperatorModel, x: Any, w: Any, out: Any) -> tuple[float, float]:
+    """Forward and backward seconds of a depthwise convolution (one input channel per group):
+    each pass streams its input, weight and output once, at the profile's depthwise efficiency,
+    as PyTorch's own kernels (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``: one thread per
+    output, one per input gradient, one block per weight element summing over the batch) and
+    cuDNN's depthwise kernels do; at least the pass's FLOPs at the products' peak."""
+    flops = 2.0 * out.numel() * math.prod(w.shape[2:])
+    nbytes = x.nbytes + w.nbytes + out.nbytes  # every pass: one tensor of each size
+
+    def one() -> float:
+        return max(model.memory_s(nbytes / model.depthwise_eff), flops / model.gemm.peak)
+
+    bwd = (one() if _needs_grad(x) else 0.0) + (one() if _needs_grad(w) else 0.0)
+    return one(), bwd
+
+
 def _operator_pricer(model: OperatorModel) -> Pricer:
     """Price every operator with :class:`OperatorModel` (forward and backward)."""
     import torch
@@ -537,25 +553,10 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
             bwd += model.memory_s(out.nbytes)  # bias gradient: a reduction of the output's
         return fwd, bwd
 
-    def depthwise(x: Any, w: Any, out: Any) -> tuple[float, float]:
-        # PyTorch's own kernels (aten/src/ATen/native/cuda/DepthwiseConv2d.cu: one thread per
-        # output, per input gradient, one block per weight element summing over the batch) and
-        # cuDNN's depthwise kernels stream their tensors once per pass
-        ks = math.prod(w.shape[2:])
-        flops = 2.0 * out.numel() * ks
-
-        def one(nbytes: float) -> float:  # at the profile's depthwise efficiency
-            return max(model.memory_s(nbytes / model.depthwise_eff), flops / g.peak)
-
-        fwd = one(x.nbytes + w.nbytes + out.nbytes)
-        bwd = one(out.nbytes + w.nbytes + x.nbytes) if _needs_grad(x) else 0.0
-        bwd += one(x.nbytes + out.nbytes + w.nbytes) if _needs_grad(w) else 0.0
-        return fwd, bwd
-
     def conv(args: Any, out: Any) -> tuple[float, float]:
         x, w, groups = args[0], args[1], int(args[8])
         if groups > 1 and w.shape[1] == 1:  # depthwise: one input channel per group
-            return depthwise(x, w, out)
+            return _depthwise_s(model, x, w, out)
         item = x.element_size()
         ks = math.prod(w.shape[2:])
         m, n, k = out.shape[0] * math.prod(out.shape[2:]), w.shape[0] // groups, w.shape[1] * ks
@@ -706,6 +707,24 @@ def _autocast_args(func: Any, args: Any, kwargs: Any, ac: _Autocast,
         return c
 
     return tree_map(cast, args), tree_map(cast, kwargs)
+
+
+def _pricing_modes(ts: TraceSpec, spec: ModelSpec, attention: str,
+                   autocast: _Autocast | None, costs: _Costs, price: Pricer
+                   ) -> contextlib.ExitStack:
+    """The modes one forward pass runs under: the fused attention kernel, CUDA's fused dropout
+    (not for the roofline method, kept as the shipped traces were made), autocast's casts of
+    convolution biases, and the dispatch mode that charges every operator."""
+    stack = contextlib.ExitStack()
+    if attention == "flash":
+        stack.enter_context(_flash_attention(causal=spec.kind in ("gpt2", "llama", "gpt_neox")))
+    as_cuda = ts.method != "roofline"
+    if as_cuda:
+        stack.enter_context(_fused_dropout())
+    if autocast:
+        stack.enter_context(_conv_bias_cast(autocast.low))
+    stack.enter_context(_dispatch_mode(costs, price, autocast, in_place=as_cuda))
+    return stack
 
 
 @contextlib.contextmanager
@@ -1072,12 +1091,7 @@ def estimate_trace(ts: TraceSpec, spec: ModelSpec | None = None, *,
         if own:
             owners.append((mname, module, own))
             module.register_forward_pre_hook(lambda _m, _a, n=mname: costs.enter(n))
-    causal = spec.kind in ("gpt2", "llama", "gpt_neox")
-    ctx = _flash_attention(causal=causal) if attention == "flash" else contextlib.nullcontext()
-    as_cuda = ts.method != "roofline"  # the roofline method is kept as the shipped traces were
-    drop = _fused_dropout() if as_cuda else contextlib.nullcontext()
-    bias = _conv_bias_cast(autocast.low) if autocast else contextlib.nullcontext()
-    with ctx, drop, bias, _dispatch_mode(costs, price, autocast, in_place=as_cuda):
+    with _pricing_modes(ts, spec, attention, autocast, costs, price):
         run()
     by_name = {m: own for m, _, own in owners}
     missing = [m for m, _, _ in owners if m not in costs.time]
@@ -1383,7 +1397,8 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         Per-GPU micro-batch (samples).
     seq
         Sequence length of text models (default per family: BERT 512, GPT-2 1024, GPT-NeoX
-        2048, Llama 4096, at most the configuration's positions); not for image models.
+        2048, Llama 4096, at most the configuration's positions); image models take
+        ``image_size``, their input side in pixels (default :data:`IMAGE_SIDE`).
     recompute
         Full activation recomputation (backward includes a second forward).
     accumulate
@@ -1412,9 +1427,6 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
         copied into its bucket and the bucket scaled in its layer's backward, and copied back
         after the all-reduce in the update (:func:`ddp_copy_in_s`, :func:`ddp_copy_out_s`);
         what a DDP run without ``gradient_as_bucket_view`` adds to a model's own compute.
-    image_size
-        Input height and width of image models in pixels (default :data:`IMAGE_SIDE`, 224);
-        not for text models.
     name
         Trace name (default ``MODEL-GPU-PRECISION-bBATCH``, ``PRECISION-autocast`` with
         ``autocast``, a ``-flash`` or ``-eager`` suffix with a chosen ``attention``, then
@@ -1441,9 +1453,8 @@ def estimate(model: str | ModelSpec, gpu: str, precision: str, batch: int,
     key = gpu.strip().lower()
     ts = TraceSpec("", spec.key, key if key in GPUS else gpu, precision, batch, seq, grad,
                    method=method, recompute=recompute, accumulate=accumulate,
-                   autocast=bool(autocast),
-                   attention=attention, memory_format=memory_format, heads=heads,
-                   lm_positions=lm_positions, ddp_copies=ddp_copies, image=image)
+                   autocast=bool(autocast), attention=attention, memory_format=memory_format,
+                   heads=heads, lm_positions=lm_positions, ddp_copies=ddp_copies, image=image)
     return estimate_trace(replace(ts, name=name or _default_name(ts)), spec, log=log)
 
 
