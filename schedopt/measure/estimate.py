@@ -443,7 +443,8 @@ def load_model_spec(model: str) -> ModelSpec:
 class TraceSpec:
     """One estimated trace: model, GPU, compute precision, per-GPU batch, sequence length, cost
     method, activation recomputation, micro-batches per iteration, autocast, attention path
-    (:func:`attention_path`), activation layout, BERT heads and DDP's reducer kernels."""
+    (:func:`attention_path`), activation layout, BERT heads, DDP's reducer kernels and an
+    image model's input side."""
 
     name: str
     model: str
@@ -452,7 +453,6 @@ class TraceSpec:
     batch: int
     seq: int = 0
     grad_dtype: str = "float32"
-    image: int = IMAGE_SIDE  # image models' input height and width (pixels)
     method: str = "roofline"
     recompute: bool = False
     accumulate: int = 1
@@ -462,6 +462,7 @@ class TraceSpec:
     heads: str = "none"  # BERT output heads (HEADS)
     lm_positions: int = 0  # masked-LM head on this many positions per sequence; 0: every token
     ddp_copies: bool = False  # DDP's reducer copies into and out of the buckets (operator)
+    image: int = IMAGE_SIDE  # image models' input height and width (pixels)
 
 
 # ============================================================================ profiling
@@ -738,16 +739,18 @@ def _conv_bias_cast(low: Any) -> Iterator[None]:
 
     convs = (torch.conv1d, torch.conv2d, torch.conv3d)
 
+    def cast(b: Any) -> Any:
+        ok = isinstance(b, torch.Tensor) and b.is_floating_point() and b.dtype != low
+        return b.to(low) if ok else b
+
     class BiasCast(TorchFunctionMode):
         def __torch_function__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             kwargs = dict(kwargs or {})
-            if func in convs:
-                args = list(args)
-                where = (args, 2) if len(args) > 2 else (kwargs, "bias")
-                b = where[0][where[1]] if len(args) > 2 else kwargs.get("bias")
-                if isinstance(b, torch.Tensor) and b.is_floating_point() and b.dtype != low:
-                    where[0][where[1]] = b.to(low)
+            if func in convs and len(args) > 2:  # (input, weight, bias, ...)
+                args = (*args[:2], cast(args[2]), *args[3:])
+            elif func in convs and "bias" in kwargs:
+                kwargs["bias"] = cast(kwargs["bias"])
             return func(*args, **kwargs)
 
     with BiasCast():
