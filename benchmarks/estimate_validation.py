@@ -550,23 +550,27 @@ def published_rows() -> tuple[dict[str, list[float]], list[tuple[str, float]],
 
 
 def depthwise_remainder() -> None:
-    """For each EfficientNet row at float32 (NCHW: PyTorch's own depthwise kernels): the
-    measured step less the estimate of everything but the depthwise convolutions, per image,
-    and over the rule's price of those convolutions (docs/validation.md, "EfficientNet")."""
+    """For each EfficientNet row: the measured step less the estimate of everything but the
+    depthwise convolutions, per image, over the rule's price of those convolutions, and as the
+    rate of their FLOPs (forward and both gradients) that it implies (docs/validation.md,
+    "EfficientNet"). Float32 and TF32 rows ran NCHW (PyTorch's own depthwise kernels), AMP rows
+    channels-last (cuDNN's)."""
     print("\n| row | estimate without depthwise ms | depthwise, priced ms |"
-          " measured - rest, per image ms | over the price |")
-    print("| --- | --- | --- | --- | --- |")
+          " measured - rest, per image ms | over the price | implied TFLOP/s |")
+    print("| --- | --- | --- | --- | --- | --- |")
     for model, gpu_label, gpu, prec_label, prec, batch, side, rate in EFFICIENTNET_ROWS:
-        if prec_label == "AMP":
-            continue
+        amp = prec_label == "AMP"
         log: list[Any] = []
-        tr = estimate(model, gpu, prec, batch, image_size=side, memory_format="nchw", log=log)
-        dw = sum(r[5] + r[6] for r in log if r[0] == "convolution"
-                 and r[3] / (2 * math.prod(r[2])) in (9, 25))  # 2 k^2 FLOPs per output
-        rest = _step_s(tr) + tr.update_s - dw
+        tr = estimate(model, gpu, prec, batch, image_size=side, autocast=amp, log=log,
+                      memory_format="channels_last" if amp else "nchw")
+        dw = [r for r in log if r[0] == "convolution"
+              and r[3] / (2 * math.prod(r[2])) in (9, 25)]  # 2 k^2 FLOPs per output
+        priced = sum(r[5] + r[6] for r in dw)
+        rest = _step_s(tr) + tr.update_s - priced
         left = batch / rate - rest
-        print(f"| {model} {gpu_label} {prec_label} b{batch} | {rest * 1e3:.1f} | {dw * 1e3:.1f} |"
-              f" {left / batch * 1e3:.3f} | {left / dw:.1f} |")
+        print(f"| {model} {gpu_label} {prec_label} b{batch} | {rest * 1e3:.1f} |"
+              f" {priced * 1e3:.1f} | {left / batch * 1e3:.3f} | {left / priced:.1f} |"
+              f" {3 * sum(r[3] for r in dw) / left / 1e12:.2f} |")
 
 
 def print_by_batch(by_batch: dict[tuple[str, int], list[tuple[float, str]]]) -> None:
