@@ -13,8 +13,8 @@ backward of two models (the median of a few steps after one untimed) and estimat
 profile (operator method):
 
 - ResNet-50 (the estimator's torchvision layout, NCHW) at batch 1 and 2;
-- MobileNetV2 and EfficientNet-B0 (the same, depthwise convolutions) at batch 1 and 2, also
-  estimated on each profile without its measured depthwise efficiency (``depthwise_eff`` 1);
+- MobileNetV2 and EfficientNet-B0 (the same, depthwise convolutions) at batch 1, 2 and 8 (at one
+  or two images their activations fit in the CPU's caches, at eight they do not);
 - a GPT-2 of 4 layers, hidden 512, 8 heads, vocabulary 8,192, eager attention, at batch 1 x 128,
   4 x 128 and 2 x 256 tokens (Hugging Face ``GPT2LMHeadModel`` with its loss).
 
@@ -62,7 +62,7 @@ def _steps(folder: Path, reps: int) -> list[tuple[str, str, int, int | None, flo
     transformers.logging.set_verbosity_error()
     out = []
     for model in ("resnet50", *DEPTHWISE):
-        for batch in (1, 2):
+        for batch in (1, 2, 8) if model in DEPTHWISE else (1, 2):
             net = cnn_builders()[model]().train()
             x, y = torch.randn(batch, 3, 224, 224), torch.zeros(batch, dtype=torch.long)
             out.append((f"{model} b{batch}", model, batch, None, _step_s(
@@ -109,30 +109,26 @@ def main(argv: list[str] | None = None) -> int:
             path = folder / f"cpu-{grid}.json"
             path.write_text(json.dumps(gpu_profile_data(prof)))
             profiles[grid] = path
-            unmeasured = folder / f"cpu-{grid}-dw1.json"
-            unmeasured.write_text(json.dumps({**gpu_profile_data(prof), "depthwise_eff": {}}))
-            profiles[f"{grid}, depthwise_eff 1"] = unmeasured
             print(f"# {grid} grid: {len(shapes)} products, rate {res.gemm.peak / 1e9:.1f}"
                   f" GFLOP/s, k_half {res.gemm.k_half:g}, copy {res.bandwidth_Bps / 1e9:.1f}"
                   f" GB/s, kernel floor {res.kernel_s * 1e6:.2f} us, batch norm at"
-                  f" {res.norm_eff:.2f} and depthwise convolution at {res.depthwise_eff:.2f}"
-                  f" of the copy")
+                  f" {res.norm_eff:.2f} of the copy")
         errors: dict[str, list[float]] = {}
         print("| step | profile | measured ms | estimated ms | estimated / measured |")
         print("| --- | --- | --- | --- | --- |")
         for label, model, batch, seq, measured in _steps(folder, 5):
             for grid, path in profiles.items():
-                if grid.endswith("1") and model not in DEPTHWISE:
-                    continue  # the same profile for a network without depthwise layers
-                kw: dict[str, Any] = {} if seq is None else {"attention": "eager"}
+                # the CNNs ran torch's default NCHW layout
+                kw: dict[str, Any] = ({"memory_format": "nchw"} if seq is None
+                                      else {"attention": "eager"})
                 tr = estimate(model, str(path), "fp32", batch, seq, **kw)
                 est = sum(la.forward_s + la.backward_s for la in tr.layers)
-                group = f"{grid}, depthwise networks" if model in DEPTHWISE else grid
+                group = f"{grid} grid" + (", depthwise networks" if model in DEPTHWISE else "")
                 errors.setdefault(group, []).append(abs(est / measured - 1))
                 print(f"| {label} | {grid} | {measured * 1e3:.1f} | {est * 1e3:.1f} |"
                       f" {est / measured:.2f} |")
         for grid, errs in errors.items():
-            print(f"mean |error|, {grid} grid: {statistics.mean(errs):.1%} over {len(errs)} steps"
+            print(f"mean |error|, {grid}: {statistics.mean(errs):.1%} over {len(errs)} steps"
                   f" (max {max(errs):.1%})")
     return 0
 

@@ -93,7 +93,7 @@ def test_measured_profile_replaces_the_measured_precision_only() -> None:
                      samples=[(4096, 4096, 4096, 0.5e-3), (1024, 1024, 1024, 1e-5),
                               (256, 256, 256, 5e-6)],
                      gemm=gemm, bandwidth_Bps=2.5e12, kernel_s=6e-6, norm_eff=0.4,
-                     flash_fb=flash, software="torch x", depthwise_eff=0.3)
+                     flash_fb=flash, software="torch x")
     base = GPUS["a100"]
     prof = check_profile(measured_profile(bench, base, name="lab GPU"))
     assert prof.name == "lab GPU"
@@ -103,8 +103,6 @@ def test_measured_profile_replaces_the_measured_precision_only() -> None:
     assert (prof.sms, prof.hbm_Bps, prof.memory_eff, prof.kernel_s) == (100, 2.5e12, 1.0, 6e-6)
     assert prof.norm_eff == {"bf16": 0.4} and operator_model(prof, "bf16").norm_eff == 0.4
     assert operator_model(prof, "tf32").norm_eff == 1.0  # not measured at TF32
-    assert prof.depthwise_eff == {"bf16": 0.3} and operator_model(prof, "bf16").depthwise_eff == 0.3
-    assert operator_model(prof, "tf32").depthwise_eff == 1.0
     assert prof.flash_fb == flash and prof.attention == "flash"
     # the roofline figure: the median rate of the products of at least 1 GFLOP
     assert prof.flops["bf16"] == pytest.approx(
@@ -139,30 +137,6 @@ def test_a_measured_batch_norm_efficiency_prices_batch_norms_only(tmp_path: Path
     assert half[big].backward_s == pytest.approx(2 * base[big].backward_s, rel=1e-9)
 
 
-def test_a_measured_depthwise_efficiency_prices_depthwise_convolutions_only(
-        tmp_path: Path) -> None:
-    """A profile's ``depthwise_eff`` of 0.25 makes every memory-bound depthwise pass four times
-    as long and leaves every other operator, the other convolutions included, as it was."""
-    slow = _write(tmp_path / "slow-dw.json",
-                  {**gpu_profile_data(GPUS["v100"]), "depthwise_eff": {"fp32": 0.25}})
-    base, slow_log = [], []
-    estimate("mobilenet_v2", "v100", "fp32", 32, log=base)
-    tr = estimate("mobilenet_v2", str(slow), "fp32", 32, log=slow_log)
-    assert len(base) == len(slow_log)
-    changed = 0
-    for a, b in zip(base, slow_log, strict=True):
-        assert a[:5] == b[:5]
-        # depthwise (3 x 3 or 5 x 5): 2 k^2 FLOPs per output element, where a product has C_in
-        if a[0] == "convolution" and a[3] / (2 * math.prod(a[2])) in (9, 25):
-            changed += 1
-            assert b[5] == pytest.approx(4 * a[5], rel=1e-9) or a[5] == b[5] == 5e-6
-        else:
-            assert (a[5], a[6]) == (b[5], b[6]), a[:3]
-    assert changed == 17  # MobileNetV2's depthwise layers
-    assert "at 0.25 of that bandwidth (the profile's depthwise_eff)" in tr.source
-    assert "depthwise_eff" not in estimate("mobilenet_v2", "v100", "fp32", 8).source
-
-
 def test_base_for_names_the_shipped_profile_of_the_same_processor() -> None:
     assert base_for("NVIDIA H100 80GB HBM3") == "h100"
     assert base_for("NVIDIA H200") == "h200"
@@ -194,8 +168,6 @@ def test_base_for_names_the_shipped_profile_of_the_same_processor() -> None:
     (lambda d: d.update(norm_eff={"bf16": 0}), "norm_eff.bf16"),
     (lambda d: d.update(norm_eff={"fp32": 3.0}), "norm_eff.fp32"),
     (lambda d: d.update(norm_eff={"bf16": 1e-300}), "norm_eff.bf16"),
-    (lambda d: d.update(depthwise_eff={"fp16": 0}), "depthwise_eff.fp16"),
-    (lambda d: d.update(depthwise_eff={"bf16": True}), "depthwise_eff.bf16"),
     (lambda d: d["gemm_best"].update(bf16=1e-300), "gemm_best.bf16"),
     (lambda d: d["peak_flops"].update(bf16=1e-300), "peak_flops.bf16"),
     (lambda d: d.update(kernel_s=1e-300), "kernel_s"),
@@ -252,8 +224,6 @@ def test_bench_on_this_cpu_writes_a_profile_that_predicts_held_out_products(
     assert prof.hbm_Bps == summary["bandwidth_Bps"] > 0 and prof.memory_eff == 1.0
     assert 0 < prof.kernel_s == summary["kernel_s"] < 1e-3
     assert prof.norm_eff == {"fp32": summary["norm_eff"]} and 0 < summary["norm_eff"] <= 2
-    assert prof.depthwise_eff == {"fp32": summary["depthwise_eff"]}
-    assert 1e-3 <= summary["depthwise_eff"] <= 2
     assert summary["flash_measured"] is False and prof.flash_fb == GPUS["v100"].flash_fb
     assert [(p["m"], p["n"], p["k"]) for p in summary["products"]] == list(QUICK_SHAPES)
     assert summary["fit_error_mean"] < 0.4

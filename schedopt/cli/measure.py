@@ -285,7 +285,7 @@ def _echo_gpu(res: GpuBench, prof: GPU, out: Path, as_json: bool) -> None:
                "precision": res.precision, "units": res.units,
                "rate_flops": res.gemm.peak, "k_half": res.gemm.k_half,
                "bandwidth_Bps": res.bandwidth_Bps, "kernel_s": res.kernel_s,
-               "norm_eff": res.norm_eff, "depthwise_eff": res.depthwise_eff,
+               "norm_eff": res.norm_eff,
                "flash_measured": bool(res.flash_fb),
                "fit_error_mean": res.fit_error_mean(),
                "products": [{"m": m, "n": n, "k": k, "seconds": t, "fitted_over_measured": 1 + e}
@@ -301,8 +301,7 @@ def _echo_gpu(res: GpuBench, prof: GPU, out: Path, as_json: bool) -> None:
                f" {res.gemm.peak / 1e12:.4g} TFLOP/s, k_half {res.gemm.k_half:g}, mean"
                f" |fitted/measured - 1| {summary['fit_error_mean']:.1%}; copy"
                f" {res.bandwidth_Bps / 1e9:.4g} GB/s; kernel floor {res.kernel_s * 1e6:.3g} us;"
-               f" batch norm at {res.norm_eff:.2f} and depthwise convolution at"
-               f" {res.depthwise_eff:.2f} of the copy's bandwidth;"
+               f" batch norm at {res.norm_eff:.2f} of the copy's bandwidth;"
                f" flash attention {'measured' if res.flash_fb else 'not measured'}")
     typer.echo(f"wrote {out} ({prof.name}); use it with `schedopt estimate MODEL --gpu {out}`")
 

@@ -520,15 +520,15 @@ def _needs_grad(t: Any) -> bool:
 
 def _depthwise_s(model: OperatorModel, x: Any, w: Any, out: Any) -> tuple[float, float]:
     """Forward and backward seconds of a depthwise convolution (one input channel per group):
-    each pass streams its input, weight and output once, at the profile's depthwise efficiency,
-    as PyTorch's own kernels (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``: one thread per
-    output, one per input gradient, one block per weight element summing over the batch) and
-    cuDNN's depthwise kernels do; at least the pass's FLOPs at the products' peak."""
+    each pass streams its input, weight and output once, as PyTorch's own kernels
+    (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``: one thread per output, one per input
+    gradient, one block per weight element summing over the batch) and cuDNN's depthwise
+    kernels do; at least the pass's FLOPs at the products' peak."""
     flops = 2.0 * out.numel() * math.prod(w.shape[2:])
     nbytes = x.nbytes + w.nbytes + out.nbytes  # every pass: one tensor of each size
 
     def one() -> float:
-        return max(model.memory_s(nbytes / model.depthwise_eff), flops / model.gemm.peak)
+        return max(model.memory_s(nbytes), flops / model.gemm.peak)
 
     bwd = (one() if _needs_grad(x) else 0.0) + (one() if _needs_grad(w) else 0.0)
     return one(), bwd
@@ -1272,9 +1272,8 @@ def _describe_operator(ts: TraceSpec, spec: ModelSpec, gpu: GPU, n_params: int, 
     align = (f", x {g.unaligned:g} when a dimension is not a multiple of {g.align}"
              if g.align > 1 else "")
     norm = _eff_text(opm.norm_eff, "norm_eff")
-    dw = (f"; depthwise convolutions stream input, weight and output once per pass (forward,"
-          f" data and weight gradients){_eff_text(opm.depthwise_eff, 'depthwise_eff')}"
-          if spec.kind in IMAGE_KINDS else "")
+    dw = ("; depthwise convolutions stream input, weight and output once per pass (forward,"
+          " data and weight gradients)" if spec.kind in IMAGE_KINDS else "")
     return (
         f"ESTIMATE (not measured). {_model_text(ts, spec)}; {n_params:,}"
         f" parameters in {n_tensors}"

@@ -16,10 +16,6 @@ checking the method):
   (float32 weights, as ``torch.autocast`` runs it), as the fraction of the copy's bandwidth that
   its 3 forward and 5 backward passes reach (PyTorch sends bfloat16 batch norms to its own
   kernels and the others to cuDNN);
-- a training depthwise convolution (3 x 3, one input channel per group), forward and both
-  gradients, of the batch norm's activation in the same layout, as the fraction of the copy's
-  bandwidth that its 3 passes over input, weight and output reach (PyTorch's own depthwise
-  kernels or cuDNN's, as ``Convolution.cpp`` chooses for the device, layout and precision);
 - with ``attention=True`` on a CUDA device at bf16 or fp16, PyTorch's fused flash attention,
   forward and backward, at the sequence lengths of the estimator's FlashAttention-2 table
   (:data:`~schedopt.measure.gpus.FLASH_SEQ`), head dimensions 64 and 128, causal or not, 16,384
@@ -28,12 +24,11 @@ checking the method):
 
 :func:`measured_profile` turns the figures into a :class:`~schedopt.measure.gpus.GPU` whose
 operator figures at the measured precision are the fitted ones (``peak_flops`` the fitted rate,
-``gemm_best`` 1, ``gemm_k_half``, ``norm_eff`` and ``depthwise_eff`` at that precision;
-``sms``, ``hbm_Bps`` with ``memory_eff`` 1, ``kernel_s``, and the flash table when measured);
-the figures the bench does not measure (other precisions, host-to-device copy, data loading,
-the flash table otherwise) are the base profile's, and its ``*_basis`` strings say which is
-which. ``schedopt estimate --gpu FILE`` reads the file
-(:func:`~schedopt.measure.gpus.load_gpu_profile`).
+``gemm_best`` 1, ``gemm_k_half`` and ``norm_eff`` at that precision; ``sms``, ``hbm_Bps`` with
+``memory_eff`` 1, ``kernel_s``, and the flash table when measured); the figures the bench does
+not measure (other precisions, host-to-device copy, data loading, the flash table otherwise)
+are the base profile's, and its ``*_basis`` strings say which is which. ``schedopt estimate
+--gpu FILE`` reads the file (:func:`~schedopt.measure.gpus.load_gpu_profile`).
 
 torch is imported inside the functions.
 """
@@ -109,9 +104,6 @@ class GpuBench:
     norm_eff
         A training batch norm's 8 passes over its activation per second, over
         ``bandwidth_Bps``.
-    depthwise_eff
-        A training depthwise convolution's 3 passes over its input, weight and output per
-        second, over ``bandwidth_Bps``.
     flash_fb
         Flash attention forward+backward TFLOP/s at :data:`FLASH_SEQ` per ``(causal,
         head_dim)``; empty when not measured.
@@ -129,7 +121,6 @@ class GpuBench:
     norm_eff: float
     flash_fb: dict[tuple[bool, int], tuple[float, ...]]
     software: str
-    depthwise_eff: float = 1.0
 
     @property
     def itemsize(self) -> int:
@@ -237,25 +228,6 @@ def _norm(torch: Any, timer: _Timer, dev: Any, dtype: Any, shape: Sequence[int],
     return 8.0 * x.nbytes / timer.best(step, repeats, "batch norm")
 
 
-def _depthwise(torch: Any, timer: _Timer, dev: Any, dtype: Any, shape: Sequence[int],
-               repeats: int) -> float:
-    """Bytes per second of a training 3 x 3 depthwise convolution's 3 passes (forward: input,
-    weight, output; data gradient: output gradient, weight, input gradient; weight gradient:
-    input, output gradient, weight gradient) over a channels-last activation of ``shape``."""
-    x = torch.randn(*shape, device=dev, dtype=dtype).to(memory_format=torch.channels_last)
-    x.requires_grad_(True)
-    c = shape[1]
-    w = torch.randn(c, 1, 3, 3, device=dev, dtype=dtype).to(memory_format=torch.channels_last)
-    w.requires_grad_(True)
-    grad = torch.randn_like(x)
-
-    def step() -> None:
-        y = torch.nn.functional.conv2d(x, w, padding=1, groups=c)
-        torch.autograd.grad(y, (x, w), grad)
-
-    return 3.0 * (2 * x.nbytes + w.nbytes) / timer.best(step, repeats, "depthwise convolution")
-
-
 def flash_table(torch: Any, dev: Any, dtype: Any, repeats: int, *,
                 seqs: Sequence[int] = FLASH_SEQ, tokens: int = FLASH_TOKENS,
                 hidden: int = FLASH_HIDDEN, backend: str = "FLASH_ATTENTION"
@@ -317,8 +289,7 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *, quick: bool = Fa
         Also time flash attention (CUDA at bf16 or fp16 only; ignored otherwise; default: not
         ``quick``).
     norm_shape
-        The timed batch norm's and depthwise convolution's activation ``(N, C, H, W)``
-        (default :data:`NORM_SHAPE`).
+        The timed batch norm's activation ``(N, C, H, W)`` (default :data:`NORM_SHAPE`).
 
     Returns
     -------
@@ -352,7 +323,6 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *, quick: bool = Fa
             bandwidth = _stream(torch, timer, dev, stream_mib, repeats)
             floor = _floor(torch, timer, dev, repeats)
             norm = _norm(torch, timer, dev, dtype, norm_shape, repeats)
-            depthwise = _depthwise(torch, timer, dev, dtype, norm_shape, repeats)
             flash = (flash_table(torch, dev, dtype, repeats)
                      if attention and cuda and precision in ("bf16", "fp16") else {})
     finally:
@@ -366,7 +336,7 @@ def bench_gpu(device: str = "cuda", precision: str = "bf16", *, quick: bool = Fa
                     align=1 if simt else 8)
     return GpuBench(device=name, precision=precision, units=units, samples=samples, gemm=gemm,
                     bandwidth_Bps=bandwidth, kernel_s=floor, norm_eff=norm / bandwidth,
-                    flash_fb=flash, software=software, depthwise_eff=depthwise / bandwidth)
+                    flash_fb=flash, software=software)
 
 
 def _describe(torch: Any, dev: Any) -> tuple[str, float | None, int]:
@@ -460,7 +430,6 @@ def measured_profile(bench: GpuBench, base: GPU, name: str | None = None) -> GPU
         kernel_s=bench.kernel_s,
         gemm_k_half={**base.gemm_k_half, p: bench.gemm.k_half},
         norm_eff={**base.norm_eff, p: min(bench.norm_eff, 2.0)},
-        depthwise_eff={**base.depthwise_eff, p: min(max(bench.depthwise_eff, 1e-3), 2.0)},
     )
 
 

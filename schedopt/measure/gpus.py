@@ -72,10 +72,6 @@ class GPU:
     norm_eff
         Per precision, the fraction of the memory-bound bandwidth (``hbm_Bps * memory_eff``) that
         a training batch norm's 3 forward and 5 backward passes reach; 1 where not measured.
-    depthwise_eff
-        Per precision, the same fraction for a training depthwise convolution's 3 passes (each
-        its input, weight and output: forward, data and weight gradients); 1 where not
-        measured.
     """
 
     name: str
@@ -99,7 +95,6 @@ class GPU:
     kernel_s: float = 5e-6
     gemm_k_half: dict[str, float] = field(default_factory=dict)
     norm_eff: dict[str, float] = field(default_factory=dict)
-    depthwise_eff: dict[str, float] = field(default_factory=dict)
 
 
 #: Typical-shape GEMM throughput relative to the best shape: the five large GEMMs of the
@@ -317,8 +312,6 @@ class _ProfileFile(BaseModel):
     kernel_s: Annotated[Number, Field(ge=1e-9, le=1.0)]
     gemm_k_half: dict[_Precision, Annotated[Number, Field(ge=0.0, le=1e6)]]
     norm_eff: dict[_Precision, Annotated[Number, Field(ge=1e-3, le=2.0)]]
-    # measured by `bench-gpu` from this field's introduction on; older files have none
-    depthwise_eff: dict[_Precision, Annotated[Number, Field(ge=1e-3, le=2.0)]] = {}
 
     @model_validator(mode="after")
     def _same_precisions(self) -> _ProfileFile:
@@ -361,13 +354,10 @@ def profile_summary(gpu: GPU) -> dict[str, Any]:
         f"{p} {gpu.peak_flops[p] * gpu.gemm_best[p] / 1e12:.4g} TFLOP/s best shape, k_half"
         f" {gpu.gemm_k_half.get(p, 64.0):g}" for p in PRECISIONS if p in gpu.peak_flops)
     norms = "; ".join(f"{p} at {e:.2f} of it" for p, e in gpu.norm_eff.items())
-    depthwise = "; ".join(f"{p} at {e:.2f} of it" for p, e in gpu.depthwise_eff.items())
     return {
         "kind": "gpu-profile", "name": gpu.name, "matrix_products": products,
         "units": gpu.sms, "memory_bandwidth_Bps": gpu.hbm_Bps * gpu.memory_eff,
-        "batch_norm": norms or "at the memory bandwidth",
-        "depthwise_convolution": depthwise or "at the memory bandwidth",
-        "kernel_floor_s": gpu.kernel_s,
+        "batch_norm": norms or "at the memory bandwidth", "kernel_floor_s": gpu.kernel_s,
         "attention": ("flash (FlashAttention-2 table, 512 to 16k tokens)"
                       if gpu.attention == "flash" and gpu.flash_fb else "eager"),
         "products_basis": gpu.gemm_basis, "memory_basis": gpu.hbm_basis,

@@ -123,9 +123,6 @@ class OperatorModel:
     norm_eff
         Fraction of the memory-bound bandwidth a training batch norm reaches (the profile's
         ``norm_eff`` at the precision; 1 unless measured).
-    depthwise_eff
-        The same for a training depthwise convolution's passes (the profile's
-        ``depthwise_eff``).
     """
 
     gemm: GemmModel
@@ -133,7 +130,6 @@ class OperatorModel:
     nchw_transposes: bool = False
     winograd: bool = False
     norm_eff: float = 1.0
-    depthwise_eff: float = 1.0
 
     def memory_s(self, nbytes: float) -> float:
         """Time of a memory-bound operator moving ``nbytes``."""
@@ -238,8 +234,7 @@ def operator_model(gpu: GPU | str, precision: str, odd: float | None = None,
     flash = g.flash_fb if has_flash(g, precision) else {}
     return OperatorModel(gemm=gemm, flash_fb=flash,
                          nchw_transposes=memory_format == "nchw" and not simt, winograd=simt,
-                         norm_eff=g.norm_eff.get(precision, 1.0),
-                         depthwise_eff=g.depthwise_eff.get(precision, 1.0))
+                         norm_eff=g.norm_eff.get(precision, 1.0))
 
 
 def has_flash(gpu: GPU, precision: str) -> bool:
