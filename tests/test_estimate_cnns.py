@@ -84,7 +84,7 @@ def test_shapes_and_multiply_adds_are_torchvisions(model: str) -> None:
 
 def test_depthwise_convolutions_cost_their_traffic_not_a_batched_product() -> None:
     """A depthwise convolution (one input channel per group) streams its input, weight and
-    output once per pass; priced as a batched product of 1-column GEMMs it was 3-16 times the
+    output once per pass; priced as a batched product of 1-column GEMMs it was 4-16 times the
     published steps of EfficientNet (docs/validation.md). MobileNetV2's first depthwise
     convolution: 32 channels of 112 x 112."""
     log: list = []
