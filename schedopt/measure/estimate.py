@@ -85,6 +85,7 @@ __all__ = [
     "OperatorTotal",
     "TraceSpec",
     "attention_path",
+    "depthwise_s",
     "estimate",
     "estimate_trace",
     "fit_gemm",
@@ -518,12 +519,13 @@ def _needs_grad(t: Any) -> bool:
     return bool(getattr(t, "requires_grad", False))
 
 
-def _depthwise_s(model: OperatorModel, x: Any, w: Any, out: Any) -> tuple[float, float]:
+def depthwise_s(model: OperatorModel, x: Any, w: Any, out: Any) -> tuple[float, float]:
     """Forward and backward seconds of a depthwise convolution (one input channel per group):
     each pass streams its input, weight and output once, as PyTorch's own kernels
     (``aten/src/ATen/native/cuda/DepthwiseConv2d.cu``: one thread per output, one per input
     gradient, one block per weight element summing over the batch) and cuDNN's depthwise
-    kernels do; at least the pass's FLOPs at the products' peak."""
+    kernels do; at least the pass's FLOPs at the products' peak. ``x``, ``w`` and ``out`` are
+    tensors (the meta device will do) whose ``requires_grad`` says which gradients to price."""
     flops = 2.0 * out.numel() * math.prod(w.shape[2:])
     nbytes = x.nbytes + w.nbytes + out.nbytes  # every pass: one tensor of each size
 
@@ -557,7 +559,7 @@ def _operator_pricer(model: OperatorModel) -> Pricer:
     def conv(args: Any, out: Any) -> tuple[float, float]:
         x, w, groups = args[0], args[1], int(args[8])
         if groups > 1 and w.shape[1] == 1:  # depthwise: one input channel per group
-            return _depthwise_s(model, x, w, out)
+            return depthwise_s(model, x, w, out)
         item = x.element_size()
         ks = math.prod(w.shape[2:])
         m, n, k = out.shape[0] * math.prod(out.shape[2:]), w.shape[0] // groups, w.shape[1] * ks
