@@ -61,8 +61,9 @@ def depthwise_layers(model: str, batch: int, side: int) -> list[tuple[int, ...]]
 
 def _time(torch: Any, dev: Any, dtype: Any, shape: tuple[int, ...], layout: Any,
           repeats: int) -> float:
-    """Fastest seconds of one depthwise convolution's forward and both gradients."""
-    from schedopt.measure.profile import Clock
+    """Fastest seconds of one depthwise convolution's forward and both gradients, after one
+    untimed call (cuDNN's choice of kernel), timed as ``bench-gpu`` times its kernels."""
+    from schedopt.measure.gpu_bench import _Timer
 
     n, c, h, w, k, stride = shape
     x = torch.randn(n, c, h, w, device=dev, dtype=dtype).to(memory_format=layout)
@@ -71,15 +72,12 @@ def _time(torch: Any, dev: Any, dtype: Any, shape: tuple[int, ...], layout: Any,
     wt.requires_grad_(True)
     y = torch.nn.functional.conv2d(x, wt, stride=stride, padding=k // 2, groups=c)
     grad = torch.randn_like(y)
-    clock, best = Clock(dev), float("inf")
-    for _ in range(repeats + 1):  # the first call warms up (cuDNN's choice of kernel)
-        a = clock.mark()
+
+    def step() -> None:
         out = torch.nn.functional.conv2d(x, wt, stride=stride, padding=k // 2, groups=c)
         torch.autograd.grad(out, (x, wt), grad)
-        b = clock.mark()
-        clock.sync()
-        best = min(best, clock.between(a, b))
-    return best
+
+    return _Timer(dev).best(step, repeats, "depthwise convolution")
 
 
 def _priced(gpu: str, precision: str, layout: str, shape: tuple[int, ...]) -> float:
@@ -108,9 +106,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     dev = torch.device("cpu" if args.smoke else args.device)
     dtype = getattr(torch, _DTYPES[args.dtype])
     torch.backends.cudnn.benchmark = True
-    torch.backends.cuda.matmul.allow_tf32 = args.dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
-    bandwidth = get_gpu(args.gpu).hbm_Bps * get_gpu(args.gpu).memory_eff
+    gpu = get_gpu(args.gpu)
+    bandwidth = gpu.hbm_Bps * gpu.memory_eff
     rows = []
     for shape in depthwise_layers(args.model, args.batch, args.image_size):
         n, c, h, w, k, stride = shape

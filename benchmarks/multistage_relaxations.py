@@ -70,11 +70,11 @@ def analogue(layout: str, seed: int, layers: int = 4) -> Instance:
     return build_instance(trace, cluster, opts, merge=False)
 
 
-def bucketings(n: int) -> Iterator[Segments]:
-    """Every bucketing of ``n`` units, in readiness order."""
-    for mask in range(1 << (n - 1)):
-        ends = [-1] + [u for u in range(n - 1) if mask >> u & 1] + [n - 1]
-        yield [(ends[k] + 1, ends[k + 1]) for k in range(len(ends) - 1)]
+def bucketings(inst: Instance) -> Iterator[Segments]:
+    """Every bucketing of the instance's units, in readiness order (as
+    :func:`.flowshop.enumerate_plans` takes them)."""
+    for bits in itertools.product((False, True), repeat=max(0, inst.n - 1)):
+        yield inst.segments_from_cuts(np.array(bits, dtype=bool))
 
 
 def _makespan(tasks: list[tuple[int, int]]) -> int:
@@ -145,7 +145,7 @@ def row(layout: str, seed: int) -> dict[str, Any]:
     inst = analogue(layout, seed)
     optimum = int(fs.enumerate_plans(inst, True)[0])
     views = views_bound(inst)
-    split = max(min(split_bound(inst, s) for s in bucketings(inst.n)), int(inst.consts.k0))
+    split = max(min(split_bound(inst, s) for s in bucketings(inst)), int(inst.consts.k0))
     return {"layout": layout, "seed": seed, "optimum": optimum, "views": views, "split": split,
             "both": max(views, split)}
 

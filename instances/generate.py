@@ -365,8 +365,7 @@ LATER_CLUSTER_FIELDS = ("overlap_slowdown", "comm_slowdown", "collective_overhea
 
 def _dump(model: Trace | Cluster | ClusterFamily) -> dict[str, Any]:
     data = model.model_dump(mode="json", exclude_none=True)
-    cluster = model if isinstance(model, Cluster) else getattr(model, "base", None)
-    if isinstance(cluster, Cluster):
+    if isinstance(model, Cluster | ClusterFamily):
         fields = data if isinstance(model, Cluster) else data["base"]
         for key in LATER_CLUSTER_FIELDS:
             if key in fields and fields[key] == Cluster.model_fields[key].default:

@@ -61,14 +61,7 @@ from schedopt.errors import SchedoptError
 from schedopt.files import safe_file_stem
 from schedopt.measure.cnns import cnn_builders
 from schedopt.measure.gpus import GPU, GPUS, PRECISIONS, get_gpu
-from schedopt.measure.operators import (
-    FLASH_PRECISIONS,
-    GemmModel,
-    OperatorModel,
-    fit_gemm,
-    has_flash,
-    operator_model,
-)
+from schedopt.measure.operators import FLASH_PRECISIONS, OperatorModel, has_flash, operator_model
 from schedopt.model.limits import MAX_BATCH
 from schedopt.model.trace import Trace
 
@@ -79,19 +72,15 @@ __all__ = [
     "MEMORY_FORMATS",
     "METHODS",
     "MODELS",
-    "GemmModel",
     "ModelSpec",
-    "OperatorModel",
     "OperatorTotal",
     "TraceSpec",
     "attention_path",
     "depthwise_s",
     "estimate",
     "estimate_trace",
-    "fit_gemm",
     "load_model_spec",
     "operator_breakdown",
-    "operator_model",
 ]
 
 METHODS = ("operator", "roofline")
