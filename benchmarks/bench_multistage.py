@@ -6,7 +6,7 @@ Usage::
     python benchmarks/bench_multistage.py --only pipelined --seeds 0 1 2
     python benchmarks/bench_multistage.py --work-limit 20 --json out.json
     python benchmarks/bench_multistage.py --brute-force --only pipelined --seeds 0 1 2 3 4 5
-    python benchmarks/bench_multistage.py --eval-rate --seeds 0   # one evaluation's cost
+    python benchmarks/bench_multistage.py --eval-rate --seeds 0 1   # an evaluation's cost
 
 Instances (generated, :func:`random_trace`): 60 layers, each with 2 or 3 gradient tensors
 (a weight of 0.05-16 MB, log-uniform, and one or two small tensors of 1-64 KB, as biases and
@@ -32,9 +32,10 @@ and the methods that found the plan and proved the bound.
 layer, eight units: more plans than :func:`.flowshop.enumerate_plans` takes inside ``solve``,
 which then runs its other methods) the optimum over every bucketing and launch order, and how
 far ``solve``'s plan lies above it and its bound below it. ``--eval-rate`` times the
-annealing's evaluations (the exact period of a plan with a random move, 20,000 of them from a
-plan of one bucket per four units), the figure its deterministic charge
-(``solver.ANNEAL_EVAL_S``, per unit and stage) is set from.
+annealing's evaluations (the exact period of a plan with a random move, from plans of 4 to
+``n`` buckets) and fits the cost per evaluation and per bucket and stage, the figures its
+deterministic charge (``solver.ANNEAL_EVAL_S``, ``solver.ANNEAL_BUCKET_STAGE_S``) is set
+from.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -52,8 +54,8 @@ import numpy as np
 from schedopt.files import load_cluster
 from schedopt.model.cluster import Cluster, PSConfig
 from schedopt.model.trace import Trace
-from schedopt.optimize import SolveOptions, solve
-from schedopt.optimize.anneal import anneal
+from schedopt.optimize import SolveOptions, solve, solver
+from schedopt.optimize.anneal import _move as anneal_move
 from schedopt.optimize.flowshop import enumerate_plans
 from schedopt.optimize.instance import build_instance
 
@@ -140,21 +142,38 @@ def brute_force_row(layout: str, seed: int, limit: float, work_limit: float | No
             "status": str(res.status), "bound_method": str(res.bound_method)}
 
 
-def eval_rate_row(layout: str, seed: int, tensors: int, evals: int = 20_000) -> dict[str, Any]:
-    """The cost of one annealing evaluation (the exact multi-stage period of a plan, and a
-    random move): ``evals`` evaluations from a plan of one bucket per four units."""
+def eval_rate_row(layout: str, seed: int, tensors: int, evals: int = 3_000) -> dict[str, Any]:
+    """The cost of annealing evaluations (a random move of a plan, and the exact multi-stage
+    period of the result): ``evals`` of them from each of the plans of 4, n/8, n/4, n/2 and n
+    equal buckets (none accepted, so every plan evaluated has about as many buckets as its
+    start), the time fitted as ``evals * base + buckets * stages * per_bucket_stage``
+    (``buckets``: those of every plan evaluated), and the largest ratio of a plan size's time to
+    its charge (:data:`.solver.ANNEAL_EVAL_S`, :data:`.solver.ANNEAL_BUCKET_STAGE_S`)."""
     cluster = layout_cluster(layout)
     trace = random_trace(seed, tensors, cluster)
     opts = SolveOptions(workers=1, seed=0, baselines=False, **PER_LAYER_REORDER)
     inst = build_instance(trace, cluster, opts, merge=False)
-    segs = [(i, min(i + 3, inst.n - 1)) for i in range(0, inst.n, 4)][::-1]
-    stats: dict[str, int] = {}
-    t0 = time.perf_counter()
-    anneal(inst, segs, max_evals=evals, seed=0, stats=stats)
-    per = (time.perf_counter() - t0) / stats["evals"]
-    return {"layout": layout, "instance": trace.name, "units": inst.n,
-            "stages": len(inst.stages), "evals": stats["evals"], "eval_us": per * 1e6,
-            "unit_stage_us": per * 1e6 / (inst.n * len(inst.stages))}
+    n, n_s = inst.n, len(inst.stages)
+    rng = random.Random(seed)
+    runs = []
+    for m in (4, n // 8, n // 4, n // 2, n):
+        cut = np.linspace(0, n, m + 1).astype(int)
+        segs = [(int(cut[k]), int(cut[k + 1]) - 1) for k in range(m)][::-1]
+        done = buckets = 0
+        t0 = time.perf_counter()
+        while done < evals:
+            cand = anneal_move(segs, rng)
+            if cand is not None:
+                inst.evaluate(cand)
+                done, buckets = done + 1, buckets + len(cand)
+        runs.append((done, buckets * n_s, time.perf_counter() - t0))
+    a = np.array([[e, b] for e, b, _ in runs], float)
+    t = np.array([s for _, _, s in runs])
+    base, per = np.linalg.lstsq(a, t, rcond=None)[0]
+    charge = a @ np.array([solver.ANNEAL_EVAL_S, solver.ANNEAL_BUCKET_STAGE_S])
+    return {"layout": layout, "instance": trace.name, "units": n, "stages": n_s,
+            "evals": sum(e for e, _, _ in runs), "base_us": base * 1e6,
+            "bucket_stage_us": per * 1e6, "worst_ratio": float(np.max(t / charge))}
 
 
 def _ms(key: str, digits: int = 3) -> Callable[[dict[str, Any]], str]:
@@ -188,7 +207,8 @@ BRUTE_FORCE_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
 EVAL_RATE_COLUMNS: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
     ("layout", _text("layout")), ("instance", _text("instance")), ("units", _text("units")),
     ("stages", _text("stages")), ("evaluations", _text("evals")),
-    ("us per evaluation", _ms("eval_us", 1)), ("us per unit and stage", _ms("unit_stage_us"))]
+    ("us per evaluation", _ms("base_us", 1)), ("us per bucket and stage", _ms("bucket_stage_us")),
+    ("time / charge, largest", lambda r: f"{r['worst_ratio']:.2f}")]
 
 
 def print_table(rows: list[dict[str, Any]],

@@ -13,7 +13,7 @@ import pytest
 
 import schedopt.optimize.anneal as anneal_module
 from schedopt.optimize import SolveOptions
-from schedopt.optimize.anneal import anneal
+from schedopt.optimize.anneal import EvalCost, anneal
 from schedopt.optimize.flowshop import enumerate_plans
 from schedopt.optimize.instance import Instance, build_instance
 
@@ -104,11 +104,51 @@ def test_the_deadline_is_a_safety_stop(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(readings) == 1
 
 
+def test_a_run_stopped_by_its_work_is_the_start_of_a_longer_one() -> None:
+    """With a work limit (:class:`~schedopt.optimize.anneal.EvalCost`) a run stops before the
+    evaluation that would pass it, having charged what it evaluated; the temperature falls over
+    ``max_evals`` whatever the limit, so a larger limit continues the same run and never ends
+    worse."""
+    inst = _instance("pipelined", 2, layers=6)
+    start = _one_per_unit_backwards(inst)
+    seen: list[int] = []
+    values = []
+    for limit in (0.02, 0.05, 0.2, 1.0):
+        cost = EvalCost(1e-4, 1e-6, limit)
+        stats: dict[str, int] = {}
+        val, segs = anneal(inst, start, max_evals=4000, seed=3, stats=stats, cost=cost)
+        assert _covers(inst, segs) and val == int(inst.evaluate(segs).period)
+        assert cost.work(stats["evals"], stats["buckets"]) <= limit
+        assert stats["evals"] < 4000 or limit == 1.0  # 4,000 evaluations charge 0.4 s or more
+        seen.append(stats["evals"])
+        values.append(val)
+    assert seen == sorted(seen) and len(set(seen)) == 4
+    assert values == sorted(values, reverse=True)
+    assert (values[-1], stats["evals"]) == (anneal(inst, start, max_evals=4000, seed=3)[0], 4000)
+
+
+def test_the_buckets_evaluated_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``stats["buckets"]`` sums the buckets of every plan the run evaluated (the start's
+    included), the count its charge per bucket is taken on."""
+    inst = _instance("ps-dedicated", 4, layers=5)
+    sizes: list[int] = []
+    real = Instance.evaluate
+
+    def counting(self, segs, **kw):  # type: ignore[no-untyped-def]
+        sizes.append(len(segs))
+        return real(self, segs, **kw)
+
+    monkeypatch.setattr(Instance, "evaluate", counting)
+    stats: dict[str, int] = {}
+    anneal(inst, _one_per_unit_backwards(inst), max_evals=500, seed=1, stats=stats)
+    assert stats["evals"] == len(sizes) == 500 and stats["buckets"] == sum(sizes)
+
+
 def test_solve_runs_the_annealing_from_one_plan_with_successive_seeds(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``solve`` anneals :data:`~schedopt.optimize.solver.ANNEAL_RUNS` times from the same plan
-    with seeds ``seed``, ``seed + 1``, ..., the evaluations shared equally, and its plan is at
-    least as good as every run's best."""
+    """``solve`` anneals from the same plan with seeds ``seed``, ``seed + 1``, ..., every run
+    as long (:data:`~schedopt.optimize.solver.ANNEAL_RUN_EVALS_PER_UNIT`), as many runs as its
+    work allows, and its plan is at least as good as every run's best."""
     import schedopt.optimize.solver as solver_module
     from schedopt.optimize import solve
 
@@ -126,10 +166,39 @@ def test_solve_runs_the_annealing_from_one_plan_with_successive_seeds(
     opts = SolveOptions(next_forward="per-layer", reorder=True, workers=1, seed=5,
                         baselines=False, time_limit_s=60, work_limit_s=4)
     res = solve(trace, cluster, opts)
-    assert [c["seed"] for c in calls] == [5 + r for r in range(solver_module.ANNEAL_RUNS)]
-    assert solver_module.ANNEAL_RUNS >= 2
-    assert all(c["start"] == calls[0]["start"] and c["evals"] == calls[0]["evals"]
-               for c in calls)
+    assert [c["seed"] for c in calls] == [5 + r for r in range(len(calls))]
+    assert 2 <= len(calls) <= solver_module.ANNEAL_RUNS
     inst = calls[0]["inst"]
+    assert all(c["start"] == calls[0]["start"] and
+               c["evals"] == solver_module.ANNEAL_RUN_EVALS_PER_UNIT * inst.n for c in calls)
     segs, _ = inst.segments_of_plan(res.plan)
     assert int(inst.evaluate(segs).period) <= min(c["value"] for c in calls)
+
+
+def test_more_work_runs_the_same_annealing_runs_and_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs do not depend on the work: with twice the work, ``solve`` runs the same runs
+    (seeds and lengths) first, then more, and its plan is no worse."""
+    import schedopt.optimize.solver as solver_module
+    from schedopt.optimize import solve
+
+    cluster = bench_multistage.layout_cluster("pipelined")
+    trace = bench_multistage.random_trace(1, 2, cluster, layers=10)
+    out = {}
+    for work in (2.0, 4.0):
+        calls: list[tuple[int, int]] = []
+
+        def recording(inst: Instance, segs: list[tuple[int, int]],  # type: ignore[no-untyped-def]
+                      calls: list[tuple[int, int]] = calls, **kw):
+            val, best = anneal(inst, segs, **kw)
+            calls.append((kw["seed"], val))
+            return val, best
+
+        monkeypatch.setattr(solver_module, "anneal", recording)
+        opts = SolveOptions(next_forward="per-layer", reorder=True, workers=1, seed=0,
+                            baselines=False, time_limit_s=60, work_limit_s=work)
+        out[work] = (solve(trace, cluster, opts).iteration_time_s, calls)
+    (short, few), (long, more) = out[2.0], out[4.0]
+    assert len(more) > len(few) >= 1
+    assert more[:len(few) - 1] == few[:-1]  # the last short run may stop at its work
+    assert few[-1][0] == more[len(few) - 1][0] and more[len(few) - 1][1] <= few[-1][1]
+    assert long <= short

@@ -17,10 +17,11 @@ a while. From the best plan, each step draws one move:
 Each keeps the plan valid (contiguous runs of units covering every unit once). A move that
 does not lengthen the period is taken; a longer one with probability ``exp(-delta / T)``, where
 the temperature ``T`` falls linearly from :data:`START_TEMPERATURE` times the start's period
-to one tick over the evaluations. The number of evaluations is the deterministic limit (the
-caller's work budget), the random stream is seeded, so the same inputs and seed give the same
-plan; a deadline is only a safety stop. The best plan seen is returned, never worse than the
-start.
+to one tick over the evaluations. The number of evaluations sets the run; a deterministic
+work limit (:class:`EvalCost`: a charge per evaluation and per bucket of the plan evaluated)
+may stop it early, at the same point on every machine, and a larger limit continues the same
+run. The random stream is seeded, so the same inputs and seed give the same plan; a deadline
+is only a safety stop. The best plan seen is returned, never worse than the start.
 """
 
 from __future__ import annotations
@@ -28,14 +29,38 @@ from __future__ import annotations
 import math
 import random
 import time
+from dataclasses import dataclass
 
 from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["START_TEMPERATURE", "anneal"]
+__all__ = ["START_TEMPERATURE", "EvalCost", "anneal"]
 
 #: Starting temperature as a share of the start's period (0.2%: measured on the benchmark's
 #: dedicated-server rows, where 0.5% and 1% end worse and 0.05-0.1% barely move).
 START_TEMPERATURE = 2e-3
+
+
+@dataclass(frozen=True)
+class EvalCost:
+    """The deterministic charge of the evaluations of a run, and the most it may spend.
+
+    Attributes
+    ----------
+    per_eval_s
+        Seconds charged per evaluation (the call and the move).
+    per_bucket_s
+        Seconds charged per bucket of the plan evaluated (the serving of its stages).
+    limit_s
+        The most a run may spend (seconds of work).
+    """
+
+    per_eval_s: float
+    per_bucket_s: float
+    limit_s: float
+
+    def work(self, evals: int, buckets: int) -> float:
+        """Seconds charged for ``evals`` evaluations of ``buckets`` buckets in all."""
+        return evals * self.per_eval_s + buckets * self.per_bucket_s
 
 
 def _move(segs: Segments, rng: random.Random) -> Segments | None:
@@ -74,8 +99,8 @@ def _move(segs: Segments, rng: random.Random) -> Segments | None:
 
 
 def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
-           deadline: float | None = None, stats: dict[str, int] | None = None
-           ) -> tuple[int, Segments]:
+           deadline: float | None = None, stats: dict[str, int] | None = None,
+           cost: EvalCost | None = None) -> tuple[int, Segments]:
     """The best plan found by annealing from ``segs`` (module docstring).
 
     Parameters
@@ -91,7 +116,13 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
     deadline
         A ``time.perf_counter()`` value: a safety stop only.
     stats
-        Receives ``evals`` and ``deadline_stop`` (1: the deadline stopped it).
+        Receives ``evals``, ``buckets`` (the buckets of every plan evaluated, summed) and
+        ``deadline_stop`` (1: the deadline stopped it).
+    cost
+        The deterministic charge of one evaluation and the work the run may spend: it stops
+        once the next evaluation could pass it. The temperature falls over ``max_evals``
+        whatever the work, so a run stopped by its work is the start of the run that a larger
+        budget completes, and ends no better.
 
     Returns
     -------
@@ -104,6 +135,7 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
     rng = random.Random(seed)
     start_t = START_TEMPERATURE * cur
     evals = draws = 1
+    buckets = len(segs)
     deadline_stop = False
     while evals < max_evals and draws < 4 * max_evals:  # draws: a plan no move applies to
         draws += 1
@@ -113,12 +145,15 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
         cand = _move(cur_segs, rng)
         if cand is None:
             continue
+        if cost is not None and cost.work(evals + 1, buckets + len(cand)) > cost.limit_s:
+            break
         value = int(inst.evaluate(cand).period)
         evals += 1
+        buckets += len(cand)
         temp = start_t * (1.0 - evals / max_evals) + 1.0
         if value <= cur or rng.random() < math.exp((cur - value) / temp):
             cur_segs, cur = cand, value
             if value < best:
                 best, best_segs = value, list(cand)
-    out["evals"], out["deadline_stop"] = evals, int(deadline_stop)
+    out["evals"], out["buckets"], out["deadline_stop"] = evals, buckets, int(deadline_stop)
     return best, best_segs

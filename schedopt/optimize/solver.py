@@ -44,7 +44,7 @@ import numpy as np
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
-from schedopt.optimize.anneal import anneal
+from schedopt.optimize.anneal import EvalCost, anneal
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
 from schedopt.optimize.bounds import (
     constant_bound,
@@ -175,18 +175,19 @@ BOUND_DP_S = 2.4e-7
 #: before the serving order was kept per plan size; not measured since, so the charge errs
 #: high).
 STAGE_EVAL_S = 5e-6
-#: Deterministic charge (s) of one annealing evaluation per unit and stage (measured by
-#: ``benchmarks/bench_multistage.py --eval-rate``: 0.11-0.43 us per unit and stage, the most on
-#: the dedicated servers' two stages with 120 units).
-ANNEAL_EVAL_S = 5e-7
-#: Most annealing evaluations per unit (the search space grows with the units; small instances
-#: need few: the enumeration's optimum of six units takes under 4,000).
-ANNEAL_EVALS_PER_UNIT = 2000
-#: Independent annealing runs from the same plan (where an annealing run ends depends on its
-#: random moves more than on its length: on the benchmark's dedicated-server rows twice the
-#: evaluations in one run changed the plans by -0.02% to +0.59%, a second run with another seed
-#: kept the first's plan or found a better one).
-ANNEAL_RUNS = 2
+#: Deterministic charge (s) of one annealing evaluation, and per bucket and stage of the plan
+#: evaluated (the move and the call, then the serving loop; measured by
+#: ``benchmarks/bench_multistage.py --eval-rate``, which fits the two).
+ANNEAL_EVAL_S, ANNEAL_BUCKET_STAGE_S = 6e-5, 1e-6
+#: Evaluations of one annealing run, per unit (the temperature falls over them; the search
+#: space grows with the units, and small instances need few: the enumeration's optimum of six
+#: units takes under 4,000).
+ANNEAL_RUN_EVALS_PER_UNIT = 500
+#: Most annealing runs, each with its own seed. Where a run ends depends on its random moves
+#: more than on its length: on the benchmark's dedicated-server rows twice the evaluations in
+#: one run changed the plans by -0.02% to +0.59%, while another seed kept the plan or found a
+#: better one; so the work goes to more runs of one length, not to longer runs.
+ANNEAL_RUNS = 16
 
 #: Deterministic charge (s) of the one-stage programmes of the bottleneck plans, per squared
 #: unit and stage (measured: 0.07 s for 580 units and 3 stages).
@@ -257,8 +258,12 @@ class SolveState:
     def charge(self, stats: dict[str, int], per_eval: float) -> None:
         """Spend a search's evaluations (``stats["evals"]`` at ``per_eval`` seconds of work each)
         and keep whether its deadline stopped it (``stats["deadline_stop"]``)."""
-        self.budget.spend(stats["evals"] * per_eval)
-        self.wall_stop |= bool(stats["deadline_stop"])
+        self.charge_work(stats["evals"] * per_eval, bool(stats["deadline_stop"]))
+
+    def charge_work(self, work_s: float, deadline_stop: bool) -> None:
+        """Spend ``work_s`` seconds of work and keep whether a deadline stopped the step."""
+        self.budget.spend(work_s)
+        self.wall_stop |= deadline_stop
 
     @property
     def hint(self) -> Baseline | None:
@@ -939,27 +944,33 @@ def _stages_programmes(search: SolveState, inst: Instance) -> None:
 def _stages_anneal(search: SolveState, inst: Instance) -> None:
     """Simulated annealing (:mod:`.anneal`) from the best plan, over bucketings and launch
     orders judged by the exact multi-stage period, within :data:`STAGES_ANNEAL` of the work
-    left (:data:`ANNEAL_EVAL_S` per evaluation, unit and stage) and at most
-    :data:`ANNEAL_EVALS_PER_UNIT` evaluations per unit, shared equally by
-    :data:`ANNEAL_RUNS` runs from the same plan with seeds ``seed``, ``seed + 1``, ...; each
-    run's best plan is offered."""
+    left (:data:`ANNEAL_EVAL_S` per evaluation and :data:`ANNEAL_BUCKET_STAGE_S` per bucket and
+    stage of the plan evaluated): up to :data:`ANNEAL_RUNS` runs of
+    :data:`ANNEAL_RUN_EVALS_PER_UNIT` evaluations per unit each, with seeds ``seed``,
+    ``seed + 1``, ..., from the same plan; each run's best plan is offered. The runs do not
+    depend on the work: from the same plan, a larger budget runs the same ones and more, so
+    the annealing never ends worse."""
     best = search.best
     assert best is not None
-    per_eval = ANNEAL_EVAL_S * inst.n * len(inst.stages)
-    evals = min(int(search.budget.work(STAGES_ANNEAL) / per_eval), ANNEAL_EVALS_PER_UNIT * inst.n)
-    if evals < 2:
-        return
+    share = search.budget.work(STAGES_ANNEAL)
+    per_bucket = ANNEAL_BUCKET_STAGE_S * len(inst.stages)
     start, start_value = list(best.segs), best.value
+    spent = 0.0
     for run in range(ANNEAL_RUNS):
+        cost = EvalCost(ANNEAL_EVAL_S, per_bucket, share - spent)
+        if cost.work(2, 2 * inst.n) > cost.limit_s:  # not one more evaluation of any plan
+            break
         stats: dict[str, int] = {}
-        val, segs = anneal(inst, start, max_evals=evals // ANNEAL_RUNS,
+        val, segs = anneal(inst, start, max_evals=ANNEAL_RUN_EVALS_PER_UNIT * inst.n,
                            seed=search.opts.seed + run, deadline=search.budget.deadline,
-                           stats=stats)
-        search.charge(stats, per_eval)
+                           stats=stats, cost=cost)
+        work = cost.work(stats["evals"], stats["buckets"])
+        spent += work
+        search.charge_work(work, bool(stats["deadline_stop"]))
         log.info("annealing run %d: %d evaluations, period %d -> %d ticks", run,
                  stats["evals"], start_value, val)
         search.offer(segs, val, Method.ANNEAL)
-        if stats["deadline_stop"]:
+        if stats["deadline_stop"] or stats["evals"] < ANNEAL_RUN_EVALS_PER_UNIT * inst.n:
             break
 
 
