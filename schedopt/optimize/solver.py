@@ -176,8 +176,9 @@ BOUND_DP_S = 2.4e-7
 #: high).
 STAGE_EVAL_S = 5e-6
 #: Deterministic charge (s) of one annealing evaluation, and per bucket and stage of the plan
-#: evaluated (the move and the call, then the serving loop; measured by
-#: ``benchmarks/bench_multistage.py --eval-rate``, which fits the two).
+#: evaluated (the move and the call, then the serving loop; ``benchmarks/bench_multistage.py
+#: --eval-rate`` fits the two: 30-53 us and 0.40-0.62 us on the pipelined and dedicated-server
+#: rows, the time 0.55-0.86 of this charge).
 ANNEAL_EVAL_S, ANNEAL_BUCKET_STAGE_S = 6e-5, 1e-6
 #: Evaluations of one annealing run, per unit (the temperature falls over them; the search
 #: space grows with the units, and small instances need few: the enumeration's optimum of six
