@@ -13,7 +13,7 @@ import pytest
 
 import schedopt.optimize.anneal as anneal_module
 from schedopt.optimize import SolveOptions
-from schedopt.optimize.anneal import EvalCost, anneal
+from schedopt.optimize.anneal import EvalCost, anneal, jackson_orders
 from schedopt.optimize.flowshop import enumerate_plans
 from schedopt.optimize.instance import Instance, build_instance
 
@@ -202,3 +202,49 @@ def test_more_work_runs_the_same_annealing_runs_and_more(monkeypatch: pytest.Mon
     assert more[:len(few) - 1] == few[:-1]  # the last short run may stop at its work
     assert few[-1][0] == more[len(few) - 1][0] and more[len(few) - 1][1] <= few[-1][1]
     assert long <= short
+
+
+def test_jackson_orders_sort_around_the_last_ready_bucket() -> None:
+    """The buckets launched after the one holding the last unit go largest last unit first
+    (largest delivery tail first), those before it in readiness order; alone and together, each
+    a new order of the same buckets."""
+    segs = [(3, 4), (0, 0), (9, 9), (5, 6), (1, 2), (7, 8)]  # (9, 9): the last-ready bucket
+    after, before, both = jackson_orders(segs)
+    assert after == [(3, 4), (0, 0), (9, 9), (7, 8), (5, 6), (1, 2)]
+    assert before == [(0, 0), (3, 4), (9, 9), (5, 6), (1, 2), (7, 8)]
+    assert both == [(0, 0), (3, 4), (9, 9), (7, 8), (5, 6), (1, 2)]
+    assert jackson_orders([(0, 0), (5, 9), (3, 4), (1, 2)]) == []  # already in both orders
+    assert jackson_orders([(0, 9)]) == []
+    # one side out of order: one candidate (the two that change it are the same order)
+    assert jackson_orders([(2, 3), (0, 1), (4, 5)]) == [[(0, 1), (2, 3), (4, 5)]]
+
+
+@pytest.mark.parametrize(("layout", "ratio"), [("ps-dedicated", 8), ("pipelined", 2)])
+def test_the_largest_tail_first_after_the_last_ready_bucket_mostly_helps(layout: str,
+                                                                          ratio: int) -> None:
+    """On random plans (bucketings and launch orders) of six-layer instances, launching the
+    buckets after the last-ready one largest tail first (the first order of
+    :func:`~schedopt.optimize.anneal.jackson_orders`) shortens the period far more often than
+    it lengthens it: on the dedicated servers (two links) over 50 times as often, on the
+    pipelined all-reduce, whose all-gathers wait for the next reduce-scatter on the shared link,
+    about three times (the reverse order makes most plans longer on both). Several stages make
+    it a rule, not an optimum, so ``solve`` only offers these orders."""
+    import random
+
+    shorter = longer = 0
+    for seed in range(3):
+        inst = _instance(layout, seed, layers=6)
+        rng = random.Random(seed)
+        for _ in range(100):
+            segs = list(inst.segments_from_cuts(np.array([rng.random() < 0.4
+                                                          for _ in range(inst.n - 1)])))
+            rng.shuffle(segs)
+            orders = jackson_orders(segs)
+            last = max(hi for _, hi in segs)
+            p = next(k for k, (_, hi) in enumerate(segs) if hi == last)
+            if not orders or orders[0][:p + 1] != segs[:p + 1]:
+                continue  # the after part was in order already
+            before, after = inst.evaluate(segs).period, inst.evaluate(orders[0]).period
+            shorter += after < before
+            longer += after > before
+    assert shorter >= 60 and shorter >= ratio * longer

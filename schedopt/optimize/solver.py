@@ -44,7 +44,7 @@ import numpy as np
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
-from schedopt.optimize.anneal import EvalCost, anneal
+from schedopt.optimize.anneal import EvalCost, anneal, jackson_orders
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
 from schedopt.optimize.bounds import (
     constant_bound,
@@ -948,7 +948,8 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     left (:data:`ANNEAL_EVAL_S` per evaluation and :data:`ANNEAL_BUCKET_STAGE_S` per bucket and
     stage of the plan evaluated): up to :data:`ANNEAL_RUNS` runs of
     :data:`ANNEAL_RUN_EVALS_PER_UNIT` evaluations per unit each, with seeds ``seed``,
-    ``seed + 1``, ..., from the same plan; each run's best plan is offered. The runs do not
+    ``seed + 1``, ..., from the same plan; each run's best plan is offered, and its launch
+    orders by Jackson's rules (:func:`.anneal.jackson_orders`). The runs do not
     depend on the work: from the same plan, a larger budget runs the same ones and more, so
     the annealing never ends worse."""
     best = search.best
@@ -965,12 +966,16 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
         val, segs = anneal(inst, start, max_evals=ANNEAL_RUN_EVALS_PER_UNIT * inst.n,
                            seed=search.opts.seed + run, deadline=search.budget.deadline,
                            stats=stats, cost=cost)
-        work = cost.work(stats["evals"], stats["buckets"])
-        spent += work
-        search.charge_work(work, bool(stats["deadline_stop"]))
         log.info("annealing run %d: %d evaluations, period %d -> %d ticks", run,
                  stats["evals"], start_value, val)
         search.offer(segs, val, Method.ANNEAL)
+        polish = jackson_orders(segs)
+        for cand in polish:
+            search.offer(cand, int(inst.evaluate(cand).period), Method.ANNEAL)
+        work = cost.work(stats["evals"] + len(polish),
+                         stats["buckets"] + sum(len(c) for c in polish))
+        spent += work
+        search.charge_work(work, bool(stats["deadline_stop"]))
         if stats["deadline_stop"] or stats["evals"] < ANNEAL_RUN_EVALS_PER_UNIT * inst.n:
             break
 
