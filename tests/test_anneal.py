@@ -1,6 +1,8 @@
 """Simulated annealing over bucketings and launch orders (:mod:`schedopt.optimize.anneal`):
 valid plans, never worse than the start, the same plan for the same seed, the enumeration's
-optimum on small instances, and an end on plans no move applies to."""
+optimum on small instances, an end on plans no move applies to, runs stopped by their work,
+``solve``'s runs of one length, and the launch orders by Jackson's rules that polish each run
+(:func:`schedopt.optimize.heuristics.jackson_orders`)."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ import pytest
 
 import schedopt.optimize.anneal as anneal_module
 from schedopt.optimize import SolveOptions
-from schedopt.optimize.anneal import EvalCost, anneal, jackson_orders
+from schedopt.optimize.anneal import EvalCost, anneal
 from schedopt.optimize.flowshop import enumerate_plans
+from schedopt.optimize.heuristics import jackson_orders
 from schedopt.optimize.instance import Instance, build_instance
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
@@ -224,7 +227,7 @@ def test_the_largest_tail_first_after_the_last_ready_bucket_mostly_helps(layout:
                                                                           ratio: int) -> None:
     """On random plans (bucketings and launch orders) of six-layer instances, launching the
     buckets after the last-ready one largest tail first (the first order of
-    :func:`~schedopt.optimize.anneal.jackson_orders`) shortens the period far more often than
+    :func:`~schedopt.optimize.heuristics.jackson_orders`) shortens the period far more often than
     it lengthens it: on the dedicated servers (two links) over 50 times as often, on the
     pipelined all-reduce, whose all-gathers wait for the next reduce-scatter on the shared link,
     about three times (the reverse order makes most plans longer on both). Several stages make

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["START_TEMPERATURE", "EvalCost", "anneal", "jackson_orders"]
+__all__ = ["START_TEMPERATURE", "EvalCost", "anneal"]
 
 #: Starting temperature as a share of the start's period (0.2%: measured on the benchmark's
 #: dedicated-server rows, where 0.5% and 1% end worse and 0.05-0.1% barely move).
@@ -158,23 +158,3 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
     out["evals"], out["buckets"], out["deadline_stop"] = evals, buckets, int(deadline_stop)
     return best, best_segs
 
-
-def jackson_orders(segs: Segments) -> list[Segments]:
-    """The launch orders of ``segs`` that Jackson's rules give around the last-ready bucket
-    (the one holding the last unit in readiness order), each different from ``segs``.
-
-    After that bucket every gradient is ready, and a bucket's delivery tail (the next forward
-    from its first layer) grows with its last unit: the buckets launched after it, in
-    decreasing order of their last unit, go largest tail first. The buckets launched before it
-    go in the order they become ready. The two reorderings, alone and together, are the
-    candidates; a random search reaches them only through several swaps, each of which can
-    lengthen the period on its own."""
-    last = max(hi for _, hi in segs)
-    p = next(k for k, (_, hi) in enumerate(segs) if hi == last)
-    before = sorted(segs[:p], key=lambda s: s[1])
-    after = sorted(segs[p + 1:], key=lambda s: -s[1])
-    out: list[Segments] = []
-    for cand in ([*segs[:p + 1], *after], [*before, *segs[p:]], [*before, segs[p], *after]):
-        if cand != list(segs) and cand not in out:
-            out.append(cand)
-    return out

@@ -17,7 +17,7 @@ import numpy as np
 
 from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["local_search", "schrage_order"]
+__all__ = ["jackson_orders", "local_search", "schrage_order"]
 
 
 def schrage_order(inst: Instance, segs: Segments) -> Segments:
@@ -47,6 +47,27 @@ def schrage_order(inst: Instance, segs: Segments) -> Segments:
         order.append(by_ready[k])
         t = max(t, rel[k]) + dur[k]
     return order
+
+
+def jackson_orders(segs: Segments) -> list[Segments]:
+    """The launch orders of ``segs`` that Jackson's rules give around the last-ready bucket
+    (the one holding the last unit in readiness order), each different from ``segs``.
+
+    After that bucket every gradient is ready, and a bucket's delivery tail (the next forward
+    from its first layer) grows with its last unit: the buckets launched after it, in
+    decreasing order of their last unit, go largest tail first. The buckets launched before it
+    go in the order they become ready. The two reorderings, alone and together, are the
+    candidates; a random search reaches them only through several swaps, each of which can
+    lengthen the period on its own."""
+    last = max(hi for _, hi in segs)
+    p = next(k for k, (_, hi) in enumerate(segs) if hi == last)
+    before = sorted(segs[:p], key=lambda s: s[1])
+    after = sorted(segs[p + 1:], key=lambda s: -s[1])
+    out: list[Segments] = []
+    for cand in ([*segs[:p + 1], *after], [*before, *segs[p:]], [*before, segs[p], *after]):
+        if cand != list(segs) and cand not in out:
+            out.append(cand)
+    return out
 
 
 def _value(inst: Instance, cuts: np.ndarray, reorder: bool,

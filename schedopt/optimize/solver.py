@@ -44,7 +44,7 @@ import numpy as np
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
-from schedopt.optimize.anneal import EvalCost, anneal, jackson_orders
+from schedopt.optimize.anneal import EvalCost, anneal
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
 from schedopt.optimize.bounds import (
     constant_bound,
@@ -65,7 +65,7 @@ from schedopt.optimize.flowshop import (
     plan_count,
     resource_bound,
 )
-from schedopt.optimize.heuristics import local_search, schrage_order
+from schedopt.optimize.heuristics import jackson_orders, local_search, schrage_order
 from schedopt.optimize.host_dp import (
     CANDIDATE_S,
     MAX_STATES,
@@ -949,7 +949,7 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     stage of the plan evaluated): up to :data:`ANNEAL_RUNS` runs of
     :data:`ANNEAL_RUN_EVALS_PER_UNIT` evaluations per unit each, with seeds ``seed``,
     ``seed + 1``, ..., from the same plan; each run's best plan is offered, and its launch
-    orders by Jackson's rules (:func:`.anneal.jackson_orders`). The runs do not
+    orders by Jackson's rules (:func:`.heuristics.jackson_orders`). The runs do not
     depend on the work: from the same plan, a larger budget runs the same ones and more, so
     the annealing never ends worse."""
     best = search.best
@@ -957,13 +957,14 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     share = search.budget.work(STAGES_ANNEAL)
     per_bucket = ANNEAL_BUCKET_STAGE_S * len(inst.stages)
     start, start_value = list(best.segs), best.value
+    length = ANNEAL_RUN_EVALS_PER_UNIT * inst.n
     spent = 0.0
     for run in range(ANNEAL_RUNS):
         cost = EvalCost(ANNEAL_EVAL_S, per_bucket, share - spent)
         if cost.work(2, 2 * inst.n) > cost.limit_s:  # not one more evaluation of any plan
             break
         stats: dict[str, int] = {}
-        val, segs = anneal(inst, start, max_evals=ANNEAL_RUN_EVALS_PER_UNIT * inst.n,
+        val, segs = anneal(inst, start, max_evals=length,
                            seed=search.opts.seed + run, deadline=search.budget.deadline,
                            stats=stats, cost=cost)
         log.info("annealing run %d: %d evaluations, period %d -> %d ticks", run,
@@ -976,7 +977,7 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
                          stats["buckets"] + sum(len(c) for c in polish))
         spent += work
         search.charge_work(work, bool(stats["deadline_stop"]))
-        if stats["deadline_stop"] or stats["evals"] < ANNEAL_RUN_EVALS_PER_UNIT * inst.n:
+        if stats["deadline_stop"] or stats["evals"] < length:
             break
 
 
