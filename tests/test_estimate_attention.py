@@ -11,8 +11,6 @@ benchmarks/estimate_validation.py and not a defect of the model.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +22,7 @@ pytest.importorskip("transformers")
 from schedopt.measure.estimate import OperatorTotal, config_spec, estimate, operator_breakdown
 from schedopt.measure.gpus import GPUS
 from schedopt.measure.operators import operator_model
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 #: a small BERT (4 heads of 64): the same operators as BERT-large, quick to trace
@@ -106,13 +105,7 @@ def test_a100_40gb_is_the_a100_with_slower_memory() -> None:
 
 
 def _validation() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schedopt_estimate_validation",
-                                                  REPO / "benchmarks" / "estimate_validation.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/estimate_validation.py", "schedopt_estimate_validation")
 
 
 def test_binned_rows_ran_less_per_token_than_full_padding_allows() -> None:

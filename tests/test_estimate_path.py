@@ -10,8 +10,6 @@ no fused kernel is a one-line error naming ``--attention``; the CLI exits 2 and 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -34,6 +32,7 @@ from schedopt.measure.estimate import (
     operator_breakdown,
 )
 from schedopt.measure.gpus import GPUS
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -56,13 +55,7 @@ def _scores(ops: dict[Key, OperatorTotal]) -> dict[Key, OperatorTotal]:
 
 
 def _generate() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schedopt_generate_path",
-                                                  REPO / "instances" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("instances/generate.py", "schedopt_generate_path")
 
 
 def test_eager_fp16_has_a_score_tensor_and_flash_has_none() -> None:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import struct
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -15,6 +13,7 @@ from typer.testing import CliRunner
 
 from schedopt.cli.app import app
 from schedopt.files import load_trace
+from tests.scripts import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data"
@@ -23,13 +22,7 @@ runner = CliRunner()
 
 
 def _load_figures() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schedopt_figures",
-                                                  REPO / "benchmarks" / "figures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/figures.py", "schedopt_figures")
 
 
 figures = _load_figures()

@@ -3,9 +3,7 @@ the estimator's price, checked on the CPU (its figures say nothing of a GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,6 +12,7 @@ import pytest
 pytest.importorskip("torch")
 
 from schedopt.measure.estimate import estimate
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.torch
 
@@ -21,13 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("schedopt_gpu_depthwise",
-                                                  REPO / "benchmarks" / "gpu_depthwise.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/gpu_depthwise.py", "schedopt_gpu_depthwise")
 
 
 def test_layers_are_the_models_depthwise_convolutions() -> None:

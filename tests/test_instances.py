@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +14,7 @@ from schedopt.model.cluster import Cluster, ClusterFamily
 from schedopt.model.trace import Trace
 from schedopt.policies import POLICIES, make_plan
 from schedopt.simulate.simulator import simulate
+from tests.scripts import load_script
 
 ROOT = instances_dir()
 TRACE_NAMES = sorted(p.stem for p in (ROOT / "traces").glob("*.json"))
@@ -73,13 +72,7 @@ PAIR_TRACE = "resnet50-v100-b64"
 @cache
 def generate_module() -> ModuleType:
     """instances/generate.py, imported as a module (torch is imported only when needed)."""
-    path = ROOT / "generate.py"
-    spec = importlib.util.spec_from_file_location("schedopt_instances_generate", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("instances/generate.py", "schedopt_instances_generate")
 
 
 def _simulate_all(trace: Trace, cluster: Cluster) -> None:

@@ -10,6 +10,7 @@ import pytest
 from schedopt.files import load_cluster, load_trace
 from schedopt.model.plan import Plan
 from schedopt.simulate.simulator import simulate
+from tests.scripts import load_script
 
 SOLUTIONS = sorted((Path(__file__).resolve().parents[1] / "solutions").glob("*.json"))
 
@@ -40,13 +41,7 @@ def test_there_are_stored_solutions() -> None:
 def test_the_generator_writes_exactly_the_stored_files() -> None:
     """``python solutions/generate.py`` rewrites the stored files and writes no other (a file
     it wrote beside them would have to be rebuilt by the test above from its recipe)."""
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "solutions" / "generate.py"
-    spec = importlib.util.spec_from_file_location("solutions_generate", path)
-    assert spec is not None and spec.loader is not None
-    gen = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen)
+    gen = load_script("solutions/generate.py", "solutions_generate")
     cases = gen.stored_cases(gen._bench())
     assert {gen.file_name(c) for c in cases} == {p.name for p in SOLUTIONS}
     for case in cases:
