@@ -12,7 +12,12 @@ a while. From the best plan, each step draws one move:
 * *split*: cut one bucket in two at a random unit, the halves launched one after the other
   in either order;
 * *merge*: join a bucket with the bucket that holds the next units, at the first one's
-  position.
+  position;
+* *shift* (only with ``shift > 0``, drawn instead of some splits and merges): move one to
+  :data:`SHIFT_UNITS` units across the border of a bucket and the bucket that holds the units
+  next to it, both keeping their launch positions. Split and merge reach the same plan in two
+  steps, the first of which usually lengthens the period; where a bucket's start-up cost
+  weighs as much as a unit's transfer (:func:`regime`) the borders decide the plan.
 
 Each keeps the plan valid (contiguous runs of units covering every unit once). A move that
 does not lengthen the period is taken; a longer one with probability ``exp(-delta / T)``, where
@@ -33,11 +38,23 @@ from dataclasses import dataclass
 
 from schedopt.optimize.instance import Instance, Segments
 
-__all__ = ["START_TEMPERATURE", "EvalCost", "anneal"]
+__all__ = ["SHIFT_SHARE", "SHIFT_UNITS", "SHIFT_WEIGHT", "START_TEMPERATURE", "EvalCost",
+           "Regime", "anneal", "fresh_start", "regime", "startup_weight"]
 
 #: Starting temperature as a share of the start's period (0.2%: measured on the benchmark's
 #: dedicated-server rows, where 0.5% and 1% end worse and 0.05-0.1% barely move).
 START_TEMPERATURE = 2e-3
+
+#: Share of the moves that are shifts where start-up costs weigh (:func:`regime`), taken from
+#: the splits and merges (measured on the benchmark's pipelined rows, section 6 of
+#: docs/formulation.md).
+SHIFT_SHARE = 0.2
+
+#: Most units one shift moves across a border.
+SHIFT_UNITS = 3
+
+#: Start-up weight (:func:`startup_weight`) from which start-up costs weigh (:func:`regime`).
+SHIFT_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -63,11 +80,81 @@ class EvalCost:
         return evals * self.per_eval_s + buckets * self.per_bucket_s
 
 
-def _move(segs: Segments, rng: random.Random) -> Segments | None:
-    """One random move of the module docstring, or None when the drawn move does not apply."""
+@dataclass(frozen=True)
+class Regime:
+    """How the annealing searches an instance (:func:`regime`).
+
+    Attributes
+    ----------
+    shift
+        The share of shift moves (0: none, and the moves of a run without them).
+    restarts
+        Whether every other run of ``solve`` starts from :func:`fresh_start` instead of the
+        best plan.
+    """
+
+    shift: float
+    restarts: bool
+
+
+def startup_weight(inst: Instance) -> float:
+    """A bucket's start-up costs (every stage's, summed) over a unit's mean transfer time
+    over the stages: 2.7 on the benchmark's pipelined hierarchical all-reduce, 0.006 on its
+    dedicated parameter servers."""
+    per_unit = float(inst.stage_p.sum()) / max(1, inst.n)
+    return float(inst.stage_a.sum()) / per_unit if per_unit > 0 else float("inf")
+
+
+def regime(inst: Instance) -> Regime:
+    """Where start-up costs weigh (:func:`startup_weight` at least :data:`SHIFT_WEIGHT`) the
+    borders of the buckets decide the plan, and runs from the best plan tend to end in its
+    basin: shifts (:data:`SHIFT_SHARE`), and every other run from a fresh start. Elsewhere
+    (the dedicated servers, where the launch order decides) neither helps: the four other
+    moves only, every run from the best plan."""
+    if startup_weight(inst) >= SHIFT_WEIGHT:
+        return Regime(SHIFT_SHARE, True)
+    return Regime(0.0, False)
+
+
+def fresh_start(inst: Instance) -> Segments:
+    """One bucket per unit, the last ready launched first: the start of a restart, as far
+    from every bucketing as any."""
+    return [(u, u) for u in range(inst.n - 1, -1, -1)]
+
+
+def _shift(x: Segments, rng: random.Random) -> Segments | None:
+    """A shift (module docstring) of ``x`` in place, or None when the drawn one does not
+    apply (no such neighbour, or the giving bucket would be left empty)."""
+    k = rng.randrange(len(x))
+    lo, hi = x[k]
+    right = rng.random() < 0.5
+    d = rng.randint(1, SHIFT_UNITS)
+    take = rng.random() < 0.5
+    nb = [j for j, (a, b) in enumerate(x) if (a == hi + 1 if right else b == lo - 1)]
+    if not nb:
+        return None
+    j = nb[0]
+    lo2, hi2 = x[j]
+    if (hi2 - lo2 if take else hi - lo) < d:  # the giver keeps a unit at least
+        return None
+    if right:
+        x[k], x[j] = ((lo, hi + d), (lo2 + d, hi2)) if take else ((lo, hi - d), (hi - d + 1, hi2))
+    else:
+        x[k], x[j] = ((lo - d, hi), (lo2, hi2 - d)) if take else ((lo + d, hi), (lo2, lo + d - 1))
+    return x
+
+
+def _move(segs: Segments, rng: random.Random, shift: float = 0.0) -> Segments | None:
+    """One random move of the module docstring, or None when the drawn move does not apply;
+    ``shift`` of the draws are shifts (taken from splits and merges; none draws exactly the
+    moves of a run without them)."""
     x = list(segs)
     m = len(x)
     kind = rng.random()
+    if shift > 0 and kind >= 0.6:
+        if kind < 0.6 + shift:
+            return _shift(x, rng)
+        kind = 0.6 + (kind - 0.6 - shift) * 0.4 / (0.4 - shift)
     if kind < 0.4:
         a, b = rng.randrange(m), rng.randrange(m)
         if a == b:
@@ -100,7 +187,7 @@ def _move(segs: Segments, rng: random.Random) -> Segments | None:
 
 def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
            deadline: float | None = None, stats: dict[str, int] | None = None,
-           cost: EvalCost | None = None) -> tuple[int, Segments]:
+           cost: EvalCost | None = None, shift: float = 0.0) -> tuple[int, Segments]:
     """The best plan found by annealing from ``segs`` (module docstring).
 
     Parameters
@@ -123,6 +210,8 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
         once the next evaluation could pass it. The temperature falls over ``max_evals``
         whatever the work, so a run stopped by its work is the start of the run that a larger
         budget completes, and ends no better.
+    shift
+        The share of shift moves (:class:`Regime`; 0: none).
 
     Returns
     -------
@@ -142,7 +231,7 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
         if deadline is not None and draws % 64 == 0 and time.perf_counter() > deadline:
             deadline_stop = True
             break
-        cand = _move(cur_segs, rng)
+        cand = _move(cur_segs, rng, shift)
         if cand is None:
             continue
         if cost is not None and cost.work(evals + 1, buckets + len(cand)) > cost.limit_s:

@@ -44,7 +44,7 @@ import numpy as np
 from schedopt.model.cluster import Cluster
 from schedopt.model.plan import Plan
 from schedopt.model.trace import Trace
-from schedopt.optimize.anneal import EvalCost, anneal
+from schedopt.optimize.anneal import EvalCost, anneal, fresh_start, regime
 from schedopt.optimize.baselines import Baseline, evaluate_baseline
 from schedopt.optimize.bounds import (
     constant_bound,
@@ -948,27 +948,32 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     left (:data:`ANNEAL_EVAL_S` per evaluation and :data:`ANNEAL_BUCKET_STAGE_S` per bucket and
     stage of the plan evaluated): up to :data:`ANNEAL_RUNS` runs of
     :data:`ANNEAL_RUN_EVALS_PER_UNIT` evaluations per unit each, with seeds ``seed``,
-    ``seed + 1``, ..., from the same plan; each run's best plan is offered, and its launch
-    orders by Jackson's rules (:func:`.heuristics.jackson_orders`). The runs do not
-    depend on the work: from the same plan, a larger budget runs the same ones and more, so
-    the annealing never ends worse."""
+    ``seed + 1``, ..., in the instance's :func:`.anneal.regime` (where start-up costs weigh,
+    every other run from :func:`.anneal.fresh_start`, the others from the best plan); each
+    run's best plan is offered, and its launch orders by Jackson's rules
+    (:func:`.heuristics.jackson_orders`). The runs do not depend on the work: from the same
+    plan, a larger budget runs the same ones and more, so the annealing never ends worse."""
     best = search.best
     assert best is not None
     share = search.budget.work(STAGES_ANNEAL)
     per_bucket = ANNEAL_BUCKET_STAGE_S * len(inst.stages)
     start, start_value = list(best.segs), best.value
+    how = regime(inst)
+    fresh = fresh_start(inst)
     length = ANNEAL_RUN_EVALS_PER_UNIT * inst.n
     spent = 0.0
     for run in range(ANNEAL_RUNS):
         cost = EvalCost(ANNEAL_EVAL_S, per_bucket, share - spent)
         if cost.work(2, 2 * inst.n) > cost.limit_s:  # not one more evaluation of any plan
             break
+        begin = fresh if how.restarts and run % 2 else start
         stats: dict[str, int] = {}
-        val, segs = anneal(inst, start, max_evals=length,
+        val, segs = anneal(inst, begin, max_evals=length,
                            seed=search.opts.seed + run, deadline=search.budget.deadline,
-                           stats=stats, cost=cost)
-        log.info("annealing run %d: %d evaluations, period %d -> %d ticks", run,
-                 stats["evals"], start_value, val)
+                           stats=stats, cost=cost, shift=how.shift)
+        log.info("annealing run %d from %s: %d evaluations, period %d ticks (start %d)", run,
+                 "the best plan" if begin is start else "one bucket per unit", stats["evals"],
+                 val, start_value)
         search.offer(segs, val, Method.ANNEAL)
         polish = jackson_orders(segs)
         for cand in polish:
