@@ -89,8 +89,8 @@ class Regime:
     shift
         The share of shift moves (0: none, and the moves of a run without them).
     restarts
-        Whether every other run of ``solve`` starts from :func:`fresh_start` instead of the
-        best plan.
+        Whether the runs of ``solve`` after the first start from :func:`fresh_start` instead of
+        the best plan.
     """
 
     shift: float
@@ -108,9 +108,9 @@ def startup_weight(inst: Instance) -> float:
 def regime(inst: Instance) -> Regime:
     """Where start-up costs weigh (:func:`startup_weight` at least :data:`SHIFT_WEIGHT`) the
     borders of the buckets decide the plan, and runs from the best plan tend to end in its
-    basin: shifts (:data:`SHIFT_SHARE`), and every other run from a fresh start. Elsewhere
-    (the dedicated servers, where the launch order decides) neither helps: the four other
-    moves only, every run from the best plan."""
+    basin: shifts (:data:`SHIFT_SHARE`), and the runs after the first from a fresh start.
+    Elsewhere (the dedicated servers, where the launch order decides) neither helps: the four
+    other moves only, every run from the best plan."""
     if startup_weight(inst) >= SHIFT_WEIGHT:
         return Regime(SHIFT_SHARE, True)
     return Regime(0.0, False)

@@ -153,8 +153,9 @@ FLOW_SHOP_BOUND = Share(0.3)
 STAGE_PROGRAMMES = Share(0.25)
 #: The multi-stage local search when CP-SAT follows it, and when it is the last step.
 STAGES_LOCAL_SEARCH, STAGES_LOCAL_SEARCH_ALONE = Share(0.3, 10.0), Share(0.5)
-#: Simulated annealing over several stages with reordering, before CP-SAT's last pass.
-STAGES_ANNEAL = Share(0.6)
+#: Simulated annealing over several stages with reordering, before CP-SAT's last pass (85%:
+#: the runs from fresh starts keep finding other plans, docs/formulation.md section 6).
+STAGES_ANNEAL = Share(0.85)
 #: A CP-SAT pass that is the last step: all the work left.
 LAST_PASS = Share(1.0)
 #: The exact unimodal pass before the general model (after the unimodal programme), and the
@@ -949,7 +950,7 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
     stage of the plan evaluated): up to :data:`ANNEAL_RUNS` runs of
     :data:`ANNEAL_RUN_EVALS_PER_UNIT` evaluations per unit each, with seeds ``seed``,
     ``seed + 1``, ..., in the instance's :func:`.anneal.regime` (where start-up costs weigh,
-    every other run from :func:`.anneal.fresh_start`, the others from the best plan); each
+    the first run from the best plan and the others from :func:`.anneal.fresh_start`); each
     run's best plan is offered, and its launch orders by Jackson's rules
     (:func:`.heuristics.jackson_orders`). The runs do not depend on the work: from the same
     plan, a larger budget runs the same ones and more, so the annealing never ends worse."""
@@ -966,7 +967,7 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
         cost = EvalCost(ANNEAL_EVAL_S, per_bucket, share - spent)
         if cost.work(2, 2 * inst.n) > cost.limit_s:  # not one more evaluation of any plan
             break
-        begin = fresh if how.restarts and run % 2 else start
+        begin = fresh if how.restarts and run > 0 else start
         stats: dict[str, int] = {}
         val, segs = anneal(inst, begin, max_evals=length,
                            seed=search.opts.seed + run, deadline=search.budget.deadline,
