@@ -285,6 +285,15 @@ def test_a_shift_moves_a_few_units_across_one_border() -> None:
     assert all(anneal_module._shift([(0, 0)], random.Random(s)) is None for s in range(20))
 
 
+@pytest.mark.parametrize("share", [-0.1, 0.4, 0.7, float("nan")])
+def test_a_shift_share_outside_its_range_is_refused(share: float) -> None:
+    """The shifts are taken from the splits and merges (40% of the draws): a share outside
+    ``[0, 0.4)`` is an error naming it, not a skewed or broken draw."""
+    inst = _instance("pipelined", 0)
+    with pytest.raises(ValueError, match="shift must be in"):
+        anneal(inst, _one_per_unit_backwards(inst), max_evals=10, seed=0, shift=share)
+
+
 def test_the_regime_follows_the_weight_of_start_up_costs() -> None:
     """The pipelined all-reduce (start-up costs of 2.7 units' transfers on the 60-layer
     benchmark rows) shifts borders and restarts; the dedicated servers (0.006

@@ -211,13 +211,16 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
         whatever the work, so a run stopped by its work is the start of the run that a larger
         budget completes, and ends no better.
     shift
-        The share of shift moves (:class:`Regime`; 0: none).
+        The share of shift moves (:class:`Regime`; 0: none), below 0.4 (the share of the splits
+        and merges it is taken from).
 
     Returns
     -------
     tuple of (int, Segments)
         The best period (ticks) and its plan, never worse than the start's.
     """
+    if not 0.0 <= shift < 0.4:
+        raise ValueError(f"shift must be in [0, 0.4) (a share of the moves), got {shift!r}")
     out = stats if stats is not None else {}
     cur_segs, cur = list(segs), int(inst.evaluate(segs).period)
     best, best_segs = cur, list(segs)

@@ -972,7 +972,8 @@ def _stages_anneal(search: SolveState, inst: Instance) -> None:
         val, segs = anneal(inst, begin, max_evals=length,
                            seed=search.opts.seed + run, deadline=search.budget.deadline,
                            stats=stats, cost=cost, shift=how.shift)
-        log.info("annealing run %d from %s: %d evaluations, period %d ticks (start %d)", run,
+        log.info("annealing run %d from %s: %d evaluations, period %d ticks (the best plan "
+                 "before the runs: %d)", run,
                  "the best plan" if begin is start else "one bucket per unit", stats["evals"],
                  val, start_value)
         search.offer(segs, val, Method.ANNEAL)
