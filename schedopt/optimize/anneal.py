@@ -56,6 +56,10 @@ SHIFT_UNITS = 3
 #: Start-up weight (:func:`startup_weight`) from which start-up costs weigh (:func:`regime`).
 SHIFT_WEIGHT = 0.5
 
+#: Share of the draws that reorder (relocations below 0.4, swaps up to this); the splits and
+#: merges, and the shifts taken from them, share the rest.
+_REORDER = 0.6
+
 
 @dataclass(frozen=True)
 class EvalCost:
@@ -122,6 +126,11 @@ def fresh_start(inst: Instance) -> Segments:
     return [(u, u) for u in range(inst.n - 1, -1, -1)]
 
 
+def _holding(x: Segments, unit: int) -> int | None:
+    """The position of the bucket of ``x`` that holds ``unit``, or None (no such unit)."""
+    return next((j for j, (lo, hi) in enumerate(x) if lo <= unit <= hi), None)
+
+
 def _shift(x: Segments, rng: random.Random) -> Segments | None:
     """A shift (module docstring) of ``x`` in place, or None when the drawn one does not
     apply (no such neighbour, or the giving bucket would be left empty)."""
@@ -130,10 +139,9 @@ def _shift(x: Segments, rng: random.Random) -> Segments | None:
     right = rng.random() < 0.5
     d = rng.randint(1, SHIFT_UNITS)
     take = rng.random() < 0.5
-    nb = [j for j, (a, b) in enumerate(x) if (a == hi + 1 if right else b == lo - 1)]
-    if not nb:
+    j = _holding(x, hi + 1 if right else lo - 1)
+    if j is None:
         return None
-    j = nb[0]
     lo2, hi2 = x[j]
     if (hi2 - lo2 if take else hi - lo) < d:  # the giver keeps a unit at least
         return None
@@ -151,16 +159,16 @@ def _move(segs: Segments, rng: random.Random, shift: float = 0.0) -> Segments | 
     x = list(segs)
     m = len(x)
     kind = rng.random()
-    if shift > 0 and kind >= 0.6:
-        if kind < 0.6 + shift:
+    if shift > 0 and kind >= _REORDER:
+        if kind < _REORDER + shift:
             return _shift(x, rng)
-        kind = 0.6 + (kind - 0.6 - shift) * 0.4 / (0.4 - shift)
+        kind = _REORDER + (kind - _REORDER - shift) * (1 - _REORDER) / (1 - _REORDER - shift)
     if kind < 0.4:
         a, b = rng.randrange(m), rng.randrange(m)
         if a == b:
             return None
         x.insert(b, x.pop(a))
-    elif kind < 0.6:
+    elif kind < _REORDER:
         a, b = rng.randrange(m), rng.randrange(m)
         if a == b:
             return None
@@ -176,10 +184,9 @@ def _move(segs: Segments, rng: random.Random, shift: float = 0.0) -> Segments | 
     else:
         k = rng.randrange(m)
         lo, hi = x[k]
-        nxt = [j for j, (start, _) in enumerate(x) if start == hi + 1]
-        if not nxt:
+        j = _holding(x, hi + 1)
+        if j is None:
             return None
-        j = nxt[0]
         x[k] = (lo, x[j][1])
         del x[j]
     return x
@@ -219,8 +226,9 @@ def anneal(inst: Instance, segs: Segments, *, max_evals: int, seed: int,
     tuple of (int, Segments)
         The best period (ticks) and its plan, never worse than the start's.
     """
-    if not 0.0 <= shift < 0.4:
-        raise ValueError(f"shift must be in [0, 0.4) (a share of the moves), got {shift!r}")
+    if not 0.0 <= shift < 1 - _REORDER:
+        raise ValueError(f"shift must be in [0, {1 - _REORDER:g}) (a share of the moves), "
+                         f"got {shift!r}")
     out = stats if stats is not None else {}
     cur_segs, cur = list(segs), int(inst.evaluate(segs).period)
     best, best_segs = cur, list(segs)
