@@ -103,8 +103,9 @@ class Regime:
 
 def startup_weight(inst: Instance) -> float:
     """A bucket's start-up costs (every stage's, summed) over a unit's mean transfer time
-    over the stages: 2.7 on the benchmark's pipelined hierarchical all-reduce, 0.006 on its
-    dedicated parameter servers."""
+    over the stages: 1.8-5.5 on the benchmark's pipelined hierarchical all-reduce rows
+    (``benchmarks/bench_multistage.py``, seeds 0-7), 0.005-0.014 on its dedicated parameter
+    servers."""
     per_unit = float(inst.stage_p.sum()) / max(1, inst.n)
     return float(inst.stage_a.sum()) / per_unit if per_unit > 0 else float("inf")
 
