@@ -478,7 +478,7 @@ def test_bench_comm_under_torchrun_on_two_nodes(workdir: Path) -> None:
     """bench-comm as the ranks of torchrun: rank 0 writes the file, with one ``Rank`` line per
     rank of the launch, and fit-comm reads it as a two-rank table."""
     pytest.importorskip("torch")
-    args = ["bench-comm", "--sizes", "256K:4M", "--iters", "3", "--warmup", "1",
+    args = ["bench-comm", "--sizes", "256K:4M", "--iters", "9", "--warmup", "2",
             "--overlap-repeats", "0", "--launch-calls", "5", "--timeout", "60",
             "--out", "comm.txt"]
     (out0, err0), (out1, err1) = _on_two_torchrun_nodes(args)
